@@ -1,0 +1,485 @@
+//! Connection commands (Redis's networking.c / server.c parts): PING, ECHO, SELECT,
+//! AUTH, HELLO, QUIT, RESET and the CLIENT container.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::keys::reply_help;
+use super::strings::cmd;
+use super::table::{flags::*, CommandSpec, KeySpec, Kind};
+use super::{parse_i64, ClientCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, SYNTAX_ERR};
+use crate::clients::ReplyMode;
+use crate::protocol::reply::{Protocol, ReplyWriter};
+
+type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+macro_rules! ccmd {
+    ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
+        CommandSpec { group: "connection", acl: &["@connection"], ..cmd!($name, $arity, $flags, KeySpec::None, $kind, $since, $summary) }
+    };
+}
+
+pub static COMMANDS: &[CommandSpec] = &[
+    ccmd!("ping", -1, FAST, Kind::Client(ping), "1.0.0", "Ping the server"),
+    ccmd!("echo", 2, FAST, Kind::Client(echo), "1.0.0", "Echo the given string"),
+    ccmd!("select", 2, LOADING | STALE | FAST, Kind::Client(select), "1.0.0", "Change the selected database for the current connection"),
+    ccmd!("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(auth), "1.0.0", "Authenticate to the server"),
+    ccmd!("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(hello), "6.0.0", "Handshake with Redis"),
+    ccmd!("quit", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(quit), "1.0.0", "Close the connection"),
+    ccmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(reset), "6.2.0", "Reset the connection"),
+    ccmd!("client", -2, NOSCRIPT | LOADING | STALE, Kind::Global(client), "2.4.0", "A container for client connection commands"),
+];
+
+fn ping(ctx: &mut ClientCtx) {
+    match ctx.args.len() {
+        1 => ctx.out.simple("PONG"),
+        2 => ctx.out.bulk(ctx.args.get(1)),
+        _ => ctx.out.error("ERR wrong number of arguments for 'ping' command"),
+    }
+}
+
+fn echo(ctx: &mut ClientCtx) {
+    ctx.out.bulk(ctx.args.get(1));
+}
+
+fn select(ctx: &mut ClientCtx) {
+    let dbs = ctx.session.cell.data.borrow().dbs.len();
+    match parse_i64(ctx.args.get(1)) {
+        None => ctx.out.error(NOT_INT),
+        Some(n) if n < 0 || n as usize >= dbs => ctx.out.error(DB_INDEX_OUT_OF_RANGE),
+        Some(n) => {
+            ctx.session.set_db(n as usize);
+            ctx.out.ok();
+        }
+    }
+}
+
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// Checks credentials against `requirepass` (the only user is "default").
+fn check_password(ctx: &ClientCtx, user: &[u8], pass: &[u8]) -> Result<(), &'static str> {
+    let data = ctx.session.cell.data.borrow();
+    match data.config.requirepass() {
+        None if user == b"default" => Ok(()),
+        Some(p) if user == b"default" && p.as_bytes() == pass => Ok(()),
+        _ => Err(WRONGPASS),
+    }
+}
+
+fn auth(ctx: &mut ClientCtx) {
+    let (user, pass) = match ctx.args.len() {
+        2 => (&b"default"[..], ctx.args.get(1)),
+        3 => (ctx.args.get(1), ctx.args.get(2)),
+        _ => return ctx.out.error(SYNTAX_ERR),
+    };
+    let configured = ctx.session.cell.data.borrow().config.requirepass().is_some();
+    if ctx.args.len() == 2 && !configured {
+        return ctx.out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+    }
+    match check_password(ctx, user, pass) {
+        Ok(()) => {
+            ctx.session.authenticated = true;
+            ctx.out.ok();
+        }
+        Err(e) => ctx.out.error(e),
+    }
+}
+
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+fn hello(ctx: &mut ClientCtx) {
+    let mut proto = ctx.session.proto;
+    if ctx.args.len() >= 2 {
+        match parse_i64(ctx.args.get(1)) {
+            None => return ctx.out.error("ERR Protocol version is not an integer or out of range"),
+            Some(2) => proto = Protocol::Resp2,
+            Some(3) => proto = Protocol::Resp3,
+            Some(_) => return ctx.out.error("NOPROTO unsupported protocol version"),
+        }
+    }
+    let mut name = None;
+    let mut i = 2;
+    while i < ctx.args.len() {
+        let more = ctx.args.len() - i - 1;
+        if ctx.args.is(i, "auth") && more >= 2 {
+            if let Err(e) = check_password(ctx, ctx.args.get(i + 1), ctx.args.get(i + 2)) {
+                return ctx.out.error(e);
+            }
+            ctx.session.authenticated = true;
+            i += 3;
+        } else if ctx.args.is(i, "setname") && more >= 1 {
+            let n = ctx.args.get(i + 1);
+            if !valid_client_name(n) {
+                return ctx.out.error(BAD_NAME);
+            }
+            name = Some(n.to_vec());
+            i += 2;
+        } else {
+            return ctx.out.error(&format!("ERR Syntax error in HELLO option '{}'", String::from_utf8_lossy(ctx.args.get(i))));
+        }
+    }
+    if !ctx.session.authenticated {
+        return ctx.out.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+    }
+    if let Some(n) = name {
+        *ctx.session.shared.name.borrow_mut() = if n.is_empty() { None } else { Some(n) };
+    }
+    ctx.session.set_proto(proto);
+    ctx.out.proto = proto;
+    let id = ctx.session.id() as i64;
+    let out = &mut ctx.out;
+    out.map_len(7);
+    out.bulk(b"server");
+    out.bulk(b"redis");
+    out.bulk(b"version");
+    out.bulk(crate::server::REDIS_VERSION.as_bytes());
+    out.bulk(b"proto");
+    out.integer(if proto == Protocol::Resp3 { 3 } else { 2 });
+    out.bulk(b"id");
+    out.integer(id);
+    out.bulk(b"mode");
+    out.bulk(b"standalone");
+    out.bulk(b"role");
+    out.bulk(b"master");
+    out.bulk(b"modules");
+    out.array_len(0);
+}
+
+fn quit(ctx: &mut ClientCtx) {
+    ctx.out.ok();
+    ctx.session.close_after_reply = true;
+}
+
+fn reset(ctx: &mut ClientCtx) {
+    let s = &mut *ctx.session;
+    s.set_db(0);
+    s.set_proto(Protocol::Resp2);
+    s.reply_mode = ReplyMode::On;
+    *s.shared.name.borrow_mut() = None;
+    s.shared.no_evict.set(false);
+    s.authenticated = s.cell.data.borrow().config.requirepass().is_none();
+    ctx.out.proto = Protocol::Resp2;
+    ctx.out.simple("RESET");
+}
+
+const CLIENT_HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CACHING (YES|NO)",
+    "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+    "GETREDIR",
+    "    Return the client ID we are redirecting to when tracking is enabled.",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "ID",
+    "    Return the ID of the current connection.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "KILL <ip:port>",
+    "    Kill connection made from <ip:port>.",
+    "KILL <option> <value> [<option> <value> [...]]",
+    "    Kill connections. Options are:",
+    "    * ADDR (<ip:port>|<unixsocket>:0)",
+    "      Kill connections made from the specified address",
+    "    * LADDR (<ip:port>|<unixsocket>:0)",
+    "      Kill connections made to specified local address",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+    "      Kill connections by type.",
+    "    * USER <username>",
+    "      Kill connections authenticated by <username>.",
+    "    * SKIPME (YES|NO)",
+    "      Skip killing current connection (default: yes).",
+    "    * ID <client-id>",
+    "      Kill connections by client id.",
+    "    * MAXAGE <maxage>",
+    "      Kill connections older than the specified age.",
+    "LIST [options ...]",
+    "    Return information about client connections. Options:",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+    "      Return clients of specified type.",
+    "UNPAUSE",
+    "    Stop the current client pause, resuming traffic.",
+    "PAUSE <timeout> [WRITE|ALL]",
+    "    Suspend all, or just write, clients for <timeout> milliseconds.",
+    "REPLY (ON|OFF|SKIP)",
+    "    Control the replies sent to the current connection.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    "    Unblock the specified blocked client.",
+    "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+    "         [OPTIN] [OPTOUT] [NOLOOP]",
+    "    Control server assisted client side caching.",
+    "TRACKINGINFO",
+    "    Report tracking status for the current connection.",
+    "NO-EVICT (ON|OFF)",
+    "    Protect current client connection from eviction.",
+    "HELP",
+    "    Print this help.",
+];
+
+fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
+        let argc = g.args.len();
+        let arity_err = |g: &mut GlobalCtx, sub: &str| g.w().error(&format!("ERR wrong number of arguments for 'client|{sub}' command"));
+        match sub.as_str() {
+            "help" if argc == 2 => reply_help(&mut g.w(), CLIENT_HELP),
+            "id" if argc == 2 => {
+                let id = g.session.id() as i64;
+                g.w().integer(id)
+            }
+            "id" => arity_err(g, &sub),
+            "getname" if argc == 2 => {
+                let name = g.session.shared.name.borrow().clone();
+                match name {
+                    Some(n) => g.w().bulk(&n),
+                    None => g.w().null(),
+                }
+            }
+            "setname" if argc == 3 => {
+                let n = g.args[2].clone();
+                if !valid_client_name(&n) {
+                    return g.w().error(BAD_NAME);
+                }
+                *g.session.shared.name.borrow_mut() = if n.is_empty() { None } else { Some(n) };
+                g.w().ok()
+            }
+            "info" if argc == 2 => {
+                let line = g.session.shared.info_line(crate::util::now_ms()) + "\n";
+                g.w().verbatim("txt", line.as_bytes())
+            }
+            "list" => client_list(g).await,
+            "kill" if argc >= 3 => client_kill(g).await,
+            "reply" if argc == 3 => {
+                let mode = if g.is(2, "on") {
+                    ReplyMode::On
+                } else if g.is(2, "off") {
+                    ReplyMode::Off
+                } else if g.is(2, "skip") {
+                    ReplyMode::Skip
+                } else {
+                    return g.w().error(SYNTAX_ERR);
+                };
+                g.session.reply_mode = mode;
+                if mode == ReplyMode::On {
+                    g.w().ok();
+                }
+            }
+            "no-evict" if argc == 3 => {
+                if g.is(2, "on") {
+                    g.session.shared.no_evict.set(true);
+                } else if g.is(2, "off") {
+                    g.session.shared.no_evict.set(false);
+                } else {
+                    return g.w().error(SYNTAX_ERR);
+                }
+                g.w().ok()
+            }
+            "pause" if argc == 3 || argc == 4 => {
+                let Some(ms) = parse_i64(&g.args[2]).filter(|&n| n >= 0) else {
+                    return g.w().error("ERR timeout is not an integer or out of range");
+                };
+                let write_only = if argc == 4 {
+                    if g.is(3, "write") {
+                        true
+                    } else if g.is(3, "all") {
+                        false
+                    } else {
+                        return g.w().error("ERR CLIENT PAUSE mode must be WRITE or ALL");
+                    }
+                } else {
+                    false
+                };
+                let until = crate::util::now_ms() + ms as u64;
+                g.session
+                    .cell
+                    .call_all(move |c| {
+                        let mut d = c.data.borrow_mut();
+                        // A new pause never shortens or weakens one in force.
+                        let (u, w) = d.pause.unwrap_or((0, true));
+                        d.pause = Some((u.max(until), w && write_only));
+                    })
+                    .await;
+                g.w().ok()
+            }
+            "unpause" if argc == 2 => {
+                g.session.cell.call_all(|c| c.data.borrow_mut().pause = None).await;
+                g.w().ok()
+            }
+            "getname" | "setname" | "info" | "kill" | "reply" | "no-evict" | "pause" | "unpause" | "help" => arity_err(g, &sub),
+            _ => g.unknown_subcommand("CLIENT"),
+        }
+    })
+}
+
+async fn client_list(g: &mut GlobalCtx<'_>) {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut normal_only = true;
+    let mut i = 2;
+    while i < g.args.len() {
+        if g.is(i, "type") && i + 1 < g.args.len() {
+            let t = String::from_utf8_lossy(&g.args[i + 1]).to_ascii_lowercase();
+            match t.as_str() {
+                "normal" => normal_only = true,
+                "master" | "replica" | "slave" | "pubsub" => normal_only = false,
+                _ => {
+                    let msg = format!("ERR Unknown client type '{}'", String::from_utf8_lossy(&g.args[i + 1]));
+                    return g.error(&msg);
+                }
+            }
+            i += 2;
+        } else if g.is(i, "id") && i + 1 < g.args.len() {
+            let mut v = Vec::new();
+            for a in &g.args[i + 1..] {
+                match parse_i64(a) {
+                    Some(n) if n > 0 => v.push(n as u64),
+                    _ => return g.w().error("ERR Invalid client ID"),
+                }
+            }
+            ids = Some(v);
+            i = g.args.len();
+        } else {
+            return g.w().error(SYNTAX_ERR);
+        }
+    }
+    let lines = g
+        .session
+        .cell
+        .call_all(move |c| {
+            let now = crate::util::now_ms();
+            let reg = c.clients.borrow();
+            let mut v: Vec<(u64, String)> = reg
+                .iter()
+                .filter(|cl| normal_only && ids.as_ref().is_none_or(|ids| ids.contains(&cl.id)))
+                .map(|cl| (cl.id, cl.info_line(now)))
+                .collect();
+            v.sort();
+            v
+        })
+        .await;
+    let mut all: Vec<(u64, String)> = lines.into_iter().flatten().collect();
+    all.sort();
+    let mut text = String::new();
+    for (_, l) in all {
+        text.push_str(&l);
+        text.push('\n');
+    }
+    g.w().verbatim("txt", text.as_bytes());
+}
+
+#[derive(Clone, Default)]
+struct KillFilter {
+    id: Option<u64>,
+    addr: Option<String>,
+    laddr: Option<String>,
+    skip_me: bool,
+    max_age: Option<u64>,
+    user_ok: bool,
+    type_ok: bool,
+}
+
+async fn client_kill(g: &mut GlobalCtx<'_>) {
+    let me = g.session.id();
+    let old_style = g.args.len() == 3;
+    let mut f = KillFilter {
+        skip_me: true,
+        user_ok: true,
+        type_ok: true,
+        ..Default::default()
+    };
+    if old_style {
+        f.addr = Some(String::from_utf8_lossy(&g.args[2]).into_owned());
+        f.skip_me = false;
+    } else {
+        let mut i = 2;
+        while i + 1 < g.args.len() {
+            let v = String::from_utf8_lossy(&g.args[i + 1]).into_owned();
+            if g.is(i, "id") {
+                match parse_i64(&g.args[i + 1]) {
+                    Some(n) if n > 0 => f.id = Some(n as u64),
+                    _ => return g.w().error("ERR client-id should be greater than 0"),
+                }
+            } else if g.is(i, "addr") {
+                f.addr = Some(v);
+            } else if g.is(i, "laddr") {
+                f.laddr = Some(v);
+            } else if g.is(i, "skipme") {
+                match v.to_ascii_lowercase().as_str() {
+                    "yes" => f.skip_me = true,
+                    "no" => f.skip_me = false,
+                    _ => return g.w().error(SYNTAX_ERR),
+                }
+            } else if g.is(i, "maxage") {
+                match parse_i64(&g.args[i + 1]) {
+                    Some(n) if n >= 0 => f.max_age = Some(n as u64),
+                    _ => return g.w().error(NOT_INT),
+                }
+            } else if g.is(i, "user") {
+                f.user_ok = v == "default";
+            } else if g.is(i, "type") {
+                match v.to_ascii_lowercase().as_str() {
+                    "normal" => f.type_ok = true,
+                    "master" | "replica" | "slave" | "pubsub" => f.type_ok = false,
+                    _ => return g.w().error(&format!("ERR Unknown client type '{v}'")),
+                }
+            } else {
+                return g.w().error(SYNTAX_ERR);
+            }
+            i += 2;
+        }
+        if i != g.args.len() {
+            return g.w().error(SYNTAX_ERR);
+        }
+    }
+    let filter = f.clone();
+    let killed: usize = g
+        .session
+        .cell
+        .call_all(move |c| {
+            let now = crate::util::now_ms();
+            let reg = c.clients.borrow();
+            let mut n = 0;
+            for cl in reg.iter() {
+                let f = &filter;
+                let matches = f.user_ok
+                    && f.type_ok
+                    && f.id.is_none_or(|id| id == cl.id)
+                    && f.addr.as_deref().is_none_or(|a| a == cl.addr.to_string())
+                    && f.laddr.as_deref().is_none_or(|a| a == cl.laddr.to_string())
+                    && f.max_age.is_none_or(|m| now.saturating_sub(cl.created_ms) / 1000 >= m)
+                    && !(f.skip_me && cl.id == me);
+                if matches {
+                    if cl.id == me {
+                        // Killing ourselves: finish this reply first, then close.
+                        cl.killed.set(true);
+                    } else {
+                        cl.kill();
+                    }
+                    n += 1;
+                }
+            }
+            n
+        })
+        .await
+        .into_iter()
+        .sum();
+    if g.session.shared.killed.get() {
+        g.session.close_after_reply = true;
+    }
+    if old_style {
+        if killed == 0 {
+            g.w().error("ERR No such client");
+        } else {
+            g.w().ok();
+        }
+    } else {
+        g.w().integer(killed as i64);
+    }
+}
+
+#[allow(dead_code)]
+fn _unused(_: &mut ReplyWriter) {}

@@ -1,0 +1,94 @@
+//! CONFIG GET / SET / RESETSTAT / HELP. Every shard keeps its own copy of the
+//! configuration (no shared lock on the hot path): CONFIG SET validates and applies at
+//! home, then broadcasts the same pairs to every other shard.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::keys::reply_help;
+use super::strings::cmd;
+use super::table::{flags::*, CommandSpec, KeySpec, Kind};
+use super::GlobalCtx;
+
+type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+pub static COMMANDS: &[CommandSpec] = &[CommandSpec {
+    group: "server",
+    acl: &["@admin"],
+    ..cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, KeySpec::None, Kind::Global(config), "2.0.0", "A container for server configuration commands")
+}];
+
+const CONFIG_HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>",
+    "    Set the configuration <directive> to <value>.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file.",
+    "HELP",
+    "    Prints this help.",
+];
+
+fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
+        let argc = g.args.len();
+        match sub.as_str() {
+            "get" if argc >= 3 => {
+                let pairs = {
+                    let d = g.session.cell.data.borrow();
+                    let patterns: Vec<&[u8]> = g.args[2..].iter().map(|a| a.as_slice()).collect();
+                    d.config.get_many(&patterns)
+                };
+                let mut w = g.w();
+                w.map_len(pairs.len());
+                for (k, v) in pairs {
+                    w.bulk(k.as_bytes());
+                    w.bulk(v.as_bytes());
+                }
+            }
+            "set" if argc >= 4 && argc % 2 == 0 => {
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> = g.args[2..].chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+                let result = {
+                    let mut d = g.session.cell.data.borrow_mut();
+                    let refs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+                    d.config.set_many(&refs)
+                };
+                if let Err(e) = result {
+                    return g.w().error(&e);
+                }
+                let me = g.session.cell.id;
+                g.session
+                    .cell
+                    .call_all(move |c| {
+                        if c.id != me {
+                            let refs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+                            // Already validated at home, so this cannot fail here.
+                            let _ = c.data.borrow_mut().config.set_many(&refs);
+                        }
+                    })
+                    .await;
+                g.w().ok();
+            }
+            "resetstat" if argc == 2 => {
+                g.session
+                    .cell
+                    .call_all(|c| {
+                        let mut d = c.data.borrow_mut();
+                        d.stats.reset();
+                    })
+                    .await;
+                g.w().ok();
+            }
+            "rewrite" if argc == 2 => g.w().error("ERR The server is running without a config file"),
+            "help" if argc == 2 => reply_help(&mut g.w(), CONFIG_HELP),
+            "get" | "set" | "resetstat" | "rewrite" | "help" => {
+                g.w().error(&format!("ERR wrong number of arguments for 'config|{sub}' command"))
+            }
+            _ => g.unknown_subcommand("CONFIG"),
+        }
+    })
+}

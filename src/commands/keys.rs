@@ -1,0 +1,704 @@
+//! Generic key commands (Redis's db.c / expire.c / object.c / cluster.c DUMP/RESTORE).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::strings::cmd;
+use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
+use super::{parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR};
+use crate::shard::multi::MultiShardOp;
+use crate::storage::dump::{self, DumpValue};
+use crate::storage::{StrValue, Value, NO_EXPIRE};
+use crate::util::glob::glob_match;
+
+const K1: KeySpec = KeySpec::Range { first: 1, last: 1, step: 1 };
+const K2: KeySpec = KeySpec::Range { first: 2, last: 2, step: 1 };
+const K12: KeySpec = KeySpec::Range { first: 1, last: 2, step: 1 };
+const K_ALL: KeySpec = KeySpec::Range { first: 1, last: -1, step: 1 };
+
+type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+const fn keyed(f: super::KeyedFn) -> Kind {
+    Kind::Keyed(f, Cross::Never)
+}
+
+const fn sum(f: super::KeyedFn) -> Kind {
+    Kind::Keyed(f, Cross::Split { one: f, stride: 1, merge: Merge::Sum })
+}
+
+macro_rules! kcmd {
+    ($name:expr, $arity:expr, $flags:expr, $keys:expr, $kind:expr, $since:expr, $summary:expr) => {
+        CommandSpec { group: "generic", acl: &["@keyspace"], ..cmd!($name, $arity, $flags, $keys, $kind, $since, $summary) }
+    };
+}
+
+pub static COMMANDS: &[CommandSpec] = &[
+    kcmd!("del", -2, WRITE, K_ALL, sum(del), "1.0.0", "Delete a key"),
+    kcmd!("unlink", -2, WRITE | FAST, K_ALL, sum(del), "4.0.0", "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking."),
+    kcmd!("exists", -2, READONLY | FAST, K_ALL, sum(exists), "1.0.0", "Determine if a key exists"),
+    kcmd!("touch", -2, READONLY | FAST, K_ALL, sum(touch), "3.2.1", "Alters the last access time of a key(s). Returns the number of existing keys specified."),
+    kcmd!("type", 2, READONLY | FAST, K1, keyed(type_cmd), "1.0.0", "Determine the type stored at key"),
+    kcmd!("expire", -3, WRITE | FAST, K1, keyed(expire), "1.0.0", "Set a key's time to live in seconds"),
+    kcmd!("pexpire", -3, WRITE | FAST, K1, keyed(pexpire), "2.6.0", "Set a key's time to live in milliseconds"),
+    kcmd!("expireat", -3, WRITE | FAST, K1, keyed(expireat), "1.2.0", "Set the expiration for a key as a UNIX timestamp"),
+    kcmd!("pexpireat", -3, WRITE | FAST, K1, keyed(pexpireat), "2.6.0", "Set the expiration for a key as a UNIX timestamp specified in milliseconds"),
+    kcmd!("ttl", 2, READONLY | FAST, K1, keyed(ttl), "1.0.0", "Get the time to live for a key in seconds"),
+    kcmd!("pttl", 2, READONLY | FAST, K1, keyed(pttl), "2.6.0", "Get the time to live for a key in milliseconds"),
+    kcmd!("expiretime", 2, READONLY | FAST, K1, keyed(expiretime), "7.0.0", "Get the expiration Unix timestamp for a key"),
+    kcmd!("pexpiretime", 2, READONLY | FAST, K1, keyed(pexpiretime), "7.0.0", "Get the expiration Unix timestamp for a key in milliseconds"),
+    kcmd!("persist", 2, WRITE | FAST, K1, keyed(persist), "2.2.0", "Remove the expiration from a key"),
+    kcmd!("rename", 3, WRITE, K12, Kind::Keyed(rename, Cross::Coordinator(rename_across)), "1.0.0", "Rename a key"),
+    kcmd!("renamenx", 3, WRITE | FAST, K12, Kind::Keyed(renamenx, Cross::Coordinator(renamenx_across)), "1.0.0", "Rename a key, only if the new key does not exist"),
+    kcmd!("copy", -3, WRITE | DENYOOM, K12, Kind::Keyed(copy, Cross::Coordinator(copy_across)), "6.2.0", "Copy a key"),
+    kcmd!("move", 3, WRITE | FAST, K1, keyed(move_cmd), "1.0.0", "Move a key to another database"),
+    kcmd!("object", -2, READONLY, K2, keyed(object), "2.2.3", "A container for object introspection commands"),
+    kcmd!("dump", 2, READONLY, K1, keyed(dump_cmd), "2.6.0", "Return a serialized version of the value stored at the specified key."),
+    kcmd!("restore", -4, WRITE | DENYOOM, K1, keyed(restore), "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP."),
+    kcmd!("keys", 2, READONLY, KeySpec::None, Kind::Global(keys), "1.0.0", "Find all keys matching the given pattern"),
+    kcmd!("scan", -2, READONLY, KeySpec::None, Kind::Global(scan), "2.8.0", "Incrementally iterate the keys space"),
+    kcmd!("randomkey", 1, READONLY, KeySpec::None, Kind::Global(randomkey), "1.0.0", "Return a random key from the keyspace"),
+];
+
+fn del(ctx: &mut ExecCtx) {
+    let mut n = 0;
+    for i in 1..ctx.args.len() {
+        let key = ctx.args.get(i);
+        let now = ctx.now;
+        let db = ctx.db();
+        if db.get(key, now).is_some() && db.remove(key).is_some() {
+            n += 1;
+        }
+    }
+    ctx.out.integer(n);
+}
+
+fn exists(ctx: &mut ExecCtx) {
+    let mut n = 0;
+    for i in 1..ctx.args.len() {
+        let key = ctx.args.get(i);
+        let now = ctx.now;
+        if ctx.db().contains(key, now) {
+            n += 1;
+        }
+    }
+    ctx.out.integer(n);
+}
+
+fn touch(ctx: &mut ExecCtx) {
+    let mut n = 0;
+    for i in 1..ctx.args.len() {
+        let key = ctx.args.get(i);
+        if ctx.lookup_write(key).is_some() {
+            n += 1;
+        }
+    }
+    ctx.out.integer(n);
+}
+
+fn type_cmd(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let now = ctx.now;
+    let t = ctx.db().get(key, now).map(|e| e.value.type_name()).unwrap_or("none");
+    ctx.out.simple(t);
+}
+
+#[derive(Default)]
+struct ExpireFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+fn parse_expire_flags(ctx: &mut ExecCtx) -> Option<ExpireFlags> {
+    let mut f = ExpireFlags::default();
+    for i in 3..ctx.args.len() {
+        let a = ctx.args.get(i);
+        if a.eq_ignore_ascii_case(b"nx") {
+            f.nx = true;
+        } else if a.eq_ignore_ascii_case(b"xx") {
+            f.xx = true;
+        } else if a.eq_ignore_ascii_case(b"gt") {
+            f.gt = true;
+        } else if a.eq_ignore_ascii_case(b"lt") {
+            f.lt = true;
+        } else {
+            ctx.error(&format!("ERR Unsupported option {}", String::from_utf8_lossy(a)));
+            return None;
+        }
+    }
+    if f.nx && (f.xx || f.gt || f.lt) {
+        ctx.error("ERR NX and XX, GT or LT options at the same time are not compatible");
+        return None;
+    }
+    if f.gt && f.lt {
+        ctx.error("ERR GT and LT options at the same time are not compatible");
+        return None;
+    }
+    Some(f)
+}
+
+/// EXPIRE / PEXPIRE / EXPIREAT / PEXPIREAT with NX/XX/GT/LT. A deadline in the past
+/// deletes the key, as Redis does.
+fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
+    let Some(n) = parse_i64(ctx.args.get(2)) else {
+        return ctx.error(NOT_INT);
+    };
+    let Some(f) = parse_expire_flags(ctx) else {
+        return;
+    };
+    let invalid = || format!("ERR invalid expire time in '{name}' command");
+    let Some(mut when) = n.checked_mul(unit_ms) else {
+        return ctx.error(&invalid());
+    };
+    if !absolute {
+        match when.checked_add(ctx.now as i64) {
+            Some(w) => when = w,
+            None => return ctx.error(&invalid()),
+        }
+    }
+    let key = ctx.args.get(1);
+    let now = ctx.now;
+    let Some(entry) = ctx.db().get(key, now) else {
+        return ctx.out.integer(0);
+    };
+    let current = entry.expire_at();
+    let has_ttl = current != NO_EXPIRE;
+    let refused = (f.nx && has_ttl)
+        || (f.xx && !has_ttl)
+        || (f.gt && (!has_ttl || when <= current as i64))
+        || (f.lt && has_ttl && when >= current as i64);
+    if refused {
+        return ctx.out.integer(0);
+    }
+    if when <= now as i64 {
+        ctx.db().remove(key);
+    } else {
+        ctx.db().set_expire(key, when as u64);
+    }
+    ctx.out.integer(1);
+}
+
+fn expire(ctx: &mut ExecCtx) {
+    expire_generic(ctx, 1000, false, "expire")
+}
+
+fn pexpire(ctx: &mut ExecCtx) {
+    expire_generic(ctx, 1, false, "pexpire")
+}
+
+fn expireat(ctx: &mut ExecCtx) {
+    expire_generic(ctx, 1000, true, "expireat")
+}
+
+fn pexpireat(ctx: &mut ExecCtx) {
+    expire_generic(ctx, 1, true, "pexpireat")
+}
+
+/// TTL family: -2 missing, -1 no deadline. `relative`: remaining time, else the deadline.
+fn ttl_generic(ctx: &mut ExecCtx, ms: bool, relative: bool) {
+    let key = ctx.args.get(1);
+    let now = ctx.now;
+    let at = match ctx.lookup_read(key) {
+        None => return ctx.out.integer(-2),
+        Some(e) => e.expire_at(),
+    };
+    if at == NO_EXPIRE {
+        return ctx.out.integer(-1);
+    }
+    let v = if relative {
+        let left = at.saturating_sub(now) as i64;
+        if ms {
+            left
+        } else {
+            (left + 500) / 1000
+        }
+    } else if ms {
+        at as i64
+    } else {
+        at as i64 / 1000
+    };
+    ctx.out.integer(v);
+}
+
+fn ttl(ctx: &mut ExecCtx) {
+    ttl_generic(ctx, false, true)
+}
+
+fn pttl(ctx: &mut ExecCtx) {
+    ttl_generic(ctx, true, true)
+}
+
+fn expiretime(ctx: &mut ExecCtx) {
+    ttl_generic(ctx, false, false)
+}
+
+fn pexpiretime(ctx: &mut ExecCtx) {
+    ttl_generic(ctx, true, false)
+}
+
+fn persist(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let now = ctx.now;
+    let had = ctx.db().get(key, now).map(|e| e.expire_at() != NO_EXPIRE);
+    if had == Some(true) {
+        ctx.db().set_expire(key, NO_EXPIRE);
+        ctx.out.integer(1);
+    } else {
+        ctx.out.integer(0);
+    }
+}
+
+/// RENAME / RENAMENX with both keys on this shard.
+fn rename_local(ctx: &mut ExecCtx, nx: bool) {
+    let (src, dst) = (ctx.args.get(1), ctx.args.get(2));
+    let now = ctx.now;
+    let db = ctx.db();
+    if db.get(src, now).is_none() {
+        return ctx.error(NO_SUCH_KEY);
+    }
+    if src == dst {
+        return if nx { ctx.out.integer(0) } else { ctx.out.ok() };
+    }
+    if nx && db.contains(dst, now) {
+        return ctx.out.integer(0);
+    }
+    if let Some(e) = db.remove(src) {
+        let at = e.expire_at();
+        db.insert(dst, e.value, at, e.lru);
+    }
+    if nx {
+        ctx.out.integer(1)
+    } else {
+        ctx.out.ok()
+    }
+}
+
+fn rename(ctx: &mut ExecCtx) {
+    rename_local(ctx, false)
+}
+
+fn renamenx(ctx: &mut ExecCtx) {
+    rename_local(ctx, true)
+}
+
+/// RENAME across shards: under both keys' locks, take the value from the source shard
+/// and store it (with its TTL) on the destination shard.
+async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
+    let db = g.session.db;
+    let (src, dst) = (g.args[1].clone(), g.args[2].clone());
+    let cell = g.session.cell.clone();
+    let op = MultiShardOp::lock_keys(&cell, db, &[src.clone(), dst.clone()]).await;
+    let reply: Result<bool, &str> = async {
+        if !op.exists(&cell, db, &src).await {
+            return Err(NO_SUCH_KEY);
+        }
+        if nx && op.exists(&cell, db, &dst).await {
+            return Ok(false);
+        }
+        if let Some((v, at)) = op.take(&cell, db, &src).await {
+            op.put(&cell, db, &dst, v, at).await;
+        }
+        Ok(true)
+    }
+    .await;
+    op.release(&cell).await;
+    let mut w = g.w();
+    match (reply, nx) {
+        (Err(e), _) => w.error(e),
+        (Ok(done), true) => w.integer(done as i64),
+        (Ok(_), false) => w.ok(),
+    }
+}
+
+fn rename_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(rename_across_generic(g, false))
+}
+
+fn renamenx_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(rename_across_generic(g, true))
+}
+
+struct CopyOpts {
+    db: usize,
+    replace: bool,
+}
+
+fn parse_copy_opts(args: &[&[u8]], cur_db: usize, databases: usize) -> Result<CopyOpts, &'static str> {
+    let mut o = CopyOpts { db: cur_db, replace: false };
+    let mut i = 3;
+    while i < args.len() {
+        if args[i].eq_ignore_ascii_case(b"replace") {
+            o.replace = true;
+        } else if args[i].eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
+            let n = parse_i64(args[i + 1]).ok_or(NOT_INT)?;
+            if n < 0 || n as usize >= databases {
+                return Err(DB_INDEX_OUT_OF_RANGE);
+            }
+            o.db = n as usize;
+            i += 1;
+        } else {
+            return Err(SYNTAX_ERR);
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+fn copy(ctx: &mut ExecCtx) {
+    let argv: Vec<&[u8]> = ctx.args.iter().collect();
+    let dbs = ctx.data.dbs.len();
+    let o = match parse_copy_opts(&argv, ctx.db, dbs) {
+        Ok(o) => o,
+        Err(e) => return ctx.error(e),
+    };
+    let (src, dst) = (argv[1], argv[2]);
+    if src == dst && o.db == ctx.db {
+        return ctx.error("ERR source and destination objects are the same");
+    }
+    let now = ctx.now;
+    let Some((v, at)) = ctx.db().get(src, now).map(|e| (e.value.clone(), e.expire_at())) else {
+        return ctx.out.integer(0);
+    };
+    let target = &mut ctx.data.dbs[o.db];
+    if target.contains(dst, now) && !o.replace {
+        return ctx.out.integer(0);
+    }
+    target.insert(dst, v, at, crate::util::lru_clock());
+    ctx.out.integer(1);
+}
+
+fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let argv: Vec<&[u8]> = g.args.iter().map(|a| a.as_slice()).collect();
+        let cell = g.session.cell.clone();
+        let dbs = cell.data.borrow().dbs.len();
+        let o = match parse_copy_opts(&argv, g.session.db, dbs) {
+            Ok(o) => o,
+            Err(e) => return g.w().error(e),
+        };
+        let (src, dst) = (g.args[1].clone(), g.args[2].clone());
+        let db = g.session.db;
+        let op = MultiShardOp::lock_db_keys(&cell, &[(db, src.clone()), (o.db, dst.clone())]).await;
+        let mut copied = 0;
+        if let Some((v, at)) = op.peek_clone(&cell, db, &src).await {
+            if o.replace || !op.exists(&cell, o.db, &dst).await {
+                op.put(&cell, o.db, &dst, v, at).await;
+                copied = 1;
+            }
+        }
+        op.release(&cell).await;
+        g.w().integer(copied);
+    })
+}
+
+fn move_cmd(ctx: &mut ExecCtx) {
+    let Some(target) = parse_i64(ctx.args.get(2)) else {
+        return ctx.error(NOT_INT);
+    };
+    if target < 0 || target as usize >= ctx.data.dbs.len() {
+        return ctx.error(DB_INDEX_OUT_OF_RANGE);
+    }
+    let target = target as usize;
+    if target == ctx.db {
+        return ctx.error("ERR source and destination objects are the same");
+    }
+    let key = ctx.args.get(1);
+    let now = ctx.now;
+    if ctx.db().get(key, now).is_none() || ctx.data.dbs[target].contains(key, now) {
+        return ctx.out.integer(0);
+    }
+    if let Some(e) = ctx.db().remove(key) {
+        let at = e.expire_at();
+        ctx.data.dbs[target].insert(key, e.value, at, e.lru);
+    }
+    ctx.out.integer(1);
+}
+
+const OBJECT_HELP: &[&str] = &[
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// Redis's reply to a container command's HELP: the lines as status replies.
+pub fn reply_help(out: &mut crate::protocol::reply::ReplyWriter, lines: &[&str]) {
+    out.array_len(lines.len());
+    for l in lines {
+        out.simple(l);
+    }
+}
+
+fn object(ctx: &mut ExecCtx) {
+    let sub = ctx.args.get(1).to_ascii_lowercase();
+    let sub = String::from_utf8_lossy(&sub).into_owned();
+    if sub == "help" && ctx.args.len() == 2 {
+        return reply_help(&mut ctx.out, OBJECT_HELP);
+    }
+    let known = ["encoding", "refcount", "idletime", "freq"].contains(&sub.as_str());
+    if !known {
+        return ctx.error(&format!(
+            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+            String::from_utf8_lossy(ctx.args.get(1))
+        ));
+    }
+    if ctx.args.len() != 3 {
+        return ctx.error(&format!("ERR wrong number of arguments for 'object|{sub}' command"));
+    }
+    let lfu = ctx.data.config.maxmemory_policy().as_str().contains("lfu");
+    let key = ctx.args.get(2);
+    let now = ctx.now;
+    let Some(e) = ctx.data.dbs[ctx.db].get(key, now) else {
+        return ctx.out.null();
+    };
+    match sub.as_str() {
+        "encoding" => {
+            let enc = e.value.encoding();
+            ctx.out.bulk(enc.as_bytes())
+        }
+        "refcount" => {
+            // Redis shares small integers (0..10000) and reports INT_MAX for them.
+            let shared = matches!(&e.value, Value::Str(StrValue::Int(n)) if (0..10000).contains(n));
+            ctx.out.integer(if shared { i32::MAX as i64 } else { 1 })
+        }
+        "idletime" if lfu => ctx.error("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
+        "idletime" => {
+            let idle = crate::util::lru_clock().saturating_sub(e.lru);
+            ctx.out.integer(idle as i64)
+        }
+        _ if !lfu => ctx.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
+        _ => ctx.out.integer(0),
+    }
+}
+
+fn dump_cmd(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let (entry, out) = ctx.read_with_out(key);
+    let Some(e) = entry else {
+        return out.null();
+    };
+    let mut payload = Vec::new();
+    match &e.value {
+        Value::Str(s) => {
+            let mut b = [0u8; 24];
+            dump::dump_string(s.bytes(&mut b), &mut payload);
+        }
+    }
+    out.bulk(&payload);
+}
+
+fn restore(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let Some(ttl) = parse_i64(ctx.args.get(2)) else {
+        return ctx.error(NOT_INT);
+    };
+    let (mut replace, mut absttl) = (false, false);
+    let mut lru_idle: Option<i64> = None;
+    let mut i = 4;
+    while i < ctx.args.len() {
+        let a = ctx.args.get(i);
+        let more = i + 1 < ctx.args.len();
+        if a.eq_ignore_ascii_case(b"replace") {
+            replace = true;
+        } else if a.eq_ignore_ascii_case(b"absttl") {
+            absttl = true;
+        } else if a.eq_ignore_ascii_case(b"idletime") && more && lru_idle.is_none() {
+            match parse_i64(ctx.args.get(i + 1)) {
+                Some(n) if n >= 0 => lru_idle = Some(n),
+                Some(_) => return ctx.error("ERR Invalid IDLETIME value, must be >= 0"),
+                None => return ctx.error(NOT_INT),
+            }
+            i += 1;
+        } else if a.eq_ignore_ascii_case(b"freq") && more {
+            match parse_i64(ctx.args.get(i + 1)) {
+                Some(n) if (0..=255).contains(&n) => {}
+                Some(_) => return ctx.error("ERR Invalid FREQ value, must be >= 0 and <= 255"),
+                None => return ctx.error(NOT_INT),
+            }
+            i += 1;
+        } else {
+            return ctx.error(SYNTAX_ERR);
+        }
+        i += 1;
+    }
+    if ttl < 0 {
+        return ctx.error("ERR Invalid TTL value, must be >= 0");
+    }
+    let now = ctx.now;
+    if !replace && ctx.db().contains(key, now) {
+        return ctx.error("BUSYKEY Target key name already exists.");
+    }
+    let value = match dump::restore(ctx.args.get(3)) {
+        Ok(DumpValue::Str(s)) => Value::Str(StrValue::from_vec(s)),
+        // Collection types arrive with the collections work; until then their
+        // payloads are refused the way Redis refuses a type it cannot load.
+        Ok(_) => return ctx.error("ERR Bad data format"),
+        Err(e) => return ctx.error(e.message()),
+    };
+    let at = match (ttl, absttl) {
+        (0, _) => NO_EXPIRE,
+        (t, true) => t as u64,
+        (t, false) => now.saturating_add(t as u64),
+    };
+    if replace {
+        ctx.db().remove(key);
+    }
+    if at != NO_EXPIRE && at <= now {
+        // Already expired: Redis replies OK and does not create the key.
+        return ctx.out.ok();
+    }
+    let lru = crate::util::lru_clock().saturating_sub(lru_idle.unwrap_or(0).min(u32::MAX as i64) as u32);
+    ctx.db().insert(key, value, at, lru);
+    ctx.out.ok();
+}
+
+fn keys<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let pattern = g.args[1].clone();
+        let db = g.session.db;
+        let cell = g.session.cell.clone();
+        let op = MultiShardOp::lock_all(&cell).await;
+        let parts = op
+            .on_each(&cell, move |d| {
+                let now = crate::util::now_ms();
+                let dbr = &d.dbs[db];
+                let mut out = Vec::new();
+                let all = pattern == b"*";
+                for idx in 0..dbr.slot_count() {
+                    dbr.for_each_in_slot(idx, now, |e| {
+                        if all || glob_match(&pattern, &e.key, false) {
+                            out.push(e.key.to_vec());
+                        }
+                    });
+                }
+                out
+            })
+            .await;
+        op.release(&cell).await;
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        let mut w = g.w();
+        w.array_len(n);
+        for k in parts.iter().flatten() {
+            w.bulk(k);
+        }
+    })
+}
+
+/// SCAN's cursor is the next hash slot to visit: each call walks whole slots of one
+/// shard, so every key present for the whole iteration is returned at least once,
+/// whatever the tables do in between.
+fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let Some(cursor) = std::str::from_utf8(&g.args[1]).ok().and_then(|s| s.parse::<u64>().ok()) else {
+            return g.w().error("ERR invalid cursor");
+        };
+        let mut count = 10usize;
+        let mut pattern: Option<Vec<u8>> = None;
+        let mut type_filter: Option<Vec<u8>> = None;
+        let mut i = 2;
+        while i < g.args.len() {
+            let more = i + 1 < g.args.len();
+            if g.is(i, "count") && more {
+                match parse_i64(&g.args[i + 1]) {
+                    Some(n) if n >= 1 => count = n as usize,
+                    Some(_) => return g.w().error(SYNTAX_ERR),
+                    None => return g.w().error(NOT_INT),
+                }
+            } else if g.is(i, "match") && more {
+                pattern = Some(g.args[i + 1].clone());
+            } else if g.is(i, "type") && more {
+                type_filter = Some(g.args[i + 1].to_ascii_lowercase());
+            } else {
+                return g.w().error(SYNTAX_ERR);
+            }
+            i += 2;
+        }
+        let db = g.session.db;
+        let cell = g.session.cell.clone();
+        if cursor >= crate::slot::SLOT_COUNT as u64 {
+            let mut w = g.w();
+            w.array_len(2);
+            w.bulk(b"0");
+            w.array_len(0);
+            return;
+        }
+        let slot = cursor as usize;
+        let shard = cell.slots.owner(slot as u16);
+        let (next, keys) = cell
+            .call(shard, move |c| {
+                let d = c.data.borrow();
+                let dbr = &d.dbs[db];
+                let now = crate::util::now_ms();
+                let first = dbr.first_slot();
+                let mut keys = Vec::new();
+                let mut idx = slot - first;
+                while idx < dbr.slot_count() && keys.len() < count {
+                    dbr.for_each_in_slot(idx, now, |e| {
+                        let type_ok = type_filter.as_deref().is_none_or(|t| t == e.value.type_name().as_bytes());
+                        let match_ok = pattern.as_deref().is_none_or(|p| glob_match(p, &e.key, false));
+                        if type_ok && match_ok {
+                            keys.push(e.key.to_vec());
+                        }
+                    });
+                    idx += 1;
+                }
+                let next = first + idx;
+                (if next >= crate::slot::SLOT_COUNT { 0 } else { next }, keys)
+            })
+            .await;
+        let mut w = g.w();
+        w.array_len(2);
+        w.bulk(next.to_string().as_bytes());
+        w.array_len(keys.len());
+        for k in &keys {
+            w.bulk(k);
+        }
+    })
+}
+
+fn randomkey<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let db = g.session.db;
+        let cell = g.session.cell.clone();
+        let sizes = cell.call_all(move |c| c.data.borrow().dbs[db].len()).await;
+        let total: usize = sizes.iter().sum();
+        let mut key = None;
+        if total > 0 {
+            let mut pick = cell.data.borrow_mut().rng.below(total);
+            let shard = sizes
+                .iter()
+                .position(|&n| {
+                    if pick < n {
+                        true
+                    } else {
+                        pick -= n;
+                        false
+                    }
+                })
+                .unwrap_or(0);
+            key = cell
+                .call(shard, move |c| {
+                    let mut d = c.data.borrow_mut();
+                    let d = &mut *d;
+                    d.dbs[db].random_key(crate::util::now_ms(), &mut d.rng)
+                })
+                .await;
+        }
+        match key {
+            Some(k) => g.w().bulk(&k),
+            None => g.w().null(),
+        }
+    })
+}

@@ -1,0 +1,290 @@
+//! Commands: the declarative table (name → arity, flags, keys, handler) and the
+//! contexts handlers run in. One file per command family.
+//!
+//! A handler is one of three kinds:
+//! * `Keyed` runs on the shard that owns its keys, with that shard's data — inline on
+//!   the connection's home shard, or in a batch sent to the owner. When a command's keys
+//!   span shards its `Cross` rule says how: split per key and merge, or a dedicated
+//!   multi-shard coordinator.
+//! * `Client` runs at home with the connection's session (PING, SELECT, HELLO ...).
+//! * `Global` is an async coordinator at home (FLUSHALL, DBSIZE, RENAME across shards,
+//!   INFO ...); it is a barrier in the pipeline.
+
+pub mod client;
+pub mod config_cmd;
+pub mod keys;
+pub mod server;
+pub mod strings;
+pub mod table;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::clients::Session;
+use crate::protocol::parser::ArgSpan;
+use crate::protocol::reply::{Protocol, ReplyWriter};
+use crate::shard::ShardData;
+use crate::storage::{Db, Entry, StrValue, Value};
+
+pub use table::{lookup, table, CommandSpec, Cross, Kind, KeySpec, Merge};
+
+pub type KeyedFn = fn(&mut ExecCtx);
+pub type ClientFn = fn(&mut ClientCtx);
+pub type GlobalFn = for<'a> fn(&'a mut GlobalCtx<'_>) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const SYNTAX_ERR: &str = "ERR syntax error";
+pub const NOT_INT: &str = "ERR value is not an integer or out of range";
+pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
+pub const NO_SUCH_KEY: &str = "ERR no such key";
+pub const DB_INDEX_OUT_OF_RANGE: &str = "ERR DB index is out of range";
+
+/// A command's arguments (argv[0] is the name), borrowed from the read buffer or a batch.
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    buf: &'a [u8],
+    spans: &'a [ArgSpan],
+}
+
+impl<'a> Args<'a> {
+    pub fn new(buf: &'a [u8], spans: &'a [ArgSpan]) -> Args<'a> {
+        Args { buf, spans }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> &'a [u8] {
+        match self.spans.get(i) {
+            Some(s) => &self.buf[s.start as usize..s.end as usize],
+            None => &[],
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        (0..self.len()).map(move |i| self.get(i))
+    }
+
+    pub fn to_vecs(&self) -> Vec<Vec<u8>> {
+        self.iter().map(|a| a.to_vec()).collect()
+    }
+
+    /// Case-insensitive comparison of argument `i` with an ASCII keyword.
+    #[inline]
+    pub fn is(&self, i: usize, word: &str) -> bool {
+        self.get(i).eq_ignore_ascii_case(word.as_bytes())
+    }
+}
+
+/// Context of a keyed command, on the shard that owns its keys.
+pub struct ExecCtx<'a> {
+    pub data: &'a mut ShardData,
+    pub db: usize,
+    pub args: Args<'a>,
+    pub out: ReplyWriter<'a>,
+    pub now: u64,
+}
+
+impl<'a> ExecCtx<'a> {
+    #[inline]
+    pub fn db(&mut self) -> &mut Db {
+        &mut self.data.dbs[self.db]
+    }
+
+    #[inline]
+    pub fn arg(&self, i: usize) -> &[u8] {
+        self.args.get(i)
+    }
+
+    /// Looks up a live key, counting a keyspace hit or miss as Redis does for reads.
+    pub fn lookup_read(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        let now = self.now;
+        let lru = crate::util::lru_clock();
+        let stats = &mut self.data.stats;
+        match self.data.dbs[self.db].get(key, now) {
+            Some(e) => {
+                stats.keyspace_hits += 1;
+                e.lru = lru;
+                Some(e)
+            }
+            None => {
+                stats.keyspace_misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Looks a key up for reading and hands back the reply writer beside it, so a
+    /// handler can reply straight from the stored value without copying it.
+    pub fn read_with_out(&mut self, key: &[u8]) -> (Option<&mut Entry>, &mut ReplyWriter<'a>) {
+        let now = self.now;
+        let lru = crate::util::lru_clock();
+        let data = &mut *self.data;
+        let entry = match data.dbs[self.db].get(key, now) {
+            Some(e) => {
+                data.stats.keyspace_hits += 1;
+                e.lru = lru;
+                Some(e)
+            }
+            None => {
+                data.stats.keyspace_misses += 1;
+                None
+            }
+        };
+        (entry, &mut self.out)
+    }
+
+    /// Looks up a live key for writing (no hit/miss accounting).
+    pub fn lookup_write(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        let now = self.now;
+        let lru = crate::util::lru_clock();
+        let e = self.data.dbs[self.db].get(key, now)?;
+        e.lru = lru;
+        Some(e)
+    }
+
+    pub fn error(&mut self, msg: &str) {
+        self.out.error(msg);
+    }
+}
+
+/// The value of a string key: `Ok(None)` if missing, `Err` (WRONGTYPE already
+/// replied) if it holds another type.
+pub fn read_str<'e>(entry: Option<&'e mut Entry>) -> Result<Option<&'e mut StrValue>, ()> {
+    match entry {
+        None => Ok(None),
+        Some(e) => match &mut e.value {
+            Value::Str(s) => Ok(Some(s)),
+            #[allow(unreachable_patterns)]
+            _ => Err(()),
+        },
+    }
+}
+
+/// Context of a command that needs the connection's session, run at home.
+pub struct ClientCtx<'a> {
+    pub session: &'a mut Session,
+    pub args: Args<'a>,
+    pub out: ReplyWriter<'a>,
+}
+
+/// Context of an async coordinator, run at home as a pipeline barrier.
+pub struct GlobalCtx<'a> {
+    pub session: &'a mut Session,
+    pub args: Vec<Vec<u8>>,
+    pub out: &'a mut Vec<u8>,
+}
+
+impl GlobalCtx<'_> {
+    pub fn w(&mut self) -> ReplyWriter<'_> {
+        ReplyWriter {
+            out: self.out,
+            proto: self.session.proto,
+        }
+    }
+
+    pub fn arg(&self, i: usize) -> &[u8] {
+        self.args.get(i).map(|v| v.as_slice()).unwrap_or(&[])
+    }
+
+    pub fn is(&self, i: usize, word: &str) -> bool {
+        self.arg(i).eq_ignore_ascii_case(word.as_bytes())
+    }
+
+    pub fn proto(&self) -> Protocol {
+        self.session.proto
+    }
+
+    pub fn error(&mut self, msg: &str) {
+        self.w().error(msg)
+    }
+
+    /// Redis's reply to an unknown subcommand of a container command.
+    pub fn unknown_subcommand(&mut self, container: &str) {
+        let msg = format!(
+            "ERR unknown subcommand '{}'. Try {container} HELP.",
+            String::from_utf8_lossy(self.arg(1))
+        );
+        self.error(&msg)
+    }
+}
+
+/// Parses an argument as Redis's string2ll / getLongLongFromObject: the canonical
+/// decimal form of an i64 ("01", "+1", "-0" and spaces are rejected).
+#[inline]
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    crate::storage::value::parse_canonical_i64(b)
+}
+
+/// Parses a float the way Redis's getLongDoubleFromObject / strtold do: leading and
+/// trailing spaces rejected, "inf"/"-inf" accepted, NaN rejected.
+pub fn parse_f64(b: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) || s.ends_with(|c: char| c.is_ascii_whitespace()) {
+        return None;
+    }
+    let lower = s.to_ascii_lowercase();
+    let v = match lower.as_str() {
+        "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
+        "-inf" | "-infinity" => f64::NEG_INFINITY,
+        _ => {
+            if lower.contains("nan") || lower.contains("inf") {
+                return None;
+            }
+            s.parse::<f64>().ok()?
+        }
+    };
+    if v.is_nan() {
+        None
+    } else {
+        Some(v)
+    }
+}
+
+/// Writes `n` as a bulk reply, through a stack buffer.
+pub fn reply_i64_bulk(out: &mut ReplyWriter, n: i64) {
+    let mut b = [0u8; 24];
+    out.bulk(crate::storage::value::format_i64(n, &mut b));
+}
+
+/// Replies with a string value as a bulk string.
+pub fn reply_str(out: &mut ReplyWriter, v: &StrValue) {
+    let mut b = [0u8; 24];
+    out.bulk(v.bytes(&mut b));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_parsing_is_strict() {
+        assert_eq!(parse_i64(b"10"), Some(10));
+        assert_eq!(parse_i64(b"-10"), Some(-10));
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"01"), None);
+        assert_eq!(parse_i64(b"+1"), None);
+        assert_eq!(parse_i64(b" 1"), None);
+        assert_eq!(parse_i64(b"1.0"), None);
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+    }
+
+    #[test]
+    fn float_parsing() {
+        assert_eq!(parse_f64(b"1.5"), Some(1.5));
+        assert_eq!(parse_f64(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_f64(b"nan"), None);
+        assert_eq!(parse_f64(b" 1"), None);
+        assert_eq!(parse_f64(b"1e3"), Some(1000.0));
+        assert_eq!(parse_f64(b""), None);
+    }
+}

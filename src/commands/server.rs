@@ -1,0 +1,563 @@
+//! Server commands (Redis's server.c / db.c / debug.c parts): DBSIZE, FLUSHDB,
+//! FLUSHALL, SWAPDB, INFO, TIME, COMMAND, DEBUG, SHUTDOWN.
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+
+use super::keys::reply_help;
+use super::strings::cmd;
+use super::table::{self, flags, flags::*, CommandSpec, KeySpec, Kind};
+use super::{parse_i64, ClientCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, SYNTAX_ERR};
+use crate::shard::multi::MultiShardOp;
+use crate::stats::ShardStats;
+
+type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+macro_rules! scmd {
+    ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
+        CommandSpec { group: "server", acl: &["@admin"], ..cmd!($name, $arity, $flags, KeySpec::None, $kind, $since, $summary) }
+    };
+}
+
+pub static COMMANDS: &[CommandSpec] = &[
+    scmd!("dbsize", 1, READONLY | FAST, Kind::Global(dbsize), "1.0.0", "Return the number of keys in the selected database"),
+    scmd!("flushdb", -1, WRITE, Kind::Global(flushdb), "1.0.0", "Remove all keys from the current database"),
+    scmd!("flushall", -1, WRITE, Kind::Global(flushall), "1.0.0", "Remove all keys from all databases"),
+    scmd!("swapdb", 3, WRITE | FAST, Kind::Global(swapdb), "4.0.0", "Swaps two Redis databases"),
+    scmd!("info", -1, LOADING | STALE, Kind::Global(info), "1.0.0", "Get information and statistics about the server"),
+    scmd!("time", 1, LOADING | STALE | FAST, Kind::Client(time), "2.6.0", "Return the current server time"),
+    scmd!("command", -1, LOADING | STALE, Kind::Client(command), "2.8.13", "Get array of Redis command details"),
+    scmd!("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, Kind::Global(debug), "1.0.0", "A container for debugging commands"),
+    scmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | ALLOW_BUSY, Kind::Global(shutdown), "1.0.0", "Synchronously save the dataset to disk and then shut down the server"),
+];
+
+fn dbsize<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let db = g.session.db;
+        let cell = g.session.cell.clone();
+        let op = MultiShardOp::lock_all(&cell).await;
+        let n: usize = op.on_each(&cell, move |d| d.dbs[db].len()).await.into_iter().sum();
+        op.release(&cell).await;
+        g.w().integer(n as i64);
+    })
+}
+
+/// FLUSHDB / FLUSHALL take SYNC or ASYNC; memory is returned at once either way.
+fn flush_mode_ok(g: &mut GlobalCtx) -> bool {
+    match g.args.len() {
+        1 => true,
+        2 if g.is(1, "sync") || g.is(1, "async") => true,
+        _ => {
+            g.w().error(SYNTAX_ERR);
+            false
+        }
+    }
+}
+
+fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        if !flush_mode_ok(g) {
+            return;
+        }
+        let db = g.session.db;
+        let cell = g.session.cell.clone();
+        let op = MultiShardOp::lock_all(&cell).await;
+        op.on_each(&cell, move |d| d.dbs[db].clear()).await;
+        op.release(&cell).await;
+        g.w().ok();
+    })
+}
+
+fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        if !flush_mode_ok(g) {
+            return;
+        }
+        let cell = g.session.cell.clone();
+        let op = MultiShardOp::lock_all(&cell).await;
+        op.on_each(&cell, |d| d.dbs.iter_mut().for_each(|db| db.clear())).await;
+        op.release(&cell).await;
+        g.w().ok();
+    })
+}
+
+fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let dbs = g.session.cell.data.borrow().dbs.len();
+        let parse = |a: &[u8]| parse_i64(a);
+        let (Some(a), Some(b)) = (parse(&g.args[1]), parse(&g.args[2])) else {
+            return g.w().error("ERR invalid first DB index");
+        };
+        if a < 0 || b < 0 || a as usize >= dbs || b as usize >= dbs {
+            return g.w().error(DB_INDEX_OUT_OF_RANGE);
+        }
+        let (a, b) = (a as usize, b as usize);
+        let cell = g.session.cell.clone();
+        let op = MultiShardOp::lock_all(&cell).await;
+        if a != b {
+            op.on_each(&cell, move |d| {
+                let (lo, hi) = (a.min(b), a.max(b));
+                let (left, right) = d.dbs.split_at_mut(hi);
+                left[lo].swap(&mut right[0]);
+            })
+            .await;
+        }
+        op.release(&cell).await;
+        g.w().ok();
+    })
+}
+
+fn time(ctx: &mut ClientCtx) {
+    let us = crate::util::now_us();
+    ctx.out.array_len(2);
+    ctx.out.bulk((us / 1_000_000).to_string().as_bytes());
+    ctx.out.bulk((us % 1_000_000).to_string().as_bytes());
+}
+
+/// Everything INFO needs from one shard.
+struct ShardReport {
+    stats: ShardStats,
+    keyspace: Vec<(usize, usize, usize)>,
+    expired: u64,
+    clients: usize,
+}
+
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "module_list",
+    "errorstats",
+    "cluster",
+    "keyspace",
+];
+const ALL_EXTRA: &[&str] = &["commandstats", "latencystats"];
+
+fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let mut sections: Vec<String> = Vec::new();
+        let requested: Vec<String> = g.args[1..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_lowercase()).collect();
+        if requested.is_empty() {
+            sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string()));
+        }
+        for r in &requested {
+            match r.as_str() {
+                "default" => sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string())),
+                "all" | "everything" => {
+                    sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string()));
+                    sections.extend(ALL_EXTRA.iter().map(|s| s.to_string()));
+                }
+                other => sections.push(other.to_string()),
+            }
+        }
+        let cell = g.session.cell.clone();
+        let reports = cell
+            .call_all(|c| {
+                let d = c.data.borrow();
+                ShardReport {
+                    stats: d.stats.clone(),
+                    keyspace: d.dbs.iter().enumerate().map(|(i, db)| (i, db.len(), db.expires_len())).collect(),
+                    expired: d.dbs.iter().map(|db| db.expired_count).sum(),
+                    clients: c.clients.borrow().len(),
+                }
+            })
+            .await;
+        let text = render_info(&cell, &sections, &reports);
+        g.w().verbatim("txt", text.as_bytes());
+    })
+}
+
+fn render_info(cell: &crate::shard::ShardCell, sections: &[String], reports: &[ShardReport]) -> String {
+    let mut stats = ShardStats::default();
+    for r in reports {
+        stats.merge(&r.stats);
+    }
+    let mut out = String::new();
+    let mut seen = Vec::new();
+    for s in sections {
+        if seen.contains(s) {
+            continue;
+        }
+        seen.push(s.clone());
+        if !out.is_empty() && section_known(s) {
+            out.push_str("\r\n");
+        }
+        match s.as_str() {
+            "server" => info_server(cell, &mut out),
+            "clients" => info_clients(reports, cell.data.borrow().config.maxclients(), &mut out),
+            "memory" => info_memory(cell, &mut out),
+            "persistence" => out.push_str("# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:0\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:0\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n"),
+            "stats" => info_stats(&stats, reports, &mut out),
+            "replication" => out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\nmaster_replid:0000000000000000000000000000000000000000\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n"),
+            "cpu" => info_cpu(&mut out),
+            "module_list" | "modules" => out.push_str("# Modules\r\n"),
+            "errorstats" => {
+                out.push_str("# Errorstats\r\n");
+                let mut errs: Vec<_> = stats.errors.iter().collect();
+                errs.sort();
+                for (k, v) in errs {
+                    let _ = write!(out, "errorstat_{k}:count={v}\r\n");
+                }
+            }
+            "cluster" => out.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
+            "keyspace" => info_keyspace(reports, &mut out),
+            "commandstats" => {
+                out.push_str("# Commandstats\r\n");
+                let t = table::table();
+                for (i, c) in stats.commands.iter().enumerate() {
+                    if c.calls == 0 && c.rejected_calls == 0 && c.failed_calls == 0 {
+                        continue;
+                    }
+                    let Some(spec) = t.specs.get(i) else { continue };
+                    let _ = write!(
+                        out,
+                        "cmdstat_{}:calls={},usec=0,usec_per_call=0.00,rejected_calls={},failed_calls={}\r\n",
+                        spec.name, c.calls, c.rejected_calls, c.failed_calls
+                    );
+                }
+            }
+            "latencystats" => out.push_str("# Latencystats\r\n"),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn section_known(s: &str) -> bool {
+    DEFAULT_SECTIONS.contains(&s) || ALL_EXTRA.contains(&s) || s == "modules"
+}
+
+fn info_server(cell: &crate::shard::ShardCell, out: &mut String) {
+    let i = &cell.info;
+    let uptime = i.started.elapsed().as_secs();
+    let hz = cell.data.borrow().config.hz();
+    let _ = write!(
+        out,
+        "# Server\r\nredis_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:io_uring\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:{}\r\nconfigured_hz:{}\r\nlru_clock:{}\r\nexecutable:{}\r\nconfig_file:{}\r\nio_threads_active:0\r\ntessera_version:{}\r\ntessera_shards:{}\r\n",
+        crate::server::REDIS_VERSION,
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+        i.pid,
+        i.run_id,
+        i.port,
+        crate::util::now_us(),
+        uptime,
+        uptime / 86400,
+        hz,
+        hz,
+        crate::util::lru_clock() & 0xFF_FFFF,
+        i.executable,
+        i.config_file,
+        env!("CARGO_PKG_VERSION"),
+        i.shards,
+    );
+}
+
+fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
+    let n: usize = reports.iter().map(|r| r.clients).sum();
+    let _ = write!(
+        out,
+        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:0\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
+        maxclients
+    );
+}
+
+/// Process memory from /proc (resident set). Allocator-level accounting arrives with
+/// the memory work; until then used_memory reports the resident set.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+fn info_memory(cell: &crate::shard::ShardCell, out: &mut String) {
+    let rss = rss_bytes();
+    let d = cell.data.borrow();
+    let maxmemory = d.config.maxmemory();
+    let policy = d.config.maxmemory_policy().as_str();
+    let h = crate::util::bytes_human;
+    let _ = write!(
+        out,
+        "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{rss}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:100.00%\r\nused_memory_overhead:0\r\nused_memory_startup:0\r\nused_memory_dataset:{rss}\r\nused_memory_dataset_perc:100.00%\r\nallocator_allocated:{rss}\r\nallocator_active:{rss}\r\nallocator_resident:{rss}\r\ntotal_system_memory:0\r\ntotal_system_memory_human:0B\r\nused_memory_lua:0\r\nused_memory_vm_eval:0\r\nused_memory_lua_human:0B\r\nused_memory_scripts_eval:0\r\nnumber_of_cached_scripts:0\r\nnumber_of_functions:0\r\nnumber_of_libraries:0\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:0\r\nused_memory_vm_total_human:0B\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{policy}\r\nallocator_frag_ratio:1.00\r\nallocator_frag_bytes:0\r\nallocator_rss_ratio:1.00\r\nallocator_rss_bytes:0\r\nrss_overhead_ratio:1.00\r\nrss_overhead_bytes:0\r\nmem_fragmentation_ratio:1.00\r\nmem_fragmentation_bytes:0\r\nmem_not_counted_for_evict:0\r\nmem_replication_backlog:0\r\nmem_total_replication_buffers:0\r\nmem_clients_slaves:0\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:0\r\nmem_allocator:libc\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:0\r\nlazyfreed_objects:0\r\n",
+        h(rss),
+        h(rss),
+        h(rss),
+        h(maxmemory),
+    );
+}
+
+fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
+    let expired: u64 = reports.iter().map(|r| r.expired).sum();
+    let _ = write!(
+        out,
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
+        s.total_connections,
+        s.total_commands,
+        s.net_input_bytes,
+        s.net_output_bytes,
+        s.rejected_connections,
+        s.keyspace_hits,
+        s.keyspace_misses,
+        s.total_error_replies,
+    );
+}
+
+fn info_cpu(out: &mut String) {
+    // SAFETY: getrusage fills a zeroed struct for this process.
+    let (user, sys) = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        (
+            ru.ru_utime.tv_sec as f64 + ru.ru_utime.tv_usec as f64 / 1e6,
+            ru.ru_stime.tv_sec as f64 + ru.ru_stime.tv_usec as f64 / 1e6,
+        )
+    };
+    let _ = write!(
+        out,
+        "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:0.000000\r\nused_cpu_user_children:0.000000\r\nused_cpu_sys_main_thread:{sys:.6}\r\nused_cpu_user_main_thread:{user:.6}\r\n"
+    );
+}
+
+fn info_keyspace(reports: &[ShardReport], out: &mut String) {
+    out.push_str("# Keyspace\r\n");
+    let ndb = reports.first().map(|r| r.keyspace.len()).unwrap_or(0);
+    for db in 0..ndb {
+        let (keys, expires) = reports.iter().fold((0, 0), |(k, e), r| (k + r.keyspace[db].1, e + r.keyspace[db].2));
+        if keys > 0 {
+            let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
+        }
+    }
+}
+
+/// One COMMAND INFO entry in Redis 7.0's shape.
+fn command_entry(out: &mut crate::protocol::reply::ReplyWriter, spec: &CommandSpec) {
+    out.array_len(10);
+    out.bulk(spec.name.as_bytes());
+    out.integer(spec.arity as i64);
+    let names: Vec<&str> = flags::NAMES.iter().filter(|(f, _)| spec.flags & f != 0).map(|(_, n)| *n).collect();
+    out.set_len(names.len());
+    for n in names {
+        out.simple(n);
+    }
+    let (first, last, step) = spec.keys.triple();
+    out.integer(first);
+    out.integer(last);
+    out.integer(step);
+    out.set_len(spec.acl.len());
+    for a in spec.acl {
+        out.simple(a);
+    }
+    out.set_len(0);
+    out.array_len(0);
+    out.array_len(0);
+}
+
+fn command_doc(out: &mut crate::protocol::reply::ReplyWriter, spec: &CommandSpec) {
+    out.bulk(spec.name.as_bytes());
+    out.map_len(4);
+    out.bulk(b"summary");
+    out.bulk(spec.summary.as_bytes());
+    out.bulk(b"since");
+    out.bulk(spec.since.as_bytes());
+    out.bulk(b"group");
+    out.bulk(spec.group.as_bytes());
+    out.bulk(b"complexity");
+    out.bulk(b"");
+}
+
+const COMMAND_HELP: &[&str] = &[
+    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "(no subcommand)",
+    "    Return details about all Redis commands.",
+    "COUNT",
+    "    Return the total number of commands in this Redis server.",
+    "LIST",
+    "    Return a list of all commands in this Redis server.",
+    "INFO [<command-name> ...]",
+    "    Return details about multiple Redis commands.",
+    "    If no command names are given, documentation details for all",
+    "    commands are returned.",
+    "DOCS [<command-name> ...]",
+    "    Return documentation details about multiple Redis commands.",
+    "    If no command names are given, documentation details for all",
+    "    commands are returned.",
+    "GETKEYS <full-command>",
+    "    Return the keys from a full Redis command.",
+    "GETKEYSANDFLAGS <full-command>",
+    "    Return the keys and the access flags from a full Redis command.",
+    "HELP",
+    "    Prints this help.",
+];
+
+fn command(ctx: &mut ClientCtx) {
+    let t = table::table();
+    let argc = ctx.args.len();
+    if argc == 1 {
+        ctx.out.array_len(t.specs.len());
+        for s in &t.specs {
+            command_entry(&mut ctx.out, s);
+        }
+        return;
+    }
+    let sub = String::from_utf8_lossy(ctx.args.get(1)).to_ascii_lowercase();
+    match sub.as_str() {
+        "help" if argc == 2 => reply_help(&mut ctx.out, COMMAND_HELP),
+        "count" if argc == 2 => ctx.out.integer(t.specs.len() as i64),
+        "list" => command_list(ctx),
+        "info" => {
+            if argc == 2 {
+                ctx.out.array_len(t.specs.len());
+                for s in &t.specs {
+                    command_entry(&mut ctx.out, s);
+                }
+                return;
+            }
+            ctx.out.array_len(argc - 2);
+            for i in 2..argc {
+                match table::lookup(ctx.args.get(i)) {
+                    Some((_, s)) => command_entry(&mut ctx.out, s),
+                    None => ctx.out.null_array(),
+                }
+            }
+        }
+        "docs" => {
+            let specs: Vec<&CommandSpec> = if argc == 2 {
+                t.specs.to_vec()
+            } else {
+                (2..argc).filter_map(|i| table::lookup(ctx.args.get(i)).map(|(_, s)| s)).collect()
+            };
+            ctx.out.map_len(specs.len());
+            for s in specs {
+                command_doc(&mut ctx.out, s);
+            }
+        }
+        "getkeys" | "getkeysandflags" if argc >= 3 => command_getkeys(ctx, sub == "getkeysandflags"),
+        "count" | "help" | "getkeys" | "getkeysandflags" => {
+            ctx.out.error(&format!("ERR wrong number of arguments for 'command|{sub}' command"))
+        }
+        _ => ctx.out.error(&format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(ctx.args.get(1))
+        )),
+    }
+}
+
+fn command_list(ctx: &mut ClientCtx) {
+    let t = table::table();
+    let argc = ctx.args.len();
+    let mut names: Vec<&str> = t.specs.iter().map(|s| s.name).collect();
+    if argc == 5 && ctx.args.is(2, "filterby") {
+        let arg = ctx.args.get(4).to_vec();
+        if ctx.args.is(3, "pattern") {
+            names.retain(|n| crate::util::glob::glob_match(&arg, n.as_bytes(), true));
+        } else if ctx.args.is(3, "aclcat") {
+            let cat = format!("@{}", String::from_utf8_lossy(&arg).to_ascii_lowercase());
+            names.retain(|n| table::lookup(n.as_bytes()).is_some_and(|(_, s)| s.acl.contains(&cat.as_str())));
+        } else if ctx.args.is(3, "module") {
+            names.clear();
+        } else {
+            return ctx.out.error(SYNTAX_ERR);
+        }
+    } else if argc != 2 {
+        return ctx.out.error(SYNTAX_ERR);
+    }
+    ctx.out.array_len(names.len());
+    for n in names {
+        ctx.out.bulk(n.as_bytes());
+    }
+}
+
+fn command_getkeys(ctx: &mut ClientCtx, with_flags: bool) {
+    let Some((_, spec)) = table::lookup(ctx.args.get(2)) else {
+        return ctx.out.error("ERR Invalid command specified");
+    };
+    let argc = ctx.args.len() - 2;
+    if !spec.arity_ok(argc) {
+        return ctx.out.error("ERR Invalid number of arguments specified for command");
+    }
+    let keys: Vec<usize> = spec.keys.positions(argc).collect();
+    if keys.is_empty() {
+        return ctx.out.error("ERR The command has no key arguments");
+    }
+    ctx.out.array_len(keys.len());
+    for p in keys {
+        if with_flags {
+            ctx.out.array_len(2);
+            ctx.out.bulk(ctx.args.get(p + 2));
+            let f = if spec.has(flags::WRITE) { "RW" } else { "RO" };
+            ctx.out.set_len(1);
+            ctx.out.simple(f);
+        } else {
+            ctx.out.bulk(ctx.args.get(p + 2));
+        }
+    }
+}
+
+fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
+        match sub.as_str() {
+            "sleep" if g.args.len() == 3 => {
+                let secs: f64 = std::str::from_utf8(&g.args[2]).ok().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+                // Redis blocks the whole server; here it blocks this connection's shard.
+                std::thread::sleep(std::time::Duration::from_secs_f64(secs.max(0.0)));
+                g.w().ok()
+            }
+            "set-active-expire" if g.args.len() == 3 => {
+                let on = g.args[2] != b"0";
+                g.session.cell.call_all(move |c| c.data.borrow_mut().active_expire = on).await;
+                g.w().ok()
+            }
+            "jmap" | "change-repl-id" => g.w().ok(),
+            "object" if g.args.len() == 3 => {
+                let key = g.args[2].clone();
+                let db = g.session.db;
+                let cell = g.session.cell.clone();
+                let shard = cell.shard_of(&key);
+                let line = cell
+                    .call(shard, move |c| {
+                        let d = c.data.borrow();
+                        d.dbs[db].peek(&key).map(|e| {
+                            format!(
+                                "Value at:0x0 refcount:1 encoding:{} serializedlength:{} lru:{} lru_seconds_idle:{}",
+                                e.value.encoding(),
+                                match &e.value {
+                                    crate::storage::Value::Str(s) => s.len(),
+                                },
+                                e.lru & 0xFF_FFFF,
+                                crate::util::lru_clock().saturating_sub(e.lru)
+                            )
+                        })
+                    })
+                    .await;
+                match line {
+                    Some(l) => g.w().simple(&l),
+                    None => g.w().error("ERR no such key"),
+                }
+            }
+            "help" => reply_help(&mut g.w(), &["DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:", "SLEEP <seconds>", "SET-ACTIVE-EXPIRE <0|1>", "OBJECT <key>", "JMAP", "HELP"]),
+            _ => g.unknown_subcommand("DEBUG"),
+        }
+    })
+}
+
+fn shutdown<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        for i in 1..g.args.len() {
+            let ok = ["nosave", "save", "now", "force", "abort"].iter().any(|w| g.is(i, w));
+            if !ok {
+                return g.w().error(SYNTAX_ERR);
+            }
+            if g.is(i, "abort") {
+                return g.w().error("ERR No shutdown in progress.");
+            }
+        }
+        tracing::warn!("User requested shutdown...");
+        crate::server::shutdown(0);
+    })
+}

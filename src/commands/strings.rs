@@ -1,0 +1,770 @@
+//! String commands (Redis's t_string.c): GET/SET and friends, counters, ranges, LCS,
+//! and the multi-key MGET / MSET / MSETNX.
+
+use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
+use super::{
+    parse_f64, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE,
+};
+use crate::protocol::reply::{format_long_double_human, ReplyWriter};
+use crate::storage::{StrValue, Value, NO_EXPIRE};
+
+const K1: KeySpec = KeySpec::Range { first: 1, last: 1, step: 1 };
+const K_ALL: KeySpec = KeySpec::Range { first: 1, last: -1, step: 1 };
+const K_PAIRS: KeySpec = KeySpec::Range { first: 1, last: -1, step: 2 };
+const K12: KeySpec = KeySpec::Range { first: 1, last: 2, step: 1 };
+pub(crate) const STR: &[&str] = &["@string"];
+
+macro_rules! cmd {
+    ($name:expr, $arity:expr, $flags:expr, $keys:expr, $kind:expr, $since:expr, $summary:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            keys: $keys,
+            kind: $kind,
+            group: "string",
+            since: $since,
+            summary: $summary,
+            acl: $crate::commands::strings::STR,
+        }
+    };
+}
+pub(crate) use cmd;
+
+const fn keyed(f: super::KeyedFn) -> Kind {
+    Kind::Keyed(f, Cross::Never)
+}
+
+pub static COMMANDS: &[CommandSpec] = &[
+    cmd!("get", 2, READONLY | FAST, K1, keyed(get), "1.0.0", "Get the value of a key"),
+    cmd!("set", -3, WRITE | DENYOOM, K1, keyed(set), "1.0.0", "Set the string value of a key"),
+    cmd!("setnx", 3, WRITE | DENYOOM | FAST, K1, keyed(setnx), "1.0.0", "Set the value of a key, only if the key does not exist"),
+    cmd!("setex", 4, WRITE | DENYOOM, K1, keyed(setex), "2.0.0", "Set the value and expiration of a key"),
+    cmd!("psetex", 4, WRITE | DENYOOM, K1, keyed(psetex), "2.6.0", "Set the value and expiration in milliseconds of a key"),
+    cmd!("getex", -2, WRITE | FAST, K1, keyed(getex), "6.2.0", "Get the value of a key and optionally set its expiration"),
+    cmd!("getdel", 2, WRITE | FAST, K1, keyed(getdel), "6.2.0", "Get the value of a key and delete the key"),
+    cmd!("getset", 3, WRITE | DENYOOM | FAST, K1, keyed(getset), "1.0.0", "Set the string value of a key and return its old value"),
+    cmd!("append", 3, WRITE | DENYOOM | FAST, K1, keyed(append), "2.0.0", "Append a value to a key"),
+    cmd!("strlen", 2, READONLY | FAST, K1, keyed(strlen), "2.2.0", "Get the length of the value stored in a key"),
+    cmd!("incr", 2, WRITE | DENYOOM | FAST, K1, keyed(incr), "1.0.0", "Increment the integer value of a key by one"),
+    cmd!("decr", 2, WRITE | DENYOOM | FAST, K1, keyed(decr), "1.0.0", "Decrement the integer value of a key by one"),
+    cmd!("incrby", 3, WRITE | DENYOOM | FAST, K1, keyed(incrby), "1.0.0", "Increment the integer value of a key by the given amount"),
+    cmd!("decrby", 3, WRITE | DENYOOM | FAST, K1, keyed(decrby), "1.0.0", "Decrement the integer value of a key by the given number"),
+    cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, K1, keyed(incrbyfloat), "2.6.0", "Increment the float value of a key by the given amount"),
+    cmd!("getrange", 4, READONLY, K1, keyed(getrange), "2.4.0", "Get a substring of the string stored at a key"),
+    cmd!("substr", 4, READONLY, K1, keyed(getrange), "1.0.0", "Get a substring of the string stored at a key"),
+    cmd!("setrange", 4, WRITE | DENYOOM, K1, keyed(setrange), "2.2.0", "Overwrite part of a string at key starting at the specified offset"),
+    cmd!("lcs", -3, READONLY, K12, Kind::Keyed(lcs, Cross::Coordinator(lcs_across)), "7.0.0", "Find longest common substring"),
+    cmd!("mget", -2, READONLY | FAST, K_ALL, Kind::Keyed(mget, Cross::Split { one: mget_part, stride: 1, merge: Merge::Array }), "1.0.0", "Get the values of all the given keys"),
+    cmd!("mset", -3, WRITE | DENYOOM, K_PAIRS, Kind::Keyed(mset, Cross::Split { one: mset, stride: 2, merge: Merge::Ok }), "1.0.1", "Set multiple keys to multiple values"),
+    cmd!("msetnx", -3, WRITE | DENYOOM, K_PAIRS, Kind::Keyed(msetnx, Cross::Coordinator(msetnx_across)), "1.0.1", "Set multiple keys to multiple values, only if none of the keys exist"),
+];
+
+/// The largest string Redis lets a command build (proto-max-bulk-len).
+fn max_string(ctx: &ExecCtx) -> usize {
+    ctx.data.config.proto_max_bulk_len() as usize
+}
+
+const TOO_BIG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+
+fn get(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let (entry, out) = ctx.read_with_out(key);
+    match read_str(entry) {
+        Ok(Some(v)) => reply_str(out, v),
+        Ok(None) => out.null(),
+        Err(()) => out.error(WRONGTYPE),
+    }
+}
+
+/// Expiry options shared by SET, GETEX (and the deadline maths of SETEX/EXPIRE).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExpireOpt {
+    None,
+    Keep,
+    Persist,
+    At(u64),
+}
+
+/// Turns `n` in `unit_ms` relative (or absolute when `absolute`) into a unix-ms
+/// deadline, with Redis's overflow and sign checks. Err(()) = invalid expire time.
+pub fn deadline(n: i64, unit_ms: i64, absolute: bool, now: u64) -> Result<u64, ()> {
+    if n <= 0 {
+        return Err(());
+    }
+    let ms = n.checked_mul(unit_ms).ok_or(())?;
+    let at = if absolute { ms } else { ms.checked_add(now as i64).ok_or(())? };
+    if at <= 0 {
+        return Err(());
+    }
+    Ok(at as u64)
+}
+
+struct SetOpts {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    expire: ExpireOpt,
+}
+
+/// Parses SET's options from argument 3 on. Errors are replied here.
+fn parse_set_opts(ctx: &mut ExecCtx, cmd: &str) -> Option<SetOpts> {
+    let mut o = SetOpts {
+        nx: false,
+        xx: false,
+        get: false,
+        expire: ExpireOpt::None,
+    };
+    let args = ctx.args;
+    let mut i = 3;
+    let mut has_expire = false;
+    while i < args.len() {
+        let a = args.get(i);
+        let next = (i + 1 < args.len()).then(|| args.get(i + 1));
+        if a.eq_ignore_ascii_case(b"nx") && !o.xx {
+            o.nx = true;
+        } else if a.eq_ignore_ascii_case(b"xx") && !o.nx {
+            o.xx = true;
+        } else if a.eq_ignore_ascii_case(b"get") {
+            o.get = true;
+        } else if a.eq_ignore_ascii_case(b"keepttl") && !has_expire {
+            o.expire = ExpireOpt::Keep;
+            has_expire = true;
+        } else if let (Some(unit), Some(v)) = (expire_unit(a), next) {
+            if has_expire {
+                ctx.error(SYNTAX_ERR);
+                return None;
+            }
+            has_expire = true;
+            let Some(n) = parse_i64(v) else {
+                ctx.error(NOT_INT);
+                return None;
+            };
+            match deadline(n, unit.0, unit.1, ctx.now) {
+                Ok(at) => o.expire = ExpireOpt::At(at),
+                Err(()) => {
+                    ctx.error(&format!("ERR invalid expire time in '{cmd}' command"));
+                    return None;
+                }
+            }
+            i += 1;
+        } else {
+            ctx.error(SYNTAX_ERR);
+            return None;
+        }
+        i += 1;
+    }
+    Some(o)
+}
+
+/// EX / PX / EXAT / PXAT → (milliseconds per unit, absolute?).
+fn expire_unit(a: &[u8]) -> Option<(i64, bool)> {
+    if a.eq_ignore_ascii_case(b"ex") {
+        Some((1000, false))
+    } else if a.eq_ignore_ascii_case(b"px") {
+        Some((1, false))
+    } else if a.eq_ignore_ascii_case(b"exat") {
+        Some((1000, true))
+    } else if a.eq_ignore_ascii_case(b"pxat") {
+        Some((1, true))
+    } else {
+        None
+    }
+}
+
+/// Stores a string value, replacing whatever the key held (and its TTL unless `keep_ttl`).
+pub fn store_str(ctx: &mut ExecCtx, key: &[u8], v: StrValue, expire: ExpireOpt) {
+    let lru = crate::util::lru_clock();
+    let now = ctx.now;
+    let db = ctx.db();
+    let at = match expire {
+        ExpireOpt::Keep => db.get(key, now).map(|e| e.expire_at()).unwrap_or(NO_EXPIRE),
+        ExpireOpt::At(at) => at,
+        ExpireOpt::None | ExpireOpt::Persist => NO_EXPIRE,
+    };
+    db.insert(key, Value::Str(v), at, lru);
+}
+
+fn set(ctx: &mut ExecCtx) {
+    let Some(o) = parse_set_opts(ctx, "set") else {
+        return;
+    };
+    let key = ctx.args.get(1);
+    let existing = ctx.lookup_write(key);
+    let exists = existing.is_some();
+    let old = match (o.get, existing) {
+        (true, Some(e)) => match &e.value {
+            Value::Str(s) => Some(s.clone()),
+            #[allow(unreachable_patterns)]
+            _ => {
+                ctx.error(WRONGTYPE);
+                return;
+            }
+        },
+        _ => None,
+    };
+    let blocked = (o.nx && exists) || (o.xx && !exists);
+    if !blocked {
+        let v = StrValue::from_bytes(ctx.args.get(2));
+        store_str(ctx, key, v, o.expire);
+    }
+    if o.get {
+        match old {
+            Some(v) => reply_str(&mut ctx.out, &v),
+            None => ctx.out.null(),
+        }
+    } else if blocked {
+        ctx.out.null();
+    } else {
+        ctx.out.ok();
+    }
+}
+
+fn setnx(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    if ctx.lookup_write(key).is_some() {
+        ctx.out.integer(0);
+    } else {
+        store_str(ctx, key, StrValue::from_bytes(ctx.args.get(2)), ExpireOpt::None);
+        ctx.out.integer(1);
+    }
+}
+
+fn setex_generic(ctx: &mut ExecCtx, unit_ms: i64, name: &str) {
+    let Some(n) = parse_i64(ctx.args.get(2)) else {
+        return ctx.error(NOT_INT);
+    };
+    let Ok(at) = deadline(n, unit_ms, false, ctx.now) else {
+        return ctx.error(&format!("ERR invalid expire time in '{name}' command"));
+    };
+    let key = ctx.args.get(1);
+    store_str(ctx, key, StrValue::from_bytes(ctx.args.get(3)), ExpireOpt::At(at));
+    ctx.out.ok();
+}
+
+fn setex(ctx: &mut ExecCtx) {
+    setex_generic(ctx, 1000, "setex")
+}
+
+fn psetex(ctx: &mut ExecCtx) {
+    setex_generic(ctx, 1, "psetex")
+}
+
+fn getex(ctx: &mut ExecCtx) {
+    let args = ctx.args;
+    let mut opt = ExpireOpt::None;
+    let mut i = 2;
+    while i < args.len() {
+        let a = args.get(i);
+        if a.eq_ignore_ascii_case(b"persist") && opt == ExpireOpt::None {
+            opt = ExpireOpt::Persist;
+        } else if let (Some(unit), true, true) = (expire_unit(a), i + 1 < args.len(), opt == ExpireOpt::None) {
+            let Some(n) = parse_i64(args.get(i + 1)) else {
+                return ctx.error(NOT_INT);
+            };
+            match deadline(n, unit.0, unit.1, ctx.now) {
+                Ok(at) => opt = ExpireOpt::At(at),
+                Err(()) => return ctx.error("ERR invalid expire time in 'getex' command"),
+            }
+            i += 1;
+        } else {
+            return ctx.error(SYNTAX_ERR);
+        }
+        i += 1;
+    }
+    let key = args.get(1);
+    let (entry, out) = ctx.read_with_out(key);
+    match read_str(entry) {
+        Ok(Some(v)) => reply_str(out, v),
+        Ok(None) => return out.null(),
+        Err(()) => return out.error(WRONGTYPE),
+    }
+    let now = ctx.now;
+    match opt {
+        ExpireOpt::At(at) if at <= now => {
+            ctx.db().remove(key);
+        }
+        ExpireOpt::At(at) => {
+            ctx.db().set_expire(key, at);
+        }
+        ExpireOpt::Persist => {
+            ctx.db().set_expire(key, NO_EXPIRE);
+        }
+        _ => {}
+    }
+}
+
+fn getdel(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let (entry, out) = ctx.read_with_out(key);
+    match read_str(entry) {
+        Ok(Some(v)) => reply_str(out, v),
+        Ok(None) => return out.null(),
+        Err(()) => return out.error(WRONGTYPE),
+    }
+    ctx.db().remove(key);
+}
+
+fn getset(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let old = match read_str(ctx.lookup_read(key)) {
+        Ok(v) => v.map(|v| v.clone()),
+        Err(()) => return ctx.error(WRONGTYPE),
+    };
+    store_str(ctx, key, StrValue::from_bytes(ctx.args.get(2)), ExpireOpt::None);
+    match old {
+        Some(v) => reply_str(&mut ctx.out, &v),
+        None => ctx.out.null(),
+    }
+}
+
+fn append(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let add = ctx.args.get(2);
+    let limit = max_string(ctx);
+    match read_str(ctx.lookup_write(key)) {
+        Err(()) => ctx.error(WRONGTYPE),
+        Ok(None) => {
+            store_str(ctx, key, StrValue::from_bytes(add), ExpireOpt::None);
+            ctx.out.integer(add.len() as i64);
+        }
+        Ok(Some(v)) => {
+            if v.len() + add.len() > limit {
+                return ctx.error(TOO_BIG);
+            }
+            let raw = v.make_raw();
+            raw.extend_from_slice(add);
+            let n = raw.len() as i64;
+            ctx.out.integer(n);
+        }
+    }
+}
+
+fn strlen(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    match read_str(ctx.lookup_read(key)) {
+        Ok(v) => {
+            let n = v.map(|v| v.len()).unwrap_or(0);
+            ctx.out.integer(n as i64)
+        }
+        Err(()) => ctx.error(WRONGTYPE),
+    }
+}
+
+/// INCR/DECR/INCRBY/DECRBY: the value is updated in place, keeping the key's TTL.
+fn incr_by(ctx: &mut ExecCtx, delta: i64) {
+    let key = ctx.args.get(1);
+    match read_str(ctx.lookup_write(key)) {
+        Err(()) => ctx.error(WRONGTYPE),
+        Ok(None) => {
+            store_str(ctx, key, StrValue::Int(delta), ExpireOpt::None);
+            ctx.out.integer(delta);
+        }
+        Ok(Some(v)) => {
+            let Some(cur) = v.as_i64() else {
+                return ctx.error(NOT_INT);
+            };
+            let Some(n) = cur.checked_add(delta) else {
+                return ctx.error(OVERFLOW);
+            };
+            *v = StrValue::Int(n);
+            ctx.out.integer(n);
+        }
+    }
+}
+
+fn incr(ctx: &mut ExecCtx) {
+    incr_by(ctx, 1)
+}
+
+fn decr(ctx: &mut ExecCtx) {
+    incr_by(ctx, -1)
+}
+
+fn incrby(ctx: &mut ExecCtx) {
+    match parse_i64(ctx.args.get(2)) {
+        Some(d) => incr_by(ctx, d),
+        None => ctx.error(NOT_INT),
+    }
+}
+
+fn decrby(ctx: &mut ExecCtx) {
+    match parse_i64(ctx.args.get(2)) {
+        Some(i64::MIN) => ctx.error("ERR decrement would overflow"),
+        Some(d) => incr_by(ctx, -d),
+        None => ctx.error(NOT_INT),
+    }
+}
+
+fn incrbyfloat(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let Some(delta) = parse_f64(ctx.args.get(2)) else {
+        return ctx.error(NOT_FLOAT);
+    };
+    let cur = match read_str(ctx.lookup_write(key)) {
+        Err(()) => return ctx.error(WRONGTYPE),
+        Ok(None) => 0.0,
+        Ok(Some(v)) => {
+            let mut s = [0u8; 24];
+            match parse_f64(v.bytes(&mut s)) {
+                Some(f) => f,
+                None => return ctx.error(NOT_FLOAT),
+            }
+        }
+    };
+    let n = cur + delta;
+    if n.is_nan() || n.is_infinite() {
+        return ctx.error("ERR increment would produce NaN or Infinity");
+    }
+    let mut text = Vec::with_capacity(32);
+    format_long_double_human(n, &mut text);
+    ctx.out.bulk(&text);
+    let now = ctx.now;
+    let at = ctx.db().get(key, now).map(|e| e.expire_at()).unwrap_or(NO_EXPIRE);
+    store_str(ctx, key, StrValue::from_vec(text), ExpireOpt::At(at).or_none());
+}
+
+impl ExpireOpt {
+    fn or_none(self) -> ExpireOpt {
+        match self {
+            ExpireOpt::At(NO_EXPIRE) => ExpireOpt::None,
+            o => o,
+        }
+    }
+}
+
+/// Redis's GETRANGE index rules: negative counts from the end, clamped, inclusive.
+pub fn clamp_range(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    if start < 0 && end < 0 && start > end {
+        return None;
+    }
+    let mut s = if start < 0 { len + start } else { start };
+    let mut e = if end < 0 { len + end } else { end };
+    s = s.max(0);
+    e = e.max(0);
+    if e >= len {
+        e = len - 1;
+    }
+    if s > e || len == 0 {
+        return None;
+    }
+    Some((s as usize, e as usize))
+}
+
+fn getrange(ctx: &mut ExecCtx) {
+    let (Some(start), Some(end)) = (parse_i64(ctx.args.get(2)), parse_i64(ctx.args.get(3))) else {
+        return ctx.error(NOT_INT);
+    };
+    let key = ctx.args.get(1);
+    let (entry, out) = ctx.read_with_out(key);
+    match read_str(entry) {
+        Err(()) => out.error(WRONGTYPE),
+        Ok(None) => out.bulk(b""),
+        Ok(Some(v)) => {
+            let mut s = [0u8; 24];
+            let b = v.bytes(&mut s);
+            match clamp_range(start, end, b.len()) {
+                Some((a, z)) => out.bulk(&b[a..=z]),
+                None => out.bulk(b""),
+            }
+        }
+    }
+}
+
+fn setrange(ctx: &mut ExecCtx) {
+    let key = ctx.args.get(1);
+    let Some(offset) = parse_i64(ctx.args.get(2)) else {
+        return ctx.error(NOT_INT);
+    };
+    if offset < 0 {
+        return ctx.error("ERR offset is out of range");
+    }
+    let value = ctx.args.get(3);
+    let limit = max_string(ctx);
+    let offset = offset as usize;
+    let too_big = offset.checked_add(value.len()).is_none_or(|n| n > limit);
+    match read_str(ctx.lookup_write(key)) {
+        Err(()) => ctx.error(WRONGTYPE),
+        Ok(None) => {
+            if value.is_empty() {
+                return ctx.out.integer(0);
+            }
+            if too_big {
+                return ctx.error(TOO_BIG);
+            }
+            let mut v = vec![0u8; offset + value.len()];
+            v[offset..].copy_from_slice(value);
+            let n = v.len() as i64;
+            store_str(ctx, key, StrValue::Raw(v), ExpireOpt::None);
+            ctx.out.integer(n);
+        }
+        Ok(Some(v)) => {
+            if value.is_empty() {
+                let n = v.len() as i64;
+                return ctx.out.integer(n);
+            }
+            if too_big {
+                return ctx.error(TOO_BIG);
+            }
+            let raw = v.make_raw();
+            if raw.len() < offset + value.len() {
+                raw.resize(offset + value.len(), 0);
+            }
+            raw[offset..offset + value.len()].copy_from_slice(value);
+            let n = raw.len() as i64;
+            ctx.out.integer(n);
+        }
+    }
+}
+
+/// MGET: a non-string value reads as nil, not an error.
+fn mget(ctx: &mut ExecCtx) {
+    ctx.out.array_len(ctx.args.len() - 1);
+    mget_values(ctx);
+}
+
+/// MGET's part for one key of a split MGET: the element, without the array header.
+fn mget_part(ctx: &mut ExecCtx) {
+    mget_values(ctx);
+}
+
+fn mget_values(ctx: &mut ExecCtx) {
+    for i in 1..ctx.args.len() {
+        let key = ctx.args.get(i);
+        let (entry, out) = ctx.read_with_out(key);
+        match read_str(entry) {
+            Ok(Some(v)) => reply_str(out, v),
+            _ => out.null(),
+        }
+    }
+}
+
+fn mset(ctx: &mut ExecCtx) {
+    if ctx.args.len() % 2 == 0 {
+        return ctx.error("ERR wrong number of arguments for 'mset' command");
+    }
+    for i in (1..ctx.args.len()).step_by(2) {
+        let key = ctx.args.get(i);
+        store_str(ctx, key, StrValue::from_bytes(ctx.args.get(i + 1)), ExpireOpt::None);
+    }
+    ctx.out.ok();
+}
+
+fn msetnx(ctx: &mut ExecCtx) {
+    if ctx.args.len() % 2 == 0 {
+        return ctx.error("ERR wrong number of arguments for 'msetnx' command");
+    }
+    let now = ctx.now;
+    let any = (1..ctx.args.len()).step_by(2).any(|i| {
+        let k = ctx.args.get(i);
+        ctx.db().contains(k, now)
+    });
+    if any {
+        return ctx.out.integer(0);
+    }
+    for i in (1..ctx.args.len()).step_by(2) {
+        let key = ctx.args.get(i);
+        store_str(ctx, key, StrValue::from_bytes(ctx.args.get(i + 1)), ExpireOpt::None);
+    }
+    ctx.out.integer(1);
+}
+
+/// MSETNX over several shards: under the multi-shard locks, check every key, then
+/// write only if none exists.
+fn msetnx_across<'a>(g: &'a mut GlobalCtx<'_>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+    Box::pin(async move {
+        if g.args.len() % 2 == 0 {
+            g.w().error("ERR wrong number of arguments for 'msetnx' command");
+            return;
+        }
+        let db = g.session.db;
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = g.args[1..].chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
+        let cell = g.session.cell.clone();
+        let op = crate::shard::multi::MultiShardOp::lock_keys(&cell, db, &keys).await;
+        let exists = op.count_existing(&cell, db, &keys).await;
+        if exists == 0 {
+            op.write_strings(&cell, db, pairs).await;
+        }
+        op.release(&cell).await;
+        g.w().integer(if exists == 0 { 1 } else { 0 });
+    })
+}
+
+const LCS_BOTH: &str = "ERR If you want both the length and indexes, please just use IDX.";
+const LCS_TYPE: &str = "ERR The specified keys must contain string values";
+
+struct LcsOpts {
+    len: bool,
+    idx: bool,
+    min_match: i64,
+    with_match_len: bool,
+}
+
+fn parse_lcs_opts(args: &[&[u8]]) -> Result<LcsOpts, &'static str> {
+    let mut o = LcsOpts {
+        len: false,
+        idx: false,
+        min_match: 0,
+        with_match_len: false,
+    };
+    let mut i = 3;
+    while i < args.len() {
+        let a = args[i];
+        if a.eq_ignore_ascii_case(b"idx") {
+            o.idx = true;
+        } else if a.eq_ignore_ascii_case(b"len") {
+            o.len = true;
+        } else if a.eq_ignore_ascii_case(b"withmatchlen") {
+            o.with_match_len = true;
+        } else if a.eq_ignore_ascii_case(b"minmatchlen") && i + 1 < args.len() {
+            o.min_match = parse_i64(args[i + 1]).ok_or(NOT_INT)?.max(0);
+            i += 1;
+        } else {
+            return Err(SYNTAX_ERR);
+        }
+        i += 1;
+    }
+    if o.len && o.idx {
+        return Err(LCS_BOTH);
+    }
+    Ok(o)
+}
+
+/// Reads a key for LCS: missing is the empty string, another type an error.
+fn lcs_value(ctx: &mut ExecCtx, key: &[u8]) -> Result<Vec<u8>, ()> {
+    match read_str(ctx.lookup_read(key)) {
+        Ok(Some(v)) => Ok(v.to_vec()),
+        Ok(None) => Ok(Vec::new()),
+        Err(()) => Err(()),
+    }
+}
+
+fn lcs(ctx: &mut ExecCtx) {
+    let argv: Vec<&[u8]> = ctx.args.iter().collect();
+    let opts = match parse_lcs_opts(&argv) {
+        Ok(o) => o,
+        Err(e) => return ctx.error(e),
+    };
+    let (Ok(a), Ok(b)) = (lcs_value(ctx, argv[1]), lcs_value(ctx, argv[2])) else {
+        return ctx.error(LCS_TYPE);
+    };
+    let limit = max_string(ctx);
+    lcs_reply(&mut ctx.out, &a, &b, &opts, limit);
+}
+
+/// LCS with its two keys on different shards: read both under the locks, then
+/// compute here.
+fn lcs_across<'a>(g: &'a mut GlobalCtx<'_>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+    Box::pin(async move {
+        let argv: Vec<&[u8]> = g.args.iter().map(|a| a.as_slice()).collect();
+        let opts = match parse_lcs_opts(&argv) {
+            Ok(o) => o,
+            Err(e) => return g.w().error(e),
+        };
+        let db = g.session.db;
+        let keys = vec![g.args[1].clone(), g.args[2].clone()];
+        let cell = g.session.cell.clone();
+        let op = crate::shard::multi::MultiShardOp::lock_keys(&cell, db, &keys).await;
+        let values = op.read_strings(&cell, db, &keys).await;
+        op.release(&cell).await;
+        let limit = cell.data.borrow().config.proto_max_bulk_len() as usize;
+        match (&values[0], &values[1]) {
+            (Ok(a), Ok(b)) => {
+                let (a, b) = (a.clone().unwrap_or_default(), b.clone().unwrap_or_default());
+                lcs_reply(&mut g.w(), &a, &b, &opts, limit)
+            }
+            _ => g.w().error(LCS_TYPE),
+        }
+    })
+}
+
+/// The LCS dynamic programme and its three reply shapes, walking back from the end
+/// exactly as Redis does so match ranges come out in the same order.
+fn lcs_reply(out: &mut ReplyWriter, a: &[u8], b: &[u8], o: &LcsOpts, limit: usize) {
+    let (alen, blen) = (a.len(), b.len());
+    let cells = (alen + 1).checked_mul(blen + 1).and_then(|n| n.checked_mul(4));
+    if cells.is_none_or(|n| n > limit) || alen >= u32::MAX as usize - 1 || blen >= u32::MAX as usize - 1 {
+        return out.error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len");
+    }
+    let w = alen + 1;
+    let mut dp = vec![0u32; (alen + 1) * (blen + 1)];
+    for j in 1..=blen {
+        for i in 1..=alen {
+            dp[i + j * w] = if a[i - 1] == b[j - 1] {
+                dp[(i - 1) + (j - 1) * w] + 1
+            } else {
+                dp[(i - 1) + j * w].max(dp[i + (j - 1) * w])
+            };
+        }
+    }
+    let total = dp[alen + blen * w];
+    if o.len {
+        return out.integer(total as i64);
+    }
+    let mut result = vec![0u8; total as usize];
+    let mut matches: Vec<[i64; 5]> = Vec::new();
+    let (mut i, mut j, mut idx) = (alen, blen, total as usize);
+    let (mut a_start, mut a_end, mut b_start, mut b_end) = (alen, 0usize, 0usize, 0usize);
+    while i > 0 && j > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[j - 1] {
+            result[idx - 1] = a[i - 1];
+            if a_start == alen {
+                a_start = i - 1;
+                a_end = i - 1;
+                b_start = j - 1;
+                b_end = j - 1;
+            } else if a_start == i && b_start == j {
+                a_start -= 1;
+                b_start -= 1;
+            } else {
+                emit = true;
+            }
+            if a_start == 0 || b_start == 0 {
+                emit = true;
+            }
+            idx -= 1;
+            i -= 1;
+            j -= 1;
+        } else {
+            if dp[(i - 1) + j * w] > dp[i + (j - 1) * w] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            if a_start != alen {
+                emit = true;
+            }
+        }
+        if emit {
+            let len = (a_end - a_start + 1) as i64;
+            if o.min_match == 0 || len >= o.min_match {
+                matches.push([a_start as i64, a_end as i64, b_start as i64, b_end as i64, len]);
+            }
+            a_start = alen;
+        }
+    }
+    if !o.idx {
+        return out.bulk(&result);
+    }
+    out.map_len(2);
+    out.bulk(b"matches");
+    out.array_len(matches.len());
+    for m in &matches {
+        out.array_len(if o.with_match_len { 3 } else { 2 });
+        out.array_len(2);
+        out.integer(m[0]);
+        out.integer(m[1]);
+        out.array_len(2);
+        out.integer(m[2]);
+        out.integer(m[3]);
+        if o.with_match_len {
+            out.integer(m[4]);
+        }
+    }
+    out.bulk(b"len");
+    out.integer(total as i64);
+}
+

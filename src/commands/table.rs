@@ -1,0 +1,221 @@
+//! The command table: data, not code. Each family file contributes its rows.
+
+use std::sync::OnceLock;
+
+use hashbrown::HashMap;
+
+use super::{ClientFn, GlobalFn, KeyedFn};
+
+/// Command flags, as COMMAND INFO reports them.
+pub mod flags {
+    pub const WRITE: u32 = 1 << 0;
+    pub const READONLY: u32 = 1 << 1;
+    pub const DENYOOM: u32 = 1 << 2;
+    pub const ADMIN: u32 = 1 << 3;
+    pub const PUBSUB: u32 = 1 << 4;
+    pub const NOSCRIPT: u32 = 1 << 5;
+    pub const BLOCKING: u32 = 1 << 6;
+    pub const LOADING: u32 = 1 << 7;
+    pub const STALE: u32 = 1 << 8;
+    pub const SKIP_MONITOR: u32 = 1 << 9;
+    pub const SKIP_SLOWLOG: u32 = 1 << 10;
+    pub const FAST: u32 = 1 << 11;
+    pub const NO_AUTH: u32 = 1 << 12;
+    pub const MAY_REPLICATE: u32 = 1 << 13;
+    pub const NO_MULTI: u32 = 1 << 14;
+    pub const MOVABLE_KEYS: u32 = 1 << 15;
+    pub const ALLOW_BUSY: u32 = 1 << 16;
+    pub const NO_MANDATORY_KEYS: u32 = 1 << 17;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (DENYOOM, "denyoom"),
+        (ADMIN, "admin"),
+        (PUBSUB, "pubsub"),
+        (NOSCRIPT, "noscript"),
+        (BLOCKING, "blocking"),
+        (LOADING, "loading"),
+        (STALE, "stale"),
+        (SKIP_MONITOR, "skip_monitor"),
+        (SKIP_SLOWLOG, "skip_slowlog"),
+        (FAST, "fast"),
+        (NO_AUTH, "no_auth"),
+        (MAY_REPLICATE, "may_replicate"),
+        (NO_MULTI, "no_multi"),
+        (MOVABLE_KEYS, "movablekeys"),
+        (ALLOW_BUSY, "allow_busy"),
+        (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+    ];
+}
+
+/// Where a command's keys are, in COMMAND INFO's (first, last, step) terms.
+#[derive(Debug, Clone, Copy)]
+pub enum KeySpec {
+    None,
+    /// `last` < 0 counts from the end (-1 = last argument).
+    Range { first: u8, last: i8, step: u8 },
+}
+
+impl KeySpec {
+    /// Indexes of the key arguments in a command of `argc` arguments.
+    #[inline]
+    pub fn positions(&self, argc: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
+        match *self {
+            KeySpec::None => (0..0).step_by(1),
+            KeySpec::Range { first, last, step } => {
+                let first = first as usize;
+                let last = if last < 0 {
+                    argc as isize + last as isize
+                } else {
+                    (last as isize).min(argc as isize - 1)
+                };
+                if last < first as isize {
+                    (0..0).step_by(1)
+                } else {
+                    (first..last as usize + 1).step_by(step.max(1) as usize)
+                }
+            }
+        }
+    }
+
+    pub fn triple(&self) -> (i64, i64, i64) {
+        match *self {
+            KeySpec::None => (0, 0, 0),
+            KeySpec::Range { first, last, step } => (first as i64, last as i64, step as i64),
+        }
+    }
+}
+
+/// How partial replies of a split command combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// One reply per key group, returned as one array in argument order (MGET).
+    Array,
+    /// Integer replies summed (DEL, EXISTS, TOUCH, UNLINK).
+    Sum,
+    /// +OK when every part succeeded (MSET).
+    Ok,
+}
+
+/// What to do when a keyed command's keys live on more than one shard.
+#[derive(Clone, Copy)]
+pub enum Cross {
+    /// The command has one key (or its keys always share a slot).
+    Never,
+    /// Run `one` per group of `stride` arguments (a key and its values) on the owning
+    /// shard, all under the multi-shard locks, and merge the replies.
+    Split { one: KeyedFn, stride: u8, merge: Merge },
+    /// A dedicated coordinator (RENAME, MSETNX, COPY ...).
+    Coordinator(GlobalFn),
+}
+
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Keyed(KeyedFn, Cross),
+    Client(ClientFn),
+    Global(GlobalFn),
+}
+
+pub struct CommandSpec {
+    pub name: &'static str,
+    /// Redis's arity: exact if positive, minimum if negative; includes the name.
+    pub arity: i16,
+    pub flags: u32,
+    pub keys: KeySpec,
+    pub kind: Kind,
+    pub group: &'static str,
+    pub since: &'static str,
+    pub summary: &'static str,
+    pub acl: &'static [&'static str],
+}
+
+impl CommandSpec {
+    #[inline]
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let a = self.arity as isize;
+        if a >= 0 {
+            argc as isize == a
+        } else {
+            argc as isize >= -a
+        }
+    }
+
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+pub struct CommandTable {
+    pub specs: Vec<&'static CommandSpec>,
+    by_name: HashMap<&'static [u8], u16>,
+}
+
+fn build() -> CommandTable {
+    let mut specs: Vec<&'static CommandSpec> = Vec::new();
+    for family in [
+        super::strings::COMMANDS,
+        super::keys::COMMANDS,
+        super::client::COMMANDS,
+        super::server::COMMANDS,
+        super::config_cmd::COMMANDS,
+    ] {
+        specs.extend(family.iter());
+    }
+    let by_name = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_bytes(), i as u16))
+        .collect();
+    CommandTable { specs, by_name }
+}
+
+pub fn table() -> &'static CommandTable {
+    static TABLE: OnceLock<CommandTable> = OnceLock::new();
+    TABLE.get_or_init(build)
+}
+
+/// Finds a command by name, case-insensitively, without allocating.
+#[inline]
+pub fn lookup(name: &[u8]) -> Option<(u16, &'static CommandSpec)> {
+    let mut lower = [0u8; 32];
+    if name.len() > lower.len() {
+        return None;
+    }
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    let t = table();
+    let &idx = t.by_name.get(&lower[..name.len()])?;
+    Some((idx, t.specs[idx as usize]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_lowercase_and_multi_key_commands_can_cross() {
+        let t = table();
+        assert_eq!(t.specs.len(), t.by_name.len(), "duplicate command name");
+        for s in &t.specs {
+            assert_eq!(s.name, s.name.to_ascii_lowercase());
+            if let (Kind::Keyed(_, Cross::Never), KeySpec::Range { first, last, step }) = (s.kind, s.keys) {
+                let single = last >= 0 && (last as i16 - first as i16) < step as i16;
+                assert!(single, "{} has several keys but no cross-shard rule", s.name);
+            }
+        }
+        assert!(lookup(b"GeT").is_some());
+        assert!(lookup(b"nosuchcommand").is_none());
+    }
+
+    #[test]
+    fn key_positions() {
+        let r = KeySpec::Range { first: 1, last: -1, step: 2 };
+        assert_eq!(r.positions(5).collect::<Vec<_>>(), vec![1, 3]);
+        let one = KeySpec::Range { first: 1, last: 1, step: 1 };
+        assert_eq!(one.positions(3).collect::<Vec<_>>(), vec![1]);
+        let all = KeySpec::Range { first: 1, last: -1, step: 1 };
+        assert_eq!(all.positions(4).collect::<Vec<_>>(), vec![1, 2, 3]);
+    }
+}

@@ -1,0 +1,15 @@
+//! Tessera: a Redis-compatible, shared-nothing, thread-per-core in-memory data server.
+//! See DESIGN.md (in the shared folder) for the architecture this code implements.
+
+pub mod clients;
+pub mod commands;
+pub mod config;
+pub mod connection;
+pub mod protocol;
+pub mod runtime;
+pub mod server;
+pub mod shard;
+pub mod slot;
+pub mod stats;
+pub mod storage;
+pub mod util;

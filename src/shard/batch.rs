@@ -1,0 +1,224 @@
+//! Commands bound for one shard, copied out of a connection's read buffer into one
+//! contiguous block so they can travel in a single message (DESIGN.md §3.4), and the
+//! code that runs them on the owning shard.
+
+use std::rc::Rc;
+
+use super::locks::{self, LockSet, TxnId};
+use super::ShardCell;
+use crate::commands::{table, Args, Cross, ExecCtx, KeyedFn, Kind};
+use crate::protocol::parser::ArgSpan;
+use crate::protocol::reply::{Protocol, ReplyWriter};
+
+#[derive(Debug, Clone, Copy)]
+struct BatchCmd {
+    cmd: u16,
+    /// Run the command's per-key `Split` handler instead of its main one.
+    split_part: bool,
+    db: u8,
+    proto: Protocol,
+    args: (u32, u32),
+    keys: (u32, u32),
+}
+
+/// A run of commands for one shard, in the order they must execute there.
+#[derive(Default)]
+pub struct OwnedBatch {
+    data: Vec<u8>,
+    spans: Vec<ArgSpan>,
+    key_spans: Vec<ArgSpan>,
+    cmds: Vec<BatchCmd>,
+}
+
+impl OwnedBatch {
+    pub fn len(&self) -> usize {
+        self.cmds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+
+    fn push_arg(&mut self, a: &[u8]) -> ArgSpan {
+        let start = self.data.len() as u32;
+        self.data.extend_from_slice(a);
+        let span = ArgSpan {
+            start,
+            end: self.data.len() as u32,
+        };
+        self.spans.push(span);
+        span
+    }
+
+    /// Appends a whole command; returns its index in the batch.
+    pub fn push(&mut self, cmd: u16, db: u8, proto: Protocol, args: &Args, key_positions: impl Iterator<Item = usize>) -> usize {
+        let a0 = self.spans.len() as u32;
+        let k0 = self.key_spans.len() as u32;
+        let mut next_key = key_positions.peekable();
+        for i in 0..args.len() {
+            let span = self.push_arg(args.get(i));
+            if next_key.peek() == Some(&i) {
+                self.key_spans.push(span);
+                next_key.next();
+            }
+        }
+        self.finish(cmd, false, db, proto, a0, k0)
+    }
+
+    /// Appends the part of a split command that concerns one key group: the command
+    /// name followed by `group` (the key first). Returns its index in the batch.
+    pub fn push_part(&mut self, cmd: u16, db: u8, proto: Protocol, name: &[u8], group: &[&[u8]]) -> usize {
+        let a0 = self.spans.len() as u32;
+        let k0 = self.key_spans.len() as u32;
+        self.push_arg(name);
+        for (i, a) in group.iter().enumerate() {
+            let span = self.push_arg(a);
+            if i == 0 {
+                self.key_spans.push(span);
+            }
+        }
+        self.finish(cmd, true, db, proto, a0, k0)
+    }
+
+    fn finish(&mut self, cmd: u16, split_part: bool, db: u8, proto: Protocol, a0: u32, k0: u32) -> usize {
+        self.cmds.push(BatchCmd {
+            cmd,
+            split_part,
+            db,
+            proto,
+            args: (a0, self.spans.len() as u32),
+            keys: (k0, self.key_spans.len() as u32),
+        });
+        self.cmds.len() - 1
+    }
+
+    fn keys_of(&self, i: usize) -> impl Iterator<Item = &[u8]> {
+        let (k0, k1) = self.cmds[i].keys;
+        self.key_spans[k0 as usize..k1 as usize]
+            .iter()
+            .map(|s| &self.data[s.start as usize..s.end as usize])
+    }
+
+    /// Every (db, key) the batch touches: what a multi-shard operation locks here.
+    pub fn lock_set(&self) -> LockSet {
+        let mut keys = Vec::new();
+        for (i, c) in self.cmds.iter().enumerate() {
+            for k in self.keys_of(i) {
+                keys.push((c.db, k.to_vec()));
+            }
+        }
+        LockSet::Keys(keys)
+    }
+
+    fn blocked(&self, i: usize, cell: &ShardCell) -> bool {
+        let locks = cell.locks.borrow();
+        if locks.is_idle() {
+            return false;
+        }
+        let db = self.cmds[i].db;
+        self.keys_of(i).any(|k| locks.blocks(db, k, None))
+    }
+}
+
+/// Replies of a batch, back to back, with each command's end offset.
+#[derive(Default, Debug)]
+pub struct BatchReply {
+    pub out: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl BatchReply {
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.out[start..self.ends[i] as usize]
+    }
+}
+
+fn handler_of(cmd: u16, split_part: bool) -> KeyedFn {
+    match table().specs[cmd as usize].kind {
+        Kind::Keyed(_, Cross::Split { one, .. }) if split_part => one,
+        Kind::Keyed(run, _) => run,
+        // Only keyed commands are ever put in a batch.
+        _ => unreachable!("non-keyed command in a shard batch"),
+    }
+}
+
+/// Runs one command of the batch and appends its reply.
+fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, reply: &mut BatchReply) {
+    let c = batch.cmds[i];
+    let run = handler_of(c.cmd, c.split_part);
+    let args = Args::new(&batch.data, &batch.spans[c.args.0 as usize..c.args.1 as usize]);
+    let mut data = cell.data.borrow_mut();
+    let before = reply.out.len();
+    let mut ctx = ExecCtx {
+        data: &mut data,
+        db: c.db as usize,
+        args,
+        out: ReplyWriter {
+            out: &mut reply.out,
+            proto: c.proto,
+        },
+        now: crate::util::now_ms(),
+    };
+    run(&mut ctx);
+    let failed = reply.out.get(before) == Some(&b'-');
+    data.stats.record_call(c.cmd, failed);
+    reply.ends.push(reply.out.len() as u32);
+}
+
+/// Runs commands from `from` on until one touches a key another operation has locked
+/// (returns its index) or the batch ends (None). `txn`'s own locks never block it.
+fn run_until_blocked(cell: &ShardCell, batch: &OwnedBatch, from: usize, txn: Option<TxnId>, reply: &mut BatchReply) -> Option<usize> {
+    for i in from..batch.cmds.len() {
+        if txn.is_none() && batch.blocked(i, cell) {
+            return Some(i);
+        }
+        run_one(cell, batch, i, reply);
+    }
+    None
+}
+
+/// Runs a batch on this shard, waiting behind key locks where needed. Without `txn`
+/// (plain single-shard commands) it completes synchronously unless a key is locked.
+pub async fn run(cell: &Rc<ShardCell>, batch: &OwnedBatch, txn: Option<TxnId>) -> BatchReply {
+    let mut reply = BatchReply {
+        out: Vec::with_capacity(64 * batch.len()),
+        ends: Vec::with_capacity(batch.len()),
+    };
+    let mut from = 0;
+    while let Some(i) = run_until_blocked(cell, batch, from, txn, &mut reply) {
+        let db = batch.cmds[i].db;
+        let keys: Vec<Vec<u8>> = batch.keys_of(i).map(|k| k.to_vec()).collect();
+        locks::wait_unlocked(&cell.locks, db, keys).await;
+        from = i;
+    }
+    reply
+}
+
+/// Entry point for a batch arriving from another shard: runs it inline when nothing
+/// blocks it, else in a task that waits for the locks; then hands back the reply.
+pub fn run_remote(cell: &Rc<ShardCell>, batch: OwnedBatch, done: impl FnOnce(BatchReply) + 'static) {
+    let mut reply = BatchReply {
+        out: Vec::with_capacity(64 * batch.len()),
+        ends: Vec::with_capacity(batch.len()),
+    };
+    match run_until_blocked(cell, &batch, 0, None, &mut reply) {
+        None => done(reply),
+        Some(i) => {
+            let cell = cell.clone();
+            crate::runtime::spawn_detached(async move {
+                let mut from = i;
+                loop {
+                    let db = batch.cmds[from].db;
+                    let keys: Vec<Vec<u8>> = batch.keys_of(from).map(|k| k.to_vec()).collect();
+                    locks::wait_unlocked(&cell.locks, db, keys).await;
+                    match run_until_blocked(&cell, &batch, from, None, &mut reply) {
+                        None => break,
+                        Some(j) => from = j,
+                    }
+                }
+                done(reply);
+            });
+        }
+    }
+}

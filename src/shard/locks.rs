@@ -1,0 +1,198 @@
+//! Key-level locks for multi-shard operations (DESIGN.md §4).
+//!
+//! A multi-shard operation takes locks on every shard it touches, one shard at a time
+//! in ascending shard order — a total order, so no two operations can wait on each
+//! other in a cycle — executes its part on each shard as soon as that shard's locks are
+//! held (strict two-phase locking: nothing it wrote is visible until it releases), and
+//! releases everything at the end. A plain single-shard command on a locked key waits;
+//! all other keys of the shard keep flowing.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use hashbrown::HashMap;
+
+/// Identifies one multi-shard operation: unique across the process.
+pub type TxnId = u64;
+
+/// What one operation locks on one shard.
+#[derive(Debug, Clone)]
+pub enum LockSet {
+    /// These keys, as (db, key).
+    Keys(Vec<(u8, Vec<u8>)>),
+    /// Every key of every database on the shard (FLUSHALL, SWAPDB, KEYS ...).
+    Whole,
+}
+
+/// A borrowed (db, key) that hashes and compares like the owned `(u8, Vec<u8>)`, so
+/// the lock check on every command needs no allocation.
+#[derive(Hash)]
+struct LockKeyRef<'a>(u8, &'a [u8]);
+
+impl hashbrown::Equivalent<(u8, Vec<u8>)> for LockKeyRef<'_> {
+    fn equivalent(&self, key: &(u8, Vec<u8>)) -> bool {
+        self.0 == key.0 && self.1 == key.1.as_slice()
+    }
+}
+
+#[derive(Default)]
+pub struct KeyLocks {
+    keys: HashMap<(u8, Vec<u8>), TxnId>,
+    held: HashMap<TxnId, Vec<(u8, Vec<u8>)>>,
+    whole: Option<TxnId>,
+    waiters: Vec<Waker>,
+}
+
+impl KeyLocks {
+    /// True when no lock is held: the fast path of every single-shard command.
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        self.whole.is_none() && self.keys.is_empty()
+    }
+
+    /// Whether `key` in `db` is held by an operation other than `me`.
+    pub fn blocks(&self, db: u8, key: &[u8], me: Option<TxnId>) -> bool {
+        if let Some(owner) = self.whole {
+            return Some(owner) != me;
+        }
+        if self.keys.is_empty() {
+            return false;
+        }
+        self.keys
+            .get(&LockKeyRef(db, key))
+            .is_some_and(|&owner| Some(owner) != me)
+    }
+
+    fn can_take(&self, set: &LockSet, me: TxnId) -> bool {
+        if self.whole.is_some_and(|o| o != me) {
+            return false;
+        }
+        match set {
+            LockSet::Whole => self.keys.values().all(|&o| o == me),
+            LockSet::Keys(keys) => keys
+                .iter()
+                .all(|k| self.keys.get(k).is_none_or(|&o| o == me)),
+        }
+    }
+
+    fn take(&mut self, set: LockSet, me: TxnId) {
+        match set {
+            LockSet::Whole => self.whole = Some(me),
+            LockSet::Keys(keys) => {
+                let held = self.held.entry(me).or_default();
+                for k in keys {
+                    if self.keys.insert(k.clone(), me).is_none() {
+                        held.push(k);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases everything `me` holds and wakes every waiter to re-check.
+    pub fn release(&mut self, me: TxnId) {
+        if self.whole == Some(me) {
+            self.whole = None;
+        }
+        if let Some(keys) = self.held.remove(&me) {
+            for k in keys {
+                self.keys.remove(&k);
+            }
+        }
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// Waits until `set` can be taken by `me` on this shard, then takes it.
+pub fn acquire<'a>(locks: &'a RefCell<KeyLocks>, set: LockSet, me: TxnId) -> Acquire<'a> {
+    Acquire {
+        locks,
+        set: Some(set),
+        me,
+    }
+}
+
+pub struct Acquire<'a> {
+    locks: &'a RefCell<KeyLocks>,
+    set: Option<LockSet>,
+    me: TxnId,
+}
+
+impl Future for Acquire<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut locks = self.locks.borrow_mut();
+        let ready = match &self.set {
+            Some(set) => locks.can_take(set, self.me),
+            None => return Poll::Ready(()),
+        };
+        if ready {
+            let me = self.me;
+            drop(locks);
+            if let Some(set) = self.set.take() {
+                self.locks.borrow_mut().take(set, me);
+            }
+            Poll::Ready(())
+        } else {
+            locks.waiters.push(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+/// Waits until none of `keys` (in `db`) is locked by another operation. Used by
+/// single-shard commands, which take no locks themselves.
+pub fn wait_unlocked<'a>(locks: &'a RefCell<KeyLocks>, db: u8, keys: Vec<Vec<u8>>) -> Unlocked<'a> {
+    Unlocked { locks, db, keys }
+}
+
+pub struct Unlocked<'a> {
+    locks: &'a RefCell<KeyLocks>,
+    db: u8,
+    keys: Vec<Vec<u8>>,
+}
+
+impl Future for Unlocked<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut locks = self.locks.borrow_mut();
+        if self.keys.iter().any(|k| locks.blocks(self.db, k, None))
+            || (self.keys.is_empty() && locks.whole.is_some())
+        {
+            locks.waiters.push(cx.waker().clone());
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_whole_conflict() {
+        let mut l = KeyLocks::default();
+        assert!(l.is_idle());
+        let a = LockSet::Keys(vec![(0, b"a".to_vec())]);
+        assert!(l.can_take(&a, 1));
+        l.take(a.clone(), 1);
+        assert!(l.blocks(0, b"a", None));
+        assert!(!l.blocks(0, b"a", Some(1)));
+        assert!(!l.blocks(1, b"a", None));
+        assert!(!l.can_take(&a, 2));
+        assert!(!l.can_take(&LockSet::Whole, 2));
+        l.release(1);
+        assert!(l.is_idle());
+        l.take(LockSet::Whole, 3);
+        assert!(l.blocks(5, b"zzz", None));
+        assert!(!l.can_take(&a, 4));
+        l.release(3);
+        assert!(l.can_take(&a, 4));
+    }
+}

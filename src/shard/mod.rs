@@ -1,0 +1,152 @@
+//! A shard: one pinned core, the only thread that touches the keys of its slots.
+
+pub mod batch;
+pub mod fabric;
+pub mod locks;
+pub mod multi;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::DefaultHashBuilder;
+
+use crate::clients::ClientRegistry;
+use crate::config::Config;
+use crate::runtime::{self, MeshSenders};
+use crate::server::ServerInfo;
+use crate::slot::SlotTable;
+use crate::stats::ShardStats;
+use crate::storage::{Db, Rng};
+use fabric::Job;
+use locks::{KeyLocks, TxnId};
+
+/// Everything a command may touch on its shard. Borrowed mutably for the duration of
+/// one command or one batch, never across an await.
+pub struct ShardData {
+    pub id: usize,
+    pub dbs: Vec<Db>,
+    pub config: Config,
+    pub stats: ShardStats,
+    pub rng: Rng,
+    /// Whether the active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE).
+    pub active_expire: bool,
+    /// CLIENT PAUSE in force: (until unix ms, writes only).
+    pub pause: Option<(u64, bool)>,
+}
+
+impl ShardData {
+    pub fn db(&mut self, index: usize) -> &mut Db {
+        &mut self.dbs[index]
+    }
+}
+
+pub struct ShardCell {
+    pub id: usize,
+    pub slots: SlotTable,
+    pub data: RefCell<ShardData>,
+    pub locks: RefCell<KeyLocks>,
+    pub mesh: MeshSenders<Job>,
+    pub clients: RefCell<ClientRegistry>,
+    pub info: Arc<ServerInfo>,
+    txn_counter: Cell<u64>,
+}
+
+/// Process-wide source of client ids: Redis's are increasing integers.
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub fn next_client_id() -> u64 {
+    NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+impl ShardCell {
+    pub fn shard_count(&self) -> usize {
+        self.slots.shards()
+    }
+
+    /// A process-unique id for a multi-shard operation started here.
+    pub fn next_txn_id(&self) -> TxnId {
+        let n = self.txn_counter.get() + 1;
+        self.txn_counter.set(n);
+        (n << 16) | self.id as u64
+    }
+
+    #[inline]
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        self.slots.shard_of_key(key)
+    }
+}
+
+pub fn new_shard_data(id: usize, slots: &SlotTable, config: Config, hasher: DefaultHashBuilder) -> ShardData {
+    let range = slots.range(id);
+    let dbs = (0..config.databases())
+        .map(|_| Db::new(range.start, range.len(), hasher.clone()))
+        .collect();
+    ShardData {
+        id,
+        dbs,
+        config,
+        stats: ShardStats::default(),
+        rng: Rng::new(0x9E37_79B9_7F4A_7C15 ^ ((id as u64 + 1) * 0x2545_F491_4F6C_DD1D) ^ crate::util::now_ms()),
+        active_expire: true,
+        pause: None,
+    }
+}
+
+pub fn new_cell(
+    id: usize,
+    slots: SlotTable,
+    data: ShardData,
+    mesh: MeshSenders<Job>,
+    info: Arc<ServerInfo>,
+) -> Rc<ShardCell> {
+    Rc::new(ShardCell {
+        id,
+        slots,
+        data: RefCell::new(data),
+        locks: RefCell::new(KeyLocks::default()),
+        mesh,
+        clients: RefCell::new(ClientRegistry::default()),
+        info,
+        txn_counter: Cell::new(0),
+    })
+}
+
+/// Redis's active expiry, per shard: `hz` times a second, sample 20 keys with a TTL per
+/// database and delete the expired ones; repeat while more than 25% of a sample had
+/// expired, within a time budget so a burst of expiries never stalls the shard.
+pub async fn run_active_expiry(cell: Rc<ShardCell>) {
+    const SAMPLES: usize = 20;
+    loop {
+        let hz = cell.data.borrow().config.hz().clamp(1, 500);
+        runtime::sleep(Duration::from_millis(1000 / hz as u64)).await;
+        // 25% of the cycle's period, as Redis's slow cycle allows.
+        let budget = Duration::from_micros(250_000 / hz as u64);
+        let start = std::time::Instant::now();
+        loop {
+            let mut more = false;
+            {
+                let mut data = cell.data.borrow_mut();
+                if !data.active_expire || !cell.locks.borrow().is_idle() {
+                    break;
+                }
+                let now = crate::util::now_ms();
+                for db in data.dbs.iter_mut() {
+                    for _ in 0..16 {
+                        let st = db.expire_some(now, SAMPLES);
+                        if st.sampled == 0 || st.expired * 4 <= st.sampled {
+                            break;
+                        }
+                        more = true;
+                    }
+                }
+            }
+            if !more || start.elapsed() >= budget {
+                break;
+            }
+            runtime::yield_now().await;
+        }
+    }
+}

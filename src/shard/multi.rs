@@ -1,0 +1,206 @@
+//! `MultiShardOp`: the coordinator side of a multi-shard operation whose steps depend
+//! on each other (MSETNX checks before it writes, RENAME moves a value between shards,
+//! FLUSHALL clears every shard). It takes the locks on each shard in ascending shard
+//! order, runs closures on the owning shards while holding them, and releases them.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use super::locks::{self, LockSet, TxnId};
+use super::{ShardCell, ShardData};
+use crate::storage::{StrValue, Value, NO_EXPIRE};
+
+pub struct MultiShardOp {
+    txn: TxnId,
+    shards: Vec<usize>,
+}
+
+impl MultiShardOp {
+    /// Locks `keys` of `db`, shard by shard in ascending order.
+    pub async fn lock_keys(cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> MultiShardOp {
+        let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
+        for k in keys {
+            by_shard.entry(cell.shard_of(k)).or_default().push((db as u8, k.clone()));
+        }
+        let sets = by_shard.into_iter().map(|(s, ks)| (s, LockSet::Keys(ks))).collect();
+        Self::lock(cell, sets).await
+    }
+
+    /// Locks keys in several databases (MOVE, COPY ... DB): (db, key) pairs.
+    pub async fn lock_db_keys(cell: &Rc<ShardCell>, keys: &[(usize, Vec<u8>)]) -> MultiShardOp {
+        let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
+        for (db, k) in keys {
+            by_shard.entry(cell.shard_of(k)).or_default().push((*db as u8, k.clone()));
+        }
+        let sets = by_shard.into_iter().map(|(s, ks)| (s, LockSet::Keys(ks))).collect();
+        Self::lock(cell, sets).await
+    }
+
+    /// Locks every shard whole (FLUSHALL, SWAPDB, a consistent DBSIZE or KEYS).
+    pub async fn lock_all(cell: &Rc<ShardCell>) -> MultiShardOp {
+        let sets = (0..cell.shard_count()).map(|s| (s, LockSet::Whole)).collect();
+        Self::lock(cell, sets).await
+    }
+
+    async fn lock(cell: &Rc<ShardCell>, sets: Vec<(usize, LockSet)>) -> MultiShardOp {
+        let txn = cell.next_txn_id();
+        let mut shards = Vec::with_capacity(sets.len());
+        for (s, set) in sets {
+            cell.call_async(s, move |c| Box::pin(async move { locks::acquire(&c.locks, set, txn).await }))
+                .await;
+            shards.push(s);
+        }
+        MultiShardOp { txn, shards }
+    }
+
+    pub fn shards(&self) -> &[usize] {
+        &self.shards
+    }
+
+    /// Runs `f` on `shard`'s data under this operation's locks.
+    pub async fn on<R, F>(&self, cell: &Rc<ShardCell>, shard: usize, f: F) -> R
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut ShardData) -> R + Send + 'static,
+    {
+        cell.call(shard, move |c| f(&mut c.data.borrow_mut())).await
+    }
+
+    /// Runs `f` on every locked shard, concurrently; results in ascending shard order.
+    pub async fn on_each<R, F>(&self, cell: &Rc<ShardCell>, f: F) -> Vec<R>
+    where
+        R: Send + 'static,
+        F: Fn(&mut ShardData) -> R + Send + Clone + 'static,
+    {
+        let mut waits = Vec::with_capacity(self.shards.len());
+        let mut local = None;
+        for &s in &self.shards {
+            if s == cell.id {
+                local = Some(s);
+                continue;
+            }
+            let (tx, rx) = futures_channel::oneshot::channel();
+            let g = f.clone();
+            cell.tell(s, move |c| {
+                let _ = tx.send(g(&mut c.data.borrow_mut()));
+            })
+            .await;
+            waits.push((s, rx));
+        }
+        let mut out: Vec<(usize, R)> = Vec::with_capacity(self.shards.len());
+        if let Some(s) = local {
+            out.push((s, f(&mut cell.data.borrow_mut())));
+        }
+        for (s, rx) in waits {
+            if let Ok(r) = rx.await {
+                out.push((s, r));
+            }
+        }
+        out.sort_by_key(|(s, _)| *s);
+        out.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Ends the operation: every shard's locks are released.
+    pub async fn release(self, cell: &Rc<ShardCell>) {
+        let txn = self.txn;
+        for s in self.shards {
+            cell.tell(s, move |c| c.locks.borrow_mut().release(txn)).await;
+        }
+    }
+
+    /// How many of `keys` exist (counting repeats, as EXISTS does).
+    pub async fn count_existing(&self, cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> usize {
+        let mut n = 0;
+        for k in keys {
+            let k2 = k.clone();
+            let s = cell.shard_of(k);
+            if self
+                .on(cell, s, move |d| d.dbs[db].contains(&k2, crate::util::now_ms()))
+                .await
+            {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Stores plain strings (MSETNX's write), clearing any TTL.
+    pub async fn write_strings(&self, cell: &Rc<ShardCell>, db: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>) {
+        let mut by_shard: BTreeMap<usize, Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+        for p in pairs {
+            by_shard.entry(cell.shard_of(&p.0)).or_default().push(p);
+        }
+        for (s, ps) in by_shard {
+            self.on(cell, s, move |d| {
+                let lru = crate::util::lru_clock();
+                for (k, v) in ps {
+                    d.dbs[db].insert(&k, Value::Str(StrValue::from_vec(v)), NO_EXPIRE, lru);
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Reads string values: Ok(None) if missing, Err(()) if another type.
+    pub async fn read_strings(&self, cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> Vec<Result<Option<Vec<u8>>, ()>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let k2 = k.clone();
+            let s = cell.shard_of(k);
+            out.push(
+                self.on(cell, s, move |d| match d.dbs[db].get(&k2, crate::util::now_ms()) {
+                    None => Ok(None),
+                    Some(e) => match &e.value {
+                        Value::Str(v) => Ok(Some(v.to_vec())),
+                        #[allow(unreachable_patterns)]
+                        _ => Err(()),
+                    },
+                })
+                .await,
+            );
+        }
+        out
+    }
+
+    /// Removes a key and returns its value and deadline (RENAME / MOVE's source side).
+    pub async fn take(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8]) -> Option<(Value, u64)> {
+        let k = key.to_vec();
+        let s = cell.shard_of(key);
+        self.on(cell, s, move |d| {
+            let now = crate::util::now_ms();
+            d.dbs[db].get(&k, now)?;
+            d.dbs[db].remove(&k).map(|e| {
+                let at = e.expire_at();
+                (e.value, at)
+            })
+        })
+        .await
+    }
+
+    /// Copies a key's value and deadline without removing it (COPY's source side).
+    pub async fn peek_clone(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8]) -> Option<(Value, u64)> {
+        let k = key.to_vec();
+        let s = cell.shard_of(key);
+        self.on(cell, s, move |d| {
+            let now = crate::util::now_ms();
+            d.dbs[db].get(&k, now).map(|e| (e.value.clone(), e.expire_at()))
+        })
+        .await
+    }
+
+    pub async fn exists(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8]) -> bool {
+        let k = key.to_vec();
+        let s = cell.shard_of(key);
+        self.on(cell, s, move |d| d.dbs[db].contains(&k, crate::util::now_ms())).await
+    }
+
+    /// Stores a value with a deadline, replacing what was there.
+    pub async fn put(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8], value: Value, expire_at: u64) {
+        let k = key.to_vec();
+        let s = cell.shard_of(key);
+        self.on(cell, s, move |d| {
+            d.dbs[db].insert(&k, value, expire_at, crate::util::lru_clock());
+        })
+        .await
+    }
+}

@@ -1,0 +1,459 @@
+//! A shard's keyspace: one `Db` per logical database, each made of one small hash table
+//! per owned slot (DESIGN.md §5). Growth rehashes one slot's table at a time, so a big
+//! dataset never stalls on a whole-table resize, and SCAN, KEYS and slot queries walk
+//! slots in order.
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use std::hash::BuildHasher;
+
+use super::value::Value;
+use crate::slot::key_slot;
+
+/// No expiry.
+pub const NO_EXPIRE: u64 = 0;
+
+pub struct Entry {
+    pub key: Box<[u8]>,
+    pub value: Value,
+    /// Absolute deadline in unix milliseconds, or `NO_EXPIRE`. Changed only through
+    /// `Db` so the per-slot TTL counters stay exact.
+    expire_at: u64,
+    /// Seconds-resolution access clock for OBJECT IDLETIME and LRU eviction.
+    pub lru: u32,
+}
+
+impl Entry {
+    #[inline]
+    pub fn expire_at(&self) -> u64 {
+        self.expire_at
+    }
+
+    #[inline]
+    fn is_expired(&self, now_ms: u64) -> bool {
+        self.expire_at != NO_EXPIRE && self.expire_at <= now_ms
+    }
+}
+
+#[derive(Default)]
+struct SlotKeys {
+    table: HashTable<Entry>,
+    /// Entries in this slot with a TTL: the active expiry cycle skips slots without any.
+    ttl_count: u32,
+}
+
+/// Result of one active-expiry pass over a database.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct ExpireCycleStats {
+    pub sampled: usize,
+    pub expired: usize,
+}
+
+pub struct Db {
+    slots: Vec<Option<Box<SlotKeys>>>,
+    first_slot: usize,
+    keys: usize,
+    expires: usize,
+    hasher: DefaultHashBuilder,
+    /// Where the active expiry cycle resumes (index into `slots`).
+    expire_cursor: usize,
+    /// Keys removed because their TTL passed (INFO stats expired_keys).
+    pub expired_count: u64,
+}
+
+impl Db {
+    /// A database holding the slots `[first_slot, first_slot + count)`.
+    pub fn new(first_slot: usize, count: usize, hasher: DefaultHashBuilder) -> Db {
+        Db {
+            slots: (0..count).map(|_| None).collect(),
+            first_slot,
+            keys: 0,
+            expires: 0,
+            hasher,
+            expire_cursor: 0,
+            expired_count: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys == 0
+    }
+
+    pub fn expires_len(&self) -> usize {
+        self.expires
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn first_slot(&self) -> usize {
+        self.first_slot
+    }
+
+    #[inline]
+    fn locate(&self, key: &[u8]) -> (usize, u64) {
+        let idx = (key_slot(key) as usize).wrapping_sub(self.first_slot);
+        debug_assert!(idx < self.slots.len(), "key routed to a shard that does not own its slot");
+        (idx, self.hasher.hash_one(key))
+    }
+
+    /// Looks a key up, deleting it first if its TTL has passed (Redis's passive expiry).
+    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        let (idx, hash) = self.locate(key);
+        let slot = self.slots.get_mut(idx)?.as_mut()?;
+        let expired = slot
+            .table
+            .find(hash, |e| &*e.key == key)
+            .map(|e| e.is_expired(now_ms))?;
+        if expired {
+            self.remove_at(idx, hash, key);
+            self.expired_count += 1;
+            return None;
+        }
+        self.slots[idx]
+            .as_mut()?
+            .table
+            .find_mut(hash, |e| &*e.key == key)
+    }
+
+    /// Looks a key up without expiring it or touching anything (for introspection).
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        let (idx, hash) = self.locate(key);
+        self.slots
+            .get(idx)?
+            .as_ref()?
+            .table
+            .find(hash, |e| &*e.key == key)
+    }
+
+    pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
+        self.get(key, now_ms).is_some()
+    }
+
+    /// Stores `value` under `key` with the given deadline, replacing any old entry,
+    /// which is returned.
+    pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) -> Option<Entry> {
+        let old = self.remove(key);
+        self.insert_new(key.into(), value, expire_at, lru);
+        old
+    }
+
+    /// Inserts a key known to be absent.
+    pub fn insert_new(&mut self, key: Box<[u8]>, value: Value, expire_at: u64, lru: u32) {
+        let (idx, hash) = self.locate(&key);
+        let hasher = &self.hasher;
+        let slot = self.slots[idx].get_or_insert_with(Default::default);
+        if expire_at != NO_EXPIRE {
+            slot.ttl_count += 1;
+            self.expires += 1;
+        }
+        slot.table.insert_unique(
+            hash,
+            Entry {
+                key,
+                value,
+                expire_at,
+                lru,
+            },
+            |e| hasher.hash_one(&e.key),
+        );
+        self.keys += 1;
+    }
+
+    /// Removes a key (expired or not) and returns its entry.
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let (idx, hash) = self.locate(key);
+        self.remove_at(idx, hash, key)
+    }
+
+    fn remove_at(&mut self, idx: usize, hash: u64, key: &[u8]) -> Option<Entry> {
+        let slot = self.slots.get_mut(idx)?.as_mut()?;
+        let (entry, _) = slot
+            .table
+            .find_entry(hash, |e| &*e.key == key)
+            .ok()?
+            .remove();
+        if entry.expire_at != NO_EXPIRE {
+            slot.ttl_count -= 1;
+            self.expires -= 1;
+        }
+        self.keys -= 1;
+        if slot.table.is_empty() {
+            // Give back an emptied slot's table: flushes and deletes leave no garbage.
+            self.slots[idx] = None;
+        }
+        Some(entry)
+    }
+
+    /// Sets or clears (`NO_EXPIRE`) a live key's deadline. Returns false if absent.
+    pub fn set_expire(&mut self, key: &[u8], expire_at: u64) -> bool {
+        let (idx, hash) = self.locate(key);
+        let Some(slot) = self.slots.get_mut(idx).and_then(|s| s.as_mut()) else {
+            return false;
+        };
+        let Some(entry) = slot.table.find_mut(hash, |e| &*e.key == key) else {
+            return false;
+        };
+        match (entry.expire_at != NO_EXPIRE, expire_at != NO_EXPIRE) {
+            (false, true) => {
+                slot.ttl_count += 1;
+                self.expires += 1;
+            }
+            (true, false) => {
+                slot.ttl_count -= 1;
+                self.expires -= 1;
+            }
+            _ => {}
+        }
+        entry.expire_at = expire_at;
+        true
+    }
+
+    pub fn clear(&mut self) {
+        for s in &mut self.slots {
+            *s = None;
+        }
+        self.keys = 0;
+        self.expires = 0;
+    }
+
+    /// Calls `f` for every live key of one slot index (0-based within this Db).
+    pub fn for_each_in_slot(&self, idx: usize, now_ms: u64, mut f: impl FnMut(&Entry)) {
+        if let Some(Some(slot)) = self.slots.get(idx) {
+            for e in slot.table.iter() {
+                if !e.is_expired(now_ms) {
+                    f(e);
+                }
+            }
+        }
+    }
+
+    /// Number of entries (expired or not) in a slot index.
+    pub fn slot_len(&self, idx: usize) -> usize {
+        match self.slots.get(idx) {
+            Some(Some(s)) => s.table.len(),
+            _ => 0,
+        }
+    }
+
+    /// A uniformly chosen non-empty slot, then a uniformly chosen entry in it: close
+    /// enough to Redis's RANDOMKEY for slots of similar size. Expired keys found on the
+    /// way are deleted, as Redis does.
+    pub fn random_key(&mut self, now_ms: u64, rng: &mut Rng) -> Option<Box<[u8]>> {
+        for _ in 0..100 {
+            if self.keys == 0 {
+                return None;
+            }
+            let n = self.slots.len();
+            let start = rng.below(n);
+            let idx = (0..n)
+                .map(|i| (start + i) % n)
+                .find(|&i| self.slots[i].is_some())?;
+            let slot = self.slots[idx].as_ref()?;
+            let pick = rng.below(slot.table.len());
+            let entry = slot.table.iter().nth(pick)?;
+            if entry.is_expired(now_ms) {
+                let key = entry.key.clone();
+                let hash = self.hasher.hash_one(&key);
+                self.remove_at(idx, hash, &key);
+                self.expired_count += 1;
+                continue;
+            }
+            return Some(entry.key.clone());
+        }
+        None
+    }
+
+    /// One slice of Redis's active expiry: visit slots holding keys with a TTL, from
+    /// where the last pass stopped, deleting expired ones, until `max_samples` TTL keys
+    /// were looked at. Returns how many were looked at and how many expired.
+    pub fn expire_some(&mut self, now_ms: u64, max_samples: usize) -> ExpireCycleStats {
+        let mut stats = ExpireCycleStats::default();
+        if self.expires == 0 {
+            return stats;
+        }
+        let n = self.slots.len();
+        for _ in 0..n {
+            if stats.sampled >= max_samples {
+                break;
+            }
+            let idx = self.expire_cursor % n;
+            self.expire_cursor = (idx + 1) % n;
+            let Some(slot) = self.slots[idx].as_mut() else {
+                continue;
+            };
+            if slot.ttl_count == 0 {
+                continue;
+            }
+            let mut removed = 0usize;
+            let mut removed_ttl = 0u32;
+            slot.table.retain(|e| {
+                if e.expire_at == NO_EXPIRE {
+                    return true;
+                }
+                stats.sampled += 1;
+                if e.expire_at <= now_ms {
+                    removed += 1;
+                    removed_ttl += 1;
+                    false
+                } else {
+                    true
+                }
+            });
+            slot.ttl_count -= removed_ttl;
+            self.expires -= removed_ttl as usize;
+            self.keys -= removed;
+            stats.expired += removed;
+            if slot.table.is_empty() {
+                self.slots[idx] = None;
+            }
+        }
+        self.expired_count += stats.expired as u64;
+        stats
+    }
+
+    /// Moves every entry of `other` into `self` (both must cover the same slots).
+    pub fn swap(&mut self, other: &mut Db) {
+        std::mem::swap(&mut self.slots, &mut other.slots);
+        std::mem::swap(&mut self.keys, &mut other.keys);
+        std::mem::swap(&mut self.expires, &mut other.expires);
+        // The hashers differ per Db only if created with different seeds; Tessera
+        // creates every Db of a shard with the same hasher, so tables stay valid.
+    }
+}
+
+/// A small xorshift generator: shard-local, no locking, good enough for sampling.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// Uniform in `[0, n)`; `n` must be > 0.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::value::StrValue;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn db() -> Db {
+        Db::new(0, crate::slot::SLOT_COUNT, DefaultHashBuilder::default())
+    }
+
+    fn s(v: &[u8]) -> Value {
+        Value::Str(StrValue::from_bytes(v))
+    }
+
+    #[test]
+    fn passive_and_active_expiry() {
+        let mut d = db();
+        d.insert(b"a", s(b"1"), 100, 0);
+        d.insert(b"b", s(b"2"), NO_EXPIRE, 0);
+        d.insert(b"c", s(b"3"), 300, 0);
+        assert_eq!(d.expires_len(), 2);
+        assert!(d.get(b"a", 99).is_some());
+        assert!(d.get(b"a", 100).is_none());
+        assert_eq!(d.len(), 2);
+        let st = d.expire_some(1000, 20);
+        assert_eq!(st.expired, 1);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d.expires_len(), 0);
+        assert_eq!(d.expired_count, 2);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set(u8, u8, Option<u16>),
+        Del(u8),
+        Expire(u8, Option<u16>),
+        Get(u8, u16),
+        Cycle(u16),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (any::<u8>(), any::<u8>(), proptest::option::of(1u16..500)).prop_map(|(k, v, t)| Op::Set(k, v, t)),
+            any::<u8>().prop_map(Op::Del),
+            (any::<u8>(), proptest::option::of(1u16..500)).prop_map(|(k, t)| Op::Expire(k, t)),
+            (any::<u8>(), 0u16..600).prop_map(|(k, t)| Op::Get(k, t)),
+            (0u16..600).prop_map(Op::Cycle),
+        ]
+    }
+
+    proptest! {
+        /// The keyspace behaves like a plain map of key -> (value, deadline), where a
+        /// key whose deadline passed is simply absent.
+        #[test]
+        fn keyspace_matches_model(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut d = db();
+            let mut model: HashMap<Vec<u8>, (Vec<u8>, u64)> = HashMap::new();
+            let mut now = 0u64;
+            for o in ops {
+                match o {
+                    Op::Set(k, v, t) => {
+                        let key = vec![k % 40];
+                        let at = t.map(|t| now + t as u64).unwrap_or(NO_EXPIRE);
+                        d.insert(&key, s(&[v]), at, 0);
+                        model.insert(key, (vec![v], at));
+                    }
+                    Op::Del(k) => {
+                        let key = vec![k % 40];
+                        let live = model.get(&key).is_some_and(|(_, at)| *at == NO_EXPIRE || *at > now);
+                        let got = d.get(&key, now).is_some();
+                        prop_assert_eq!(got, live);
+                        d.remove(&key);
+                        model.remove(&key);
+                    }
+                    Op::Expire(k, t) => {
+                        let key = vec![k % 40];
+                        let at = t.map(|t| now + t as u64).unwrap_or(NO_EXPIRE);
+                        let live = model.get(&key).is_some_and(|(_, a)| *a == NO_EXPIRE || *a > now);
+                        if d.get(&key, now).is_some() {
+                            prop_assert!(d.set_expire(&key, at));
+                            if let Some(m) = model.get_mut(&key) { m.1 = at; }
+                        } else {
+                            prop_assert!(!live);
+                            model.remove(&key);
+                        }
+                    }
+                    Op::Get(k, dt) => {
+                        now += dt as u64 / 4;
+                        let key = vec![k % 40];
+                        let want = model.get(&key).filter(|(_, at)| *at == NO_EXPIRE || *at > now).map(|(v, _)| v.clone());
+                        let mut sc = [0u8; 24];
+                        let got = d.get(&key, now).map(|e| match &e.value { Value::Str(sv) => sv.bytes(&mut sc).to_vec() });
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::Cycle(dt) => {
+                        now += dt as u64;
+                        d.expire_some(now, 1_000_000);
+                        model.retain(|_, (_, at)| *at == NO_EXPIRE || *at > now);
+                        prop_assert_eq!(d.len(), model.len());
+                    }
+                }
+                prop_assert!(d.len() >= model.values().filter(|(_, at)| *at == NO_EXPIRE || *at > now).count());
+                prop_assert_eq!(d.expires_len() <= d.len(), true);
+            }
+        }
+    }
+}

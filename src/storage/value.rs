@@ -1,0 +1,238 @@
+//! Value representations. Strings are stored compactly as Redis does: integers as
+//! integers, short strings inline in the entry, longer ones in one heap block.
+
+/// Longest string kept inline in the value itself (no heap allocation).
+pub const INLINE_CAP: usize = 22;
+/// Redis reports strings up to this length, created by SET, as `embstr`.
+const EMBSTR_LIMIT: usize = 44;
+
+#[derive(Clone, PartialEq, Eq)]
+pub enum StrValue {
+    /// A string that is the canonical decimal form of an i64 (OBJECT ENCODING "int").
+    Int(i64),
+    /// A short string stored in place.
+    Inline { len: u8, data: [u8; INLINE_CAP] },
+    /// An immutable string in one exact-sized heap block.
+    Heap(Box<[u8]>),
+    /// A string that has been modified in place (APPEND, SETRANGE): keeps spare
+    /// capacity so repeated appends are amortised, as Redis's raw sds does.
+    Raw(Vec<u8>),
+}
+
+impl std::fmt::Debug for StrValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut scratch = [0u8; 24];
+        write!(f, "{:?}", String::from_utf8_lossy(self.bytes(&mut scratch)))
+    }
+}
+
+/// Parses `b` as Redis's string2ll does: the canonical decimal form of an i64
+/// (no leading zeros or '+', no spaces, "-0" rejected).
+pub fn parse_canonical_i64(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    let (neg, digits) = match b[0] {
+        b'-' => (true, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || (digits[0] == b'0' && (digits.len() > 1 || neg)) {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        let d = (c - b'0') as i64;
+        v = if neg {
+            v.checked_mul(10)?.checked_sub(d)?
+        } else {
+            v.checked_mul(10)?.checked_add(d)?
+        };
+    }
+    Some(v)
+}
+
+/// Formats `n` into the tail of `buf`, returning the digits.
+pub fn format_i64(n: i64, buf: &mut [u8; 24]) -> &[u8] {
+    let mut i = buf.len();
+    let mut u = n.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
+
+impl StrValue {
+    /// Chooses the most compact encoding for `b`.
+    pub fn from_bytes(b: &[u8]) -> StrValue {
+        if let Some(n) = parse_canonical_i64(b) {
+            return StrValue::Int(n);
+        }
+        Self::from_bytes_no_int(b)
+    }
+
+    fn from_bytes_no_int(b: &[u8]) -> StrValue {
+        if b.len() <= INLINE_CAP {
+            let mut data = [0u8; INLINE_CAP];
+            data[..b.len()].copy_from_slice(b);
+            StrValue::Inline {
+                len: b.len() as u8,
+                data,
+            }
+        } else {
+            StrValue::Heap(b.into())
+        }
+    }
+
+    pub fn from_vec(v: Vec<u8>) -> StrValue {
+        if v.len() <= INLINE_CAP || parse_canonical_i64(&v).is_some() {
+            return Self::from_bytes(&v);
+        }
+        StrValue::Heap(v.into_boxed_slice())
+    }
+
+    /// The string's bytes; integers are formatted into `scratch`.
+    #[inline]
+    pub fn bytes<'a>(&'a self, scratch: &'a mut [u8; 24]) -> &'a [u8] {
+        match self {
+            StrValue::Int(n) => format_i64(*n, scratch),
+            StrValue::Inline { len, data } => &data[..*len as usize],
+            StrValue::Heap(b) => b,
+            StrValue::Raw(v) => v,
+        }
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut scratch = [0u8; 24];
+        self.bytes(&mut scratch).to_vec()
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            StrValue::Int(n) => {
+                let mut scratch = [0u8; 24];
+                format_i64(*n, &mut scratch).len()
+            }
+            StrValue::Inline { len, .. } => *len as usize,
+            StrValue::Heap(b) => b.len(),
+            StrValue::Raw(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value as an integer, if it is one in canonical or parseable form.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            StrValue::Int(n) => Some(*n),
+            other => {
+                let mut scratch = [0u8; 24];
+                parse_canonical_i64(other.bytes(&mut scratch))
+            }
+        }
+    }
+
+    /// Converts to the mutable raw form, for APPEND and SETRANGE.
+    pub fn make_raw(&mut self) -> &mut Vec<u8> {
+        if !matches!(self, StrValue::Raw(_)) {
+            let v = self.to_vec();
+            *self = StrValue::Raw(v);
+        }
+        match self {
+            StrValue::Raw(v) => v,
+            _ => unreachable!("converted to Raw above"),
+        }
+    }
+
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            StrValue::Int(_) => "int",
+            StrValue::Inline { .. } => "embstr",
+            StrValue::Heap(b) if b.len() <= EMBSTR_LIMIT => "embstr",
+            StrValue::Heap(_) | StrValue::Raw(_) => "raw",
+        }
+    }
+
+    /// Heap bytes owned by this value beyond its inline size, for memory accounting.
+    pub fn heap_size(&self) -> usize {
+        match self {
+            StrValue::Heap(b) => b.len(),
+            StrValue::Raw(v) => v.capacity(),
+            _ => 0,
+        }
+    }
+}
+
+/// A value stored under a key. Collection types join this enum as they are built.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Str(StrValue),
+}
+
+impl Value {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+        }
+    }
+
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Value::Str(s) => s.encoding(),
+        }
+    }
+
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Value::Str(s) => s.heap_size(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_integers() {
+        assert_eq!(parse_canonical_i64(b"0"), Some(0));
+        assert_eq!(parse_canonical_i64(b"-1"), Some(-1));
+        assert_eq!(parse_canonical_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_canonical_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_canonical_i64(b"9223372036854775808"), None);
+        for bad in [&b""[..], b"01", b"-0", b"+1", b" 1", b"1 ", b"1a", b"-"] {
+            assert_eq!(parse_canonical_i64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn encodings_round_trip() {
+        let mut s = [0u8; 24];
+        for input in [&b"123"[..], b"-77", b"hello", &[b'x'; 22], &[b'y'; 23], &[b'z'; 100]] {
+            let v = StrValue::from_bytes(input);
+            assert_eq!(v.bytes(&mut s), input);
+            assert_eq!(v.len(), input.len());
+        }
+        assert_eq!(StrValue::from_bytes(b"123").encoding(), "int");
+        assert_eq!(StrValue::from_bytes(b"abc").encoding(), "embstr");
+        assert_eq!(StrValue::from_bytes(&[b'a'; 44]).encoding(), "embstr");
+        assert_eq!(StrValue::from_bytes(&[b'a'; 45]).encoding(), "raw");
+        let mut v = StrValue::from_bytes(b"abc");
+        v.make_raw().extend_from_slice(b"def");
+        assert_eq!(v.encoding(), "raw");
+        assert_eq!(v.bytes(&mut s), b"abcdef");
+    }
+}

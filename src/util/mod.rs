@@ -1,0 +1,40 @@
+//! Small shared helpers.
+pub mod glob;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Wall-clock unix time in milliseconds (what TTL deadlines are stored in).
+#[inline]
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Seconds-resolution clock stored in entries for OBJECT IDLETIME (wraps after ~136 years).
+#[inline]
+pub fn lru_clock() -> u32 {
+    (now_ms() / 1000) as u32
+}
+
+/// Human-readable byte counts as Redis prints them (used_memory_human ...).
+pub fn bytes_human(n: u64) -> String {
+    let f = n as f64;
+    if n < 1024 {
+        format!("{n}B")
+    } else if f < 1024.0 * 1024.0 {
+        format!("{:.2}K", f / 1024.0)
+    } else if f < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2}M", f / (1024.0 * 1024.0))
+    } else {
+        format!("{:.2}G", f / (1024.0 * 1024.0 * 1024.0))
+    }
+}

@@ -60,6 +60,10 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 if let Err(e) = result {
                     return g.w().error(&e);
                 }
+                {
+                    let mut d = g.session.cell.data.borrow_mut();
+                    d.limits = crate::storage::limits::EncodingLimits::from_config(&d.config);
+                }
                 let me = g.session.cell.id;
                 g.session
                     .cell
@@ -67,7 +71,9 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         if c.id != me {
                             let refs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
                             // Already validated at home, so this cannot fail here.
-                            let _ = c.data.borrow_mut().config.set_many(&refs);
+                            let mut d = c.data.borrow_mut();
+                            let _ = d.config.set_many(&refs);
+                            d.limits = crate::storage::limits::EncodingLimits::from_config(&d.config);
                         }
                     })
                     .await;

@@ -7,7 +7,7 @@ use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
 use super::{parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR};
 use crate::shard::multi::MultiShardOp;
-use crate::storage::dump::{self, DumpValue};
+use crate::storage::dump;
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 use crate::util::glob::glob_match;
 
@@ -495,6 +495,7 @@ fn dump_cmd(ctx: &mut ExecCtx) {
             let mut b = [0u8; 24];
             dump::dump_string(s.bytes(&mut b), &mut payload);
         }
+        other => payload = dump::dump(&other.to_dump()),
     }
     out.bulk(&payload);
 }
@@ -540,11 +541,10 @@ fn restore(ctx: &mut ExecCtx) {
     if !replace && ctx.db().contains(key, now) {
         return ctx.error("BUSYKEY Target key name already exists.");
     }
-    let value = match dump::restore(ctx.args.get(3)) {
-        Ok(DumpValue::Str(s)) => Value::Str(StrValue::from_vec(s)),
-        // Collection types arrive with the collections work; until then their
-        // payloads are refused the way Redis refuses a type it cannot load.
-        Ok(_) => return ctx.error("ERR Bad data format"),
+    let limits = ctx.data.limits;
+    let value = match dump::restore(ctx.args.get(3)).map(|d| Value::from_dump(d, &limits)) {
+        Ok(Some(v)) => v,
+        Ok(None) => return ctx.error("ERR Bad data format"),
         Err(e) => return ctx.error(e.message()),
     };
     let at = match (ttl, absttl) {

@@ -526,9 +526,7 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                             format!(
                                 "Value at:0x0 refcount:1 encoding:{} serializedlength:{} lru:{} lru_seconds_idle:{}",
                                 e.value.encoding(),
-                                match &e.value {
-                                    crate::storage::Value::Str(s) => s.len(),
-                                },
+                                crate::storage::dump::dump(&e.value.to_dump()).len(),
                                 e.lru & 0xFF_FFFF,
                                 crate::util::lru_clock().saturating_sub(e.lru)
                             )

@@ -195,7 +195,6 @@ fn set(ctx: &mut ExecCtx) {
     let old = match (o.get, existing) {
         (true, Some(e)) => match &e.value {
             Value::Str(s) => Some(s.clone()),
-            #[allow(unreachable_patterns)]
             _ => {
                 ctx.error(WRONGTYPE);
                 return;

@@ -159,6 +159,11 @@ fn build() -> CommandTable {
         super::client::COMMANDS,
         super::server::COMMANDS,
         super::config_cmd::COMMANDS,
+        super::lists::COMMANDS,
+        super::hashes::COMMANDS,
+        super::sets::COMMANDS,
+        super::zsets::COMMANDS,
+        super::bitops::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

@@ -33,6 +33,8 @@ pub struct ShardData {
     pub rng: Rng,
     /// Whether the active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: bool,
+    /// Collection encoding thresholds, refreshed on CONFIG SET.
+    pub limits: crate::storage::limits::EncodingLimits,
     /// CLIENT PAUSE in force: (until unix ms, writes only).
     pub pause: Option<(u64, bool)>,
 }
@@ -87,6 +89,7 @@ pub fn new_shard_data(id: usize, slots: &SlotTable, config: Config, hasher: Defa
     ShardData {
         id,
         dbs,
+        limits: crate::storage::limits::EncodingLimits::from_config(&config),
         config,
         stats: ShardStats::default(),
         rng: Rng::new(0x9E37_79B9_7F4A_7C15 ^ ((id as u64 + 1) * 0x2545_F491_4F6C_DD1D) ^ crate::util::now_ms()),

@@ -152,7 +152,6 @@ impl MultiShardOp {
                     None => Ok(None),
                     Some(e) => match &e.value {
                         Value::Str(v) => Ok(Some(v.to_vec())),
-                        #[allow(unreachable_patterns)]
                         _ => Err(()),
                     },
                 })

@@ -1,7 +1,12 @@
 //! Keyspace, slot tables, value encodings, expiry and the DUMP/RESTORE format.
 pub mod dump;
+pub mod hash;
 pub mod keyspace;
+pub mod limits;
+pub mod list;
+pub mod set;
 pub mod value;
+pub mod zset;
 
 pub use keyspace::{Db, Entry, Rng, NO_EXPIRE};
 pub use value::{StrValue, Value};

@@ -1,6 +1,13 @@
 //! Value representations. Strings are stored compactly as Redis does: integers as
 //! integers, short strings inline in the entry, longer ones in one heap block.
 
+use super::dump::DumpValue;
+use super::hash::HashValue;
+use super::limits::EncodingLimits;
+use super::list::ListValue;
+use super::set::SetValue;
+use super::zset::ZSetValue;
+
 /// Longest string kept inline in the value itself (no heap allocation).
 pub const INLINE_CAP: usize = 22;
 /// Redis reports strings up to this length, created by SET, as `embstr`.
@@ -176,29 +183,68 @@ impl StrValue {
     }
 }
 
-/// A value stored under a key. Collection types join this enum as they are built.
+/// A value stored under a key. Collections are boxed so the common string case keeps
+/// entries small.
 #[derive(Clone, Debug)]
 pub enum Value {
     Str(StrValue),
+    List(Box<ListValue>),
+    Hash(Box<HashValue>),
+    Set(Box<SetValue>),
+    ZSet(Box<ZSetValue>),
 }
 
 impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) => "string",
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 
     pub fn encoding(&self) -> &'static str {
         match self {
             Value::Str(s) => s.encoding(),
+            Value::List(v) => v.encoding(),
+            Value::Hash(v) => v.encoding(),
+            Value::Set(v) => v.encoding(),
+            Value::ZSet(v) => v.encoding(),
         }
     }
 
     pub fn heap_size(&self) -> usize {
         match self {
             Value::Str(s) => s.heap_size(),
+            Value::List(v) => v.heap_size(),
+            Value::Hash(v) => v.heap_size(),
+            Value::Set(v) => v.heap_size(),
+            Value::ZSet(v) => v.heap_size(),
         }
+    }
+
+    /// The DUMP representation of any value.
+    pub fn to_dump(&self) -> DumpValue {
+        match self {
+            Value::Str(s) => DumpValue::Str(s.to_vec()),
+            Value::List(v) => v.to_dump(),
+            Value::Hash(v) => v.to_dump(),
+            Value::Set(v) => v.to_dump(),
+            Value::ZSet(v) => v.to_dump(),
+        }
+    }
+
+    /// A value from a RESTOREd payload, in the encoding `limits` call for.
+    pub fn from_dump(d: DumpValue, limits: &EncodingLimits) -> Option<Value> {
+        Some(match d {
+            DumpValue::Str(s) => Value::Str(StrValue::from_vec(s)),
+            d @ DumpValue::List(_) => Value::List(Box::new(ListValue::from_dump(d, limits)?)),
+            d @ DumpValue::Hash(_) => Value::Hash(Box::new(HashValue::from_dump(d, limits)?)),
+            d @ DumpValue::Set(_) => Value::Set(Box::new(SetValue::from_dump(d, limits)?)),
+            d @ DumpValue::ZSet(_) => Value::ZSet(Box::new(ZSetValue::from_dump(d, limits)?)),
+        })
     }
 }
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The whole test suite, as README.md and .ci/run invoke it:
+#   1. installs what the tests need (redis-tools, redis-server, tcl) when missing;
+#   2. cargo fmt --check, cargo clippy -D warnings;
+#   3. cargo test (unit, property and black-box tests against the real binary);
+#   4. Redis 7.0.15's own Tcl suite (../shared/tools/redis-compat) against a fresh
+#      `tessera --threads 2`, failing if any unit passes fewer tests than its floor in
+#      tests/compat/floors.tsv.
+# Ends with a plain "N passed, N failed" line for the compat floors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need redis-cli || ! need redis-server || ! need tclsh || ! need redis-benchmark; then
+    echo "== installing redis-tools, redis-server, tcl"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-tools redis-server tcl >/dev/null
+fi
+# Debian's package may start a redis-server service; the tests need none.
+(as_root systemctl stop redis-server 2>/dev/null || true) >/dev/null
+
+echo "== cargo fmt --check"
+cargo fmt --check
+echo "== cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+echo "== cargo build --release"
+cargo build --release --quiet
+echo "== cargo test"
+cargo test --release --quiet
+
+COMPAT="${COMPAT_TOOL:-$ROOT/../shared/tools/redis-compat}"
+if [ ! -x "$COMPAT" ]; then
+    echo "redis-compat not found at $COMPAT (expected ../shared beside the checkout)" >&2
+    exit 1
+fi
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+LOG=$(mktemp)
+./target/release/tessera --port "$PORT" --threads 2 >"$LOG" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+FLOORS="$ROOT/tests/compat/floors.tsv"
+mapfile -t UNITS < <(awk -F'\t' '!/^#/ && NF>=2 {print $1}' "$FLOORS")
+OUT=$(mktemp -d)
+# Each unit starts from a fresh server: a unit that crashes or wedges it must not
+# take the next units down with it.
+export BEFORE_UNIT_CMD="kill $SERVER 2>/dev/null; sleep 0.2; $ROOT/target/release/tessera --port $PORT --threads 2 >>$LOG 2>&1 & echo \$! > $OUT/pid"
+echo "== redis-compat: ${UNITS[*]}"
+UNIT_TIMEOUT=${UNIT_TIMEOUT:-300} IDLE_TIMEOUT=${IDLE_TIMEOUT:-30} OUT_DIR="$OUT" \
+    "$COMPAT" 127.0.0.1 "$PORT" "${UNITS[@]}" || true
+[ -f "$OUT/pid" ] && SERVER=$(cat "$OUT/pid")
+
+passed=0
+failed=0
+while IFS=$'\t' read -r unit floor; do
+    case "$unit" in ''|'#'*) continue ;; esac
+    got=$(awk -F'\t' -v u="$unit" '$1==u {print $8}' "$OUT/results.tsv")
+    got=${got:-0}
+    if [ "$got" -ge "$floor" ]; then
+        passed=$((passed + 1))
+        echo "compat floor ok:   $unit $got >= $floor"
+    else
+        failed=$((failed + 1))
+        echo "compat floor FAIL: $unit $got < $floor"
+    fi
+done < "$FLOORS"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

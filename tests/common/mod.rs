@@ -1,0 +1,122 @@
+//! Black-box test harness: starts the real `tessera` binary on a free loopback port
+//! and hands out clients. Each test gets its own server process.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+impl Server {
+    /// Starts `tessera --threads N` plus any extra arguments and waits for PING.
+    pub fn start_with(threads: usize, extra: &[&str]) -> Server {
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .args(["--port", &port.to_string(), "--threads", &threads.to_string()])
+                .args(extra)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn tessera");
+            let mut s = Server { child, port };
+            if s.wait_ready() {
+                return s;
+            }
+            let _ = s.child.kill();
+        }
+        panic!("tessera did not start");
+    }
+
+    pub fn start(threads: usize) -> Server {
+        Server::start_with(threads, &[])
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut c) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+                if c.write_all(b"PING\r\n").is_ok() {
+                    let mut buf = [0u8; 16];
+                    if let Ok(n) = c.read(&mut buf) {
+                        if buf[..n].starts_with(b"+PONG") {
+                            return true;
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A synchronous client from the `redis` crate.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect")
+    }
+
+    /// A raw TCP connection, for protocol-level tests.
+    pub fn raw(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        s
+    }
+
+    /// Sends `bytes` and reads until `expect_len` bytes arrived or the peer closed.
+    pub fn roundtrip(&self, bytes: &[u8], expect_len: usize) -> Vec<u8> {
+        let mut s = self.raw();
+        s.write_all(bytes).expect("write");
+        read_at_least(&mut s, expect_len)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+pub fn read_at_least(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while out.len() < n {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => out.extend_from_slice(&buf[..k]),
+        }
+    }
+    out
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Keys guaranteed to live on different shards of a 2-shard server (slots 5061 and
+/// 12182 fall in different halves of the slot space).
+pub const KEY_SHARD0: &str = "bar";
+pub const KEY_SHARD1: &str = "foo";

@@ -14,7 +14,6 @@
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
 use crate::clients::{ClientShared, ReplyMode, Session};
 use crate::commands::{self, table::flags, Args, ClientCtx, Cross, ExecCtx, GlobalCtx, KeyedFn, Kind, Merge};

@@ -101,7 +101,7 @@ pub fn run(config: Config) -> i32 {
         tracing::info!("shard {i} -> cpu {cpu} -> slots {}-{}", r.start, r.end - 1);
     }
     let hasher = DefaultHashBuilder::default();
-    let mesh = runtime::build_mesh::<Job>(n, 1024);
+    let mesh = runtime::build_mesh::<Job>(n);
     let bind_addrs = config.bind().to_vec();
     let port = config.port();
     // Startup errors (a port in use) come back here so the process exits non-zero.
@@ -113,8 +113,8 @@ pub fn run(config: Config) -> i32 {
         let hasher = hasher.clone();
         let addrs = bind_addrs.clone();
         let ready = ready_tx.clone();
-        let spawned = runtime::start_executor(&format!("shard-{i}"), placement[i], None, move || async move {
-            let (senders, receivers) = ends.connect().await;
+        let spawned = runtime::start_executor(&format!("shard-{i}"), placement[i], move || async move {
+            let (senders, receivers) = ends.split();
             let data = shard::new_shard_data(i, &slots, cfg, hasher);
             let cell = shard::new_cell(i, slots, data, senders, info);
             for (_, rx) in receivers {

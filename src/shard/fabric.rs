@@ -20,8 +20,12 @@ pub type LocalFuture<R> = Pin<Box<dyn Future<Output = R>>>;
 
 /// Drains one peer's queue forever, running each job as it arrives.
 pub async fn run_mailbox(cell: Rc<ShardCell>, rx: MeshReceiver<Job>) {
-    while let Some(job) = rx.recv().await {
-        job(&cell);
+    let mut batch = std::collections::VecDeque::new();
+    loop {
+        rx.recv_batch(&mut batch).await;
+        while let Some(job) = batch.pop_front() {
+            job(&cell);
+        }
     }
 }
 
@@ -40,7 +44,7 @@ impl ShardCell {
         let job: Job = Box::new(move |cell| {
             let _ = tx.send(f(cell));
         });
-        self.send_job(target, job).await;
+        self.send_job(target, job);
         match rx.await {
             Ok(r) => r,
             Err(_) => shard_gone(),
@@ -64,7 +68,7 @@ impl ShardCell {
                 let _ = tx.send(fut.await);
             });
         });
-        self.send_job(target, job).await;
+        self.send_job(target, job);
         match rx.await {
             Ok(r) => r,
             Err(_) => shard_gone(),
@@ -80,7 +84,7 @@ impl ShardCell {
             f(self);
             return;
         }
-        self.send_job(target, Box::new(f)).await;
+        self.send_job(target, Box::new(f));
     }
 
     /// Runs `f` on every shard concurrently; results in shard order.
@@ -100,7 +104,7 @@ impl ShardCell {
             let job: Job = Box::new(move |cell| {
                 let _ = tx.send(g(cell));
             });
-            self.send_job(target, job).await;
+            self.send_job(target, job);
             pending.push((target, rx));
         }
         let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
@@ -114,8 +118,8 @@ impl ShardCell {
         out.into_iter().flatten().collect()
     }
 
-    async fn send_job(&self, target: usize, job: Job) {
-        if self.mesh.send(target, job).await.is_err() {
+    fn send_job(&self, target: usize, job: Job) {
+        if self.mesh.send(target, job).is_err() {
             shard_gone()
         }
     }

@@ -1,0 +1,293 @@
+//! A single-threaded executor. Tasks live in a generation-checked slab; a waker pushes
+//! its task id onto the local ready queue when woken on the executor's own thread, or
+//! onto a mutex-protected remote queue (plus an eventfd write if the executor sleeps)
+//! when woken from another shard.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use super::reactor::Reactor;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct TaskId {
+    index: u32,
+    generation: u32,
+}
+
+/// State shared with other threads: where they put wake-ups for this executor.
+pub(crate) struct Remote {
+    executor_id: usize,
+    queue: Mutex<Vec<TaskId>>,
+    pending: AtomicBool,
+    /// Set while the executor is (about to be) blocked in epoll_wait.
+    sleeping: AtomicBool,
+    eventfd: i32,
+}
+
+impl Remote {
+    fn push(&self, id: TaskId) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.push(id);
+        }
+        self.pending.store(true, Ordering::SeqCst);
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a valid u64 to our own eventfd.
+            unsafe {
+                libc::write(self.eventfd, &one as *const u64 as *const libc::c_void, 8);
+            }
+        }
+    }
+}
+
+struct TaskWaker {
+    id: TaskId,
+    remote: Arc<Remote>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let local = CURRENT_ID.with(|c| c.get()) == self.remote.executor_id;
+        if local {
+            let pushed = CURRENT.with(|c| match &*c.borrow() {
+                Some(ex) => {
+                    ex.ready.borrow_mut().push_back(self.id);
+                    true
+                }
+                None => false,
+            });
+            if pushed {
+                return;
+            }
+        }
+        self.remote.push(self.id);
+    }
+}
+
+type BoxedTask = Pin<Box<dyn Future<Output = ()>>>;
+
+struct Slot {
+    generation: u32,
+    future: Option<BoxedTask>,
+    waker: Option<Waker>,
+    /// The slot holds a live task (its future may be out while it is being polled).
+    live: bool,
+}
+
+pub struct Executor {
+    remote: Arc<Remote>,
+    slots: RefCell<Vec<Slot>>,
+    free: RefCell<Vec<u32>>,
+    ready: RefCell<VecDeque<TaskId>>,
+    pub(crate) reactor: Reactor,
+}
+
+static NEXT_EXECUTOR_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    static CURRENT: RefCell<Option<Rc<Executor>>> = const { RefCell::new(None) };
+    static CURRENT_ID: Cell<usize> = const { Cell::new(0) };
+}
+
+pub(crate) fn try_current() -> Option<Rc<Executor>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// The executor of the calling thread. Runtime functions are only called from tasks.
+pub(crate) fn current() -> Rc<Executor> {
+    CURRENT.with(|c| c.borrow().clone()).unwrap_or_else(|| {
+        // Calling runtime functions outside an executor is a programming error.
+        panic!("no Tessera executor on this thread")
+    })
+}
+
+impl Executor {
+    pub fn new() -> io::Result<Rc<Executor>> {
+        let reactor = Reactor::new()?;
+        let remote = Arc::new(Remote {
+            executor_id: NEXT_EXECUTOR_ID.fetch_add(1, Ordering::Relaxed),
+            queue: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            sleeping: AtomicBool::new(false),
+            eventfd: reactor.eventfd(),
+        });
+        let ex = Rc::new(Executor {
+            remote,
+            slots: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+            ready: RefCell::new(VecDeque::new()),
+            reactor,
+        });
+        CURRENT_ID.with(|c| c.set(ex.remote.executor_id));
+        CURRENT.with(|c| *c.borrow_mut() = Some(ex.clone()));
+        Ok(ex)
+    }
+
+    fn spawn_boxed(&self, future: BoxedTask) {
+        let index = match self.free.borrow_mut().pop() {
+            Some(i) => i,
+            None => {
+                let mut slots = self.slots.borrow_mut();
+                slots.push(Slot {
+                    generation: 0,
+                    future: None,
+                    waker: None,
+                    live: false,
+                });
+                (slots.len() - 1) as u32
+            }
+        };
+        let mut slots = self.slots.borrow_mut();
+        let slot = &mut slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1);
+        let id = TaskId {
+            index,
+            generation: slot.generation,
+        };
+        slot.future = Some(future);
+        slot.live = true;
+        slot.waker = Some(Waker::from(Arc::new(TaskWaker {
+            id,
+            remote: self.remote.clone(),
+        })));
+        drop(slots);
+        self.ready.borrow_mut().push_back(id);
+    }
+
+    /// Polls one task if `id` still names it.
+    fn poll_task(&self, id: TaskId) {
+        let (mut fut, waker) = {
+            let mut slots = self.slots.borrow_mut();
+            let Some(slot) = slots.get_mut(id.index as usize) else {
+                return;
+            };
+            if slot.generation != id.generation || !slot.live {
+                return;
+            }
+            let Some(f) = slot.future.take() else {
+                return;
+            };
+            (f, slot.waker.clone())
+        };
+        let Some(waker) = waker else {
+            return;
+        };
+        let mut cx = Context::from_waker(&waker);
+        let done = fut.as_mut().poll(&mut cx).is_ready();
+        let mut slots = self.slots.borrow_mut();
+        let slot = &mut slots[id.index as usize];
+        if done {
+            slot.live = false;
+            slot.waker = None;
+            drop(slots);
+            drop(fut);
+            self.free.borrow_mut().push(id.index);
+        } else {
+            slot.future = Some(fut);
+        }
+    }
+
+    fn drain_remote(&self) {
+        if !self.remote.pending.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let ids = match self.remote.queue.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => return,
+        };
+        self.ready.borrow_mut().extend(ids);
+    }
+
+    /// Runs `main` and every spawned task forever (the process ends shards).
+    pub fn run(self: Rc<Self>, main: impl Future<Output = ()> + 'static) {
+        self.spawn_boxed(Box::pin(main));
+        loop {
+            self.drain_remote();
+            // One round: every task ready now; tasks woken during the round wait for
+            // the next one, after the reactor had a chance to report I/O.
+            let round = self.ready.borrow().len();
+            for _ in 0..round {
+                let next = self.ready.borrow_mut().pop_front();
+                match next {
+                    Some(id) => self.poll_task(id),
+                    None => break,
+                }
+            }
+            self.drain_remote();
+            let idle = self.ready.borrow().is_empty();
+            if idle {
+                self.remote.sleeping.store(true, Ordering::SeqCst);
+                if self.remote.pending.load(Ordering::SeqCst) {
+                    self.remote.sleeping.store(false, Ordering::SeqCst);
+                    continue;
+                }
+            }
+            self.reactor.poll(idle);
+            self.remote.sleeping.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+pub fn spawn_detached(fut: impl Future<Output = ()> + 'static) {
+    current().spawn_boxed(Box::pin(fut));
+}
+
+/// Handle to a spawned task's output.
+pub struct JoinHandle<T> {
+    state: Rc<RefCell<(Option<T>, Option<Waker>)>>,
+}
+
+pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {
+    let state: Rc<RefCell<(Option<T>, Option<Waker>)>> = Rc::new(RefCell::new((None, None)));
+    let s2 = state.clone();
+    spawn_detached(async move {
+        let v = fut.await;
+        let mut st = s2.borrow_mut();
+        st.0 = Some(v);
+        if let Some(w) = st.1.take() {
+            w.wake();
+        }
+    });
+    JoinHandle { state }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut st = self.state.borrow_mut();
+        match st.0.take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                st.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Returns Pending once (after waking itself), so other ready tasks run first.
+pub struct YieldNow(pub bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! The thin layer between Tessera and its async runtime.
+//!
+//! Each shard runs one single-threaded executor pinned to its CPU, with an
+//! edge-triggered epoll reactor for sockets, an eventfd for wake-ups from other shards,
+//! a timer heap, and unbounded SPSC mailboxes between shards. Everything
+//! runtime-specific lives under this module, so shard and command code never name it.
+//!
+//! Why not glommio (the first runtime behind this module): glommio 0.9 sets up its
+//! io_uring rings without COOP/DEFER_TASKRUN, so each completion interrupts the running
+//! shard with an IPI to run task_work. Under redis-benchmark that was 19% of the
+//! server's CPU (perf, see benches/RESULTS.md). A readiness loop has no such
+//! interruptions, and a busy shard batches its readiness checks into one epoll_wait
+//! per round of ready tasks.
+
+mod executor;
+mod mesh;
+mod net;
+mod reactor;
+
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+
+pub use executor::JoinHandle;
+pub use mesh::{build_mesh, MeshEnds, MeshReceiver, MeshSenders};
+pub use net::{TcpListener, TcpStream};
+
+/// Spawns a task on the current shard's executor; awaiting the handle gives its output.
+pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {
+    executor::spawn(fut)
+}
+
+/// Spawns a task that runs to completion on its own.
+pub fn spawn_detached(fut: impl Future<Output = ()> + 'static) {
+    executor::spawn_detached(fut)
+}
+
+pub async fn sleep(d: Duration) {
+    reactor::sleep(d).await
+}
+
+/// Lets every other ready task of this shard run once before continuing.
+pub async fn yield_now() {
+    executor::YieldNow(false).await
+}
+
+/// Starts one executor thread, pinned to `cpu` when given, running `body` and then
+/// every task it spawns, for the life of the process.
+pub fn start_executor<F, Fut>(name: &str, cpu: Option<usize>, body: F) -> io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    std::thread::Builder::new().name(name.to_string()).spawn(move || {
+        if let Some(c) = cpu {
+            if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
+                tracing::warn!(cpu = c, "could not pin shard thread");
+            }
+        }
+        match executor::Executor::new() {
+            Ok(ex) => ex.run(body()),
+            Err(e) => tracing::error!("could not start executor: {e}"),
+        }
+    })
+}
+
+/// Binds a listener with SO_REUSEPORT so every shard can accept on the same port.
+pub fn bind_reuseport(addr: &str) -> io::Result<TcpListener> {
+    TcpListener::bind_reuseport(addr)
+}

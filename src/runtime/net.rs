@@ -1,0 +1,238 @@
+//! Nonblocking TCP on the shard's reactor: try the syscall first, and only when it
+//! would block wait for the fd's next readiness edge.
+
+use std::future::poll_fn;
+use std::io::{self, ErrorKind};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::rc::Rc;
+use std::task::Poll;
+
+use super::executor::current;
+use super::reactor::IoState;
+
+/// A registered fd: removed from the epoll set when dropped (before the fd closes).
+struct Registration {
+    fd: RawFd,
+    token: u64,
+    state: Rc<IoState>,
+}
+
+impl Registration {
+    fn new(fd: RawFd) -> io::Result<Registration> {
+        let (token, state) = current().reactor.register(fd)?;
+        Ok(Registration { fd, token, state })
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(ex) = super::executor::try_current() {
+            ex.reactor.deregister(self.fd, self.token);
+        }
+    }
+}
+
+pub struct TcpListener {
+    reg: Registration,
+    inner: std::net::TcpListener,
+}
+
+impl TcpListener {
+    /// Binds with SO_REUSEADDR and SO_REUSEPORT (every shard binds the same port and
+    /// the kernel spreads connections over them).
+    pub fn bind_reuseport(addr: &str) -> io::Result<TcpListener> {
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "no address"))?;
+        let domain = if addr.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
+        // SAFETY: creating a socket; the fd is owned by the std listener below.
+        let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh socket we own.
+        let inner = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+        set_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        set_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+        bind(fd, &addr)?;
+        // SAFETY: listen on our socket.
+        if unsafe { libc::listen(fd, 1024) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(TcpListener {
+            reg: Registration::new(fd)?,
+            inner,
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    pub async fn accept(&self) -> io::Result<TcpStream> {
+        poll_fn(|cx| loop {
+            match self.inner.accept() {
+                Ok((s, _)) => return Poll::Ready(TcpStream::from_std(s)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.reg.state.readable.set(false);
+                    *self.reg.state.read_waker.borrow_mut() = Some(cx.waker().clone());
+                    if !self.reg.state.readable.get() {
+                        return Poll::Pending;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+}
+
+fn set_opt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: setsockopt with a pointer to a live i32.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
+    let r = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: bind with a correctly sized sockaddr_in.
+            unsafe {
+                libc::bind(
+                    fd,
+                    &sin as *const libc::sockaddr_in as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: bind with a correctly sized sockaddr_in6.
+            unsafe {
+                libc::bind(
+                    fd,
+                    &sin6 as *const libc::sockaddr_in6 as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            }
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+pub struct TcpStream {
+    reg: Registration,
+    inner: std::net::TcpStream,
+}
+
+impl TcpStream {
+    fn from_std(s: std::net::TcpStream) -> io::Result<TcpStream> {
+        s.set_nonblocking(true)?;
+        let reg = Registration::new(s.as_raw_fd())?;
+        Ok(TcpStream { reg, inner: s })
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.inner.set_nodelay(on)
+    }
+
+    /// Reads what is available (at least one byte), waiting if nothing is. Ok(0) = EOF.
+    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let fd = self.inner.as_raw_fd();
+        let state = self.reg.state.clone();
+        poll_fn(|cx| loop {
+            // SAFETY: recv into a live, correctly sized buffer.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
+            if n >= 0 {
+                return Poll::Ready(Ok(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                ErrorKind::WouldBlock => {
+                    state.readable.set(false);
+                    *state.read_waker.borrow_mut() = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+                ErrorKind::Interrupted => continue,
+                _ => return Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+
+    /// Writes all of `buf`, waiting for the socket to drain when its buffer is full.
+    pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        let fd = self.inner.as_raw_fd();
+        let state = self.reg.state.clone();
+        poll_fn(|cx| {
+            while !buf.is_empty() {
+                // SAFETY: send from a live buffer; MSG_NOSIGNAL keeps a closed peer from
+                // raising SIGPIPE.
+                let n = unsafe { libc::send(fd, buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL) };
+                if n >= 0 {
+                    buf = &buf[n as usize..];
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    ErrorKind::WouldBlock => {
+                        state.writable.set(false);
+                        *state.write_waker.borrow_mut() = Some(cx.waker().clone());
+                        return Poll::Pending;
+                    }
+                    ErrorKind::Interrupted => continue,
+                    _ => return Poll::Ready(Err(e)),
+                }
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await
+    }
+}
+
+impl AsRawFd for TcpStream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}

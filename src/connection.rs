@@ -77,6 +77,11 @@ pub struct Connection {
     spans: Vec<ArgSpan>,
     out: Vec<u8>,
     pipe: Pipeline,
+    /// Unix ms read once per read batch: commands of one batch see one time, as
+    /// Redis's commands see one time per event-loop iteration.
+    now: u64,
+    /// The last command looked up: pipelines mostly repeat one command.
+    last_cmd: Option<(u16, &'static commands::CommandSpec)>,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -134,6 +139,8 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         spans: Vec::with_capacity(16),
         out: Vec::with_capacity(READ_CHUNK),
         pipe: Pipeline::new(shards),
+        now,
+        last_cmd: None,
     };
     conn.run().await;
     cell.clients.borrow_mut().remove(shared.id);
@@ -190,6 +197,7 @@ impl Connection {
             return false;
         }
         let now = crate::util::now_ms();
+        self.now = now;
         self.session.shared.last_interaction_ms.set(now);
         let limit = {
             let mut data = self.session.cell.data.borrow_mut();
@@ -299,11 +307,13 @@ impl Connection {
 
     async fn dispatch(&mut self, args: Args<'_>) {
         let name = args.get(0);
-        let Some((idx, spec)) = commands::lookup(name) else {
+        let cached = self.last_cmd.filter(|(_, s)| s.name.as_bytes().eq_ignore_ascii_case(name));
+        let Some((idx, spec)) = cached.or_else(|| commands::lookup(name)) else {
             let msg = unknown_command_message(&args);
             self.reject(None, &msg);
             return;
         };
+        self.last_cmd = Some((idx, spec));
         self.session.shared.last_cmd.set(spec.name);
         if !spec.arity_ok(args.len()) {
             self.reject(Some(idx), &format!("ERR wrong number of arguments for '{}' command", spec.name));
@@ -448,7 +458,7 @@ impl Connection {
                 db: db as usize,
                 args: *args,
                 out: ReplyWriter { out: target, proto },
-                now: crate::util::now_ms(),
+                now: self.now,
             });
         }
         self.record_local_call(idx, before);

@@ -19,7 +19,7 @@ pub fn hashtag(key: &[u8]) -> &[u8] {
 
 #[inline]
 pub fn key_slot(key: &[u8]) -> u16 {
-    (crc16::State::<crc16::XMODEM>::calculate(hashtag(key)) as usize % SLOT_COUNT) as u16
+    (crate::util::crc16::crc16(hashtag(key)) as usize % SLOT_COUNT) as u16
 }
 
 /// Which shard owns which slots: shard `i` of `n` owns `[i*16384/n, (i+1)*16384/n)`.

@@ -364,7 +364,8 @@ fn copy(ctx: &mut ExecCtx) {
     if target.contains(dst, now) && !o.replace {
         return ctx.out.integer(0);
     }
-    target.insert(dst, v, at, crate::util::lru_clock());
+    let lru = (now / 1000) as u32;
+    target.insert(dst, v, at, lru);
     ctx.out.integer(1);
 }
 

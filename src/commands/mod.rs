@@ -100,6 +100,12 @@ pub struct ExecCtx<'a> {
 }
 
 impl<'a> ExecCtx<'a> {
+    /// The access clock for entries touched now (seconds, as OBJECT IDLETIME counts).
+    #[inline]
+    pub fn lru(&self) -> u32 {
+        (self.now / 1000) as u32
+    }
+
     #[inline]
     pub fn db(&mut self) -> &mut Db {
         &mut self.data.dbs[self.db]
@@ -113,7 +119,7 @@ impl<'a> ExecCtx<'a> {
     /// Looks up a live key, counting a keyspace hit or miss as Redis does for reads.
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let now = self.now;
-        let lru = crate::util::lru_clock();
+        let lru = self.lru();
         let stats = &mut self.data.stats;
         match self.data.dbs[self.db].get(key, now) {
             Some(e) => {
@@ -132,7 +138,7 @@ impl<'a> ExecCtx<'a> {
     /// handler can reply straight from the stored value without copying it.
     pub fn read_with_out(&mut self, key: &[u8]) -> (Option<&mut Entry>, &mut ReplyWriter<'a>) {
         let now = self.now;
-        let lru = crate::util::lru_clock();
+        let lru = self.lru();
         let data = &mut *self.data;
         let entry = match data.dbs[self.db].get(key, now) {
             Some(e) => {
@@ -151,7 +157,7 @@ impl<'a> ExecCtx<'a> {
     /// Looks up a live key for writing (no hit/miss accounting).
     pub fn lookup_write(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let now = self.now;
-        let lru = crate::util::lru_clock();
+        let lru = self.lru();
         let e = self.data.dbs[self.db].get(key, now)?;
         e.lru = lru;
         Some(e)

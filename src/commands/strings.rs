@@ -174,7 +174,7 @@ fn expire_unit(a: &[u8]) -> Option<(i64, bool)> {
 
 /// Stores a string value, replacing whatever the key held (and its TTL unless `keep_ttl`).
 pub fn store_str(ctx: &mut ExecCtx, key: &[u8], v: StrValue, expire: ExpireOpt) {
-    let lru = crate::util::lru_clock();
+    let lru = ctx.lru();
     let now = ctx.now;
     let db = ctx.db();
     let at = match expire {

@@ -144,7 +144,7 @@ fn handler_of(cmd: u16, split_part: bool) -> KeyedFn {
 }
 
 /// Runs one command of the batch and appends its reply.
-fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, reply: &mut BatchReply) {
+fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut BatchReply) {
     let c = batch.cmds[i];
     let run = handler_of(c.cmd, c.split_part);
     let args = Args::new(&batch.data, &batch.spans[c.args.0 as usize..c.args.1 as usize]);
@@ -158,7 +158,7 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, reply: &mut BatchRepl
             out: &mut reply.out,
             proto: c.proto,
         },
-        now: crate::util::now_ms(),
+        now,
     };
     run(&mut ctx);
     let failed = reply.out.get(before) == Some(&b'-');
@@ -169,11 +169,12 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, reply: &mut BatchRepl
 /// Runs commands from `from` on until one touches a key another operation has locked
 /// (returns its index) or the batch ends (None). `txn`'s own locks never block it.
 fn run_until_blocked(cell: &ShardCell, batch: &OwnedBatch, from: usize, txn: Option<TxnId>, reply: &mut BatchReply) -> Option<usize> {
+    let now = crate::util::now_ms();
     for i in from..batch.cmds.len() {
         if txn.is_none() && batch.blocked(i, cell) {
             return Some(i);
         }
-        run_one(cell, batch, i, reply);
+        run_one(cell, batch, i, now, reply);
     }
     None
 }

@@ -1,4 +1,5 @@
 //! Small shared helpers.
+pub mod crc16;
 pub mod glob;
 
 use std::time::{SystemTime, UNIX_EPOCH};

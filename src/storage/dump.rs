@@ -1210,6 +1210,10 @@ mod lzf {
 
     /// Compresses `input`; `None` if the result would exceed `max_out` bytes.
     pub(super) fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
+        // Nothing to compress; an empty LZF block would not decode (length 0).
+        if input.is_empty() {
+            return None;
+        }
         let mut c = Compressor::new(input, max_out);
         c.run()?;
         Some(c.out)

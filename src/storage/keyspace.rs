@@ -6,6 +6,7 @@
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 
+use super::key::CompactKey;
 use super::value::Value;
 use crate::slot::key_slot;
 
@@ -13,7 +14,7 @@ use crate::slot::key_slot;
 pub const NO_EXPIRE: u64 = 0;
 
 pub struct Entry {
-    pub key: Box<[u8]>,
+    pub key: CompactKey,
     pub value: Value,
     /// Absolute deadline in unix milliseconds, or `NO_EXPIRE`. Changed only through
     /// `Db` so the per-slot TTL counters stay exact.
@@ -49,7 +50,10 @@ pub struct ExpireCycleStats {
 }
 
 pub struct Db {
-    slots: Vec<Option<Box<SlotKeys>>>,
+    /// One table per owned slot, allocated when the database is first written (most of
+    /// the 16 databases are never used), each table empty until its slot gets a key.
+    slots: Vec<SlotKeys>,
+    slot_count: usize,
     first_slot: usize,
     keys: usize,
     expires: usize,
@@ -64,7 +68,8 @@ impl Db {
     /// A database holding the slots `[first_slot, first_slot + count)`.
     pub fn new(first_slot: usize, count: usize, hasher: DefaultHashBuilder) -> Db {
         Db {
-            slots: (0..count).map(|_| None).collect(),
+            slots: Vec::new(),
+            slot_count: count,
             first_slot,
             keys: 0,
             expires: 0,
@@ -87,7 +92,7 @@ impl Db {
     }
 
     pub fn slot_count(&self) -> usize {
-        self.slots.len()
+        self.slot_count
     }
 
     pub fn first_slot(&self) -> usize {
@@ -97,37 +102,32 @@ impl Db {
     #[inline]
     fn locate(&self, key: &[u8]) -> (usize, u64) {
         let idx = (key_slot(key) as usize).wrapping_sub(self.first_slot);
-        debug_assert!(idx < self.slots.len(), "key routed to a shard that does not own its slot");
+        debug_assert!(idx < self.slot_count, "key routed to a shard that does not own its slot");
         (idx, self.hasher.hash_one(key))
     }
 
     /// Looks a key up, deleting it first if its TTL has passed (Redis's passive expiry).
+    /// One probe of the slot's table either way.
+    #[inline]
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let (idx, hash) = self.locate(key);
-        let slot = self.slots.get_mut(idx)?.as_mut()?;
-        let expired = slot
-            .table
-            .find(hash, |e| &*e.key == key)
-            .map(|e| e.is_expired(now_ms))?;
-        if expired {
-            self.remove_at(idx, hash, key);
-            self.expired_count += 1;
-            return None;
+        let slot = self.slots.get_mut(idx)?;
+        let occupied = slot.table.find_entry(hash, |e| e.key.as_bytes() == key).ok()?;
+        if !occupied.get().is_expired(now_ms) {
+            return Some(occupied.into_mut());
         }
-        self.slots[idx]
-            .as_mut()?
-            .table
-            .find_mut(hash, |e| &*e.key == key)
+        occupied.remove();
+        slot.ttl_count -= 1;
+        self.expires -= 1;
+        self.keys -= 1;
+        self.expired_count += 1;
+        None
     }
 
     /// Looks a key up without expiring it or touching anything (for introspection).
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
         let (idx, hash) = self.locate(key);
-        self.slots
-            .get(idx)?
-            .as_ref()?
-            .table
-            .find(hash, |e| &*e.key == key)
+        self.slots.get(idx)?.table.find(hash, |e| e.key.as_bytes() == key)
     }
 
     pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
@@ -138,15 +138,18 @@ impl Db {
     /// which is returned.
     pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) -> Option<Entry> {
         let old = self.remove(key);
-        self.insert_new(key.into(), value, expire_at, lru);
+        self.insert_new(CompactKey::new(key), value, expire_at, lru);
         old
     }
 
     /// Inserts a key known to be absent.
-    pub fn insert_new(&mut self, key: Box<[u8]>, value: Value, expire_at: u64, lru: u32) {
+    pub fn insert_new(&mut self, key: CompactKey, value: Value, expire_at: u64, lru: u32) {
         let (idx, hash) = self.locate(&key);
+        if self.slots.is_empty() {
+            self.slots.resize_with(self.slot_count, SlotKeys::default);
+        }
         let hasher = &self.hasher;
-        let slot = self.slots[idx].get_or_insert_with(Default::default);
+        let slot = &mut self.slots[idx];
         if expire_at != NO_EXPIRE {
             slot.ttl_count += 1;
             self.expires += 1;
@@ -159,7 +162,7 @@ impl Db {
                 expire_at,
                 lru,
             },
-            |e| hasher.hash_one(&e.key),
+            |e| hasher.hash_one(e.key.as_bytes()),
         );
         self.keys += 1;
     }
@@ -171,20 +174,16 @@ impl Db {
     }
 
     fn remove_at(&mut self, idx: usize, hash: u64, key: &[u8]) -> Option<Entry> {
-        let slot = self.slots.get_mut(idx)?.as_mut()?;
-        let (entry, _) = slot
-            .table
-            .find_entry(hash, |e| &*e.key == key)
-            .ok()?
-            .remove();
+        let slot = self.slots.get_mut(idx)?;
+        let (entry, _) = slot.table.find_entry(hash, |e| e.key.as_bytes() == key).ok()?.remove();
         if entry.expire_at != NO_EXPIRE {
             slot.ttl_count -= 1;
             self.expires -= 1;
         }
         self.keys -= 1;
         if slot.table.is_empty() {
-            // Give back an emptied slot's table: flushes and deletes leave no garbage.
-            self.slots[idx] = None;
+            // Give back an emptied slot's table: deletes leave no garbage.
+            slot.table = HashTable::new();
         }
         Some(entry)
     }
@@ -192,10 +191,10 @@ impl Db {
     /// Sets or clears (`NO_EXPIRE`) a live key's deadline. Returns false if absent.
     pub fn set_expire(&mut self, key: &[u8], expire_at: u64) -> bool {
         let (idx, hash) = self.locate(key);
-        let Some(slot) = self.slots.get_mut(idx).and_then(|s| s.as_mut()) else {
+        let Some(slot) = self.slots.get_mut(idx) else {
             return false;
         };
-        let Some(entry) = slot.table.find_mut(hash, |e| &*e.key == key) else {
+        let Some(entry) = slot.table.find_mut(hash, |e| e.key.as_bytes() == key) else {
             return false;
         };
         match (entry.expire_at != NO_EXPIRE, expire_at != NO_EXPIRE) {
@@ -214,16 +213,14 @@ impl Db {
     }
 
     pub fn clear(&mut self) {
-        for s in &mut self.slots {
-            *s = None;
-        }
+        self.slots = Vec::new();
         self.keys = 0;
         self.expires = 0;
     }
 
     /// Calls `f` for every live key of one slot index (0-based within this Db).
     pub fn for_each_in_slot(&self, idx: usize, now_ms: u64, mut f: impl FnMut(&Entry)) {
-        if let Some(Some(slot)) = self.slots.get(idx) {
+        if let Some(slot) = self.slots.get(idx) {
             for e in slot.table.iter() {
                 if !e.is_expired(now_ms) {
                     f(e);
@@ -234,36 +231,31 @@ impl Db {
 
     /// Number of entries (expired or not) in a slot index.
     pub fn slot_len(&self, idx: usize) -> usize {
-        match self.slots.get(idx) {
-            Some(Some(s)) => s.table.len(),
-            _ => 0,
-        }
+        self.slots.get(idx).map_or(0, |s| s.table.len())
     }
 
     /// A uniformly chosen non-empty slot, then a uniformly chosen entry in it: close
     /// enough to Redis's RANDOMKEY for slots of similar size. Expired keys found on the
     /// way are deleted, as Redis does.
-    pub fn random_key(&mut self, now_ms: u64, rng: &mut Rng) -> Option<Box<[u8]>> {
+    pub fn random_key(&mut self, now_ms: u64, rng: &mut Rng) -> Option<Vec<u8>> {
         for _ in 0..100 {
             if self.keys == 0 {
                 return None;
             }
             let n = self.slots.len();
             let start = rng.below(n);
-            let idx = (0..n)
-                .map(|i| (start + i) % n)
-                .find(|&i| self.slots[i].is_some())?;
-            let slot = self.slots[idx].as_ref()?;
+            let idx = (0..n).map(|i| (start + i) % n).find(|&i| !self.slots[i].table.is_empty())?;
+            let slot = &self.slots[idx];
             let pick = rng.below(slot.table.len());
             let entry = slot.table.iter().nth(pick)?;
             if entry.is_expired(now_ms) {
-                let key = entry.key.clone();
-                let hash = self.hasher.hash_one(&key);
+                let key = entry.key.to_vec();
+                let hash = self.hasher.hash_one(&key[..]);
                 self.remove_at(idx, hash, &key);
                 self.expired_count += 1;
                 continue;
             }
-            return Some(entry.key.clone());
+            return Some(entry.key.to_vec());
         }
         None
     }
@@ -283,8 +275,8 @@ impl Db {
             }
             let idx = self.expire_cursor % n;
             self.expire_cursor = (idx + 1) % n;
-            let Some(slot) = self.slots[idx].as_mut() else {
-                continue;
+            let Some(slot) = self.slots.get_mut(idx) else {
+                break;
             };
             if slot.ttl_count == 0 {
                 continue;
@@ -309,7 +301,7 @@ impl Db {
             self.keys -= removed;
             stats.expired += removed;
             if slot.table.is_empty() {
-                self.slots[idx] = None;
+                slot.table = HashTable::new();
             }
         }
         self.expired_count += stats.expired as u64;

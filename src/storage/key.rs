@@ -75,3 +75,9 @@ mod tests {
         }
     }
 }
+
+impl From<&[u8]> for CompactKey {
+    fn from(k: &[u8]) -> CompactKey {
+        CompactKey::new(k)
+    }
+}

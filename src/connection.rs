@@ -396,7 +396,7 @@ impl Connection {
         let mut spans_shards = false;
         if cell.shard_count() > 1 {
             let mut first = None;
-            for p in spec.keys.positions(args.len()) {
+            for p in spec.keys.positions(args) {
                 let s = cell.shard_of(args.get(p));
                 match first {
                     None => first = Some(s),
@@ -415,7 +415,7 @@ impl Connection {
             } else {
                 let db = self.session.db as u8;
                 let proto = self.session.proto;
-                let i = self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args.len()));
+                let i = self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
                 self.pipe.order.push(Part::Remote(target as u16, i as u32));
             }
             return;
@@ -441,11 +441,11 @@ impl Connection {
         let db = self.session.db as u8;
         let blocked = {
             let l = cell.locks.borrow();
-            !l.is_idle() && spec.keys.positions(args.len()).any(|p| l.blocks(db, args.get(p), None))
+            !l.is_idle() && spec.keys.positions(args).any(|p| l.blocks(db, args.get(p), None))
         };
         if blocked {
             self.flush().await;
-            let keys = spec.keys.positions(args.len()).map(|p| args.get(p).to_vec()).collect();
+            let keys = spec.keys.positions(args).map(|p| args.get(p).to_vec()).collect();
             locks::wait_unlocked(&cell.locks, db, keys).await;
         }
         let proto = self.session.proto;

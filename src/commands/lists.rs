@@ -27,13 +27,8 @@ const K12: KeySpec = KeySpec::Range {
     last: 2,
     step: 1,
 };
-/// LMPOP's keys follow its numkeys argument; the table can only say "from 2 on", so
-/// LEFT/RIGHT/COUNT ride along as if keys: harmless for routing and locking.
-const K_MPOP: KeySpec = KeySpec::Range {
-    first: 2,
-    last: -1,
-    step: 1,
-};
+/// A key count at argument 1, then that many keys.
+const K_MPOP: KeySpec = KeySpec::Keynum { dest: 0, keynum_at: 1 };
 
 const W_FAST: &[&str] = &["@write", "@list", "@fast"];
 const W_SLOW: &[&str] = &["@write", "@list", "@slow"];

@@ -79,6 +79,14 @@ impl<'a> Args<'a> {
         (0..self.len()).map(move |i| self.get(i))
     }
 
+    /// The arguments from `from` on, as a command of their own (COMMAND GETKEYS).
+    pub fn tail(&self, from: usize) -> Args<'a> {
+        Args {
+            buf: self.buf,
+            spans: self.spans.get(from..).unwrap_or(&[]),
+        }
+    }
+
     pub fn to_vecs(&self) -> Vec<Vec<u8>> {
         self.iter().map(|a| a.to_vec()).collect()
     }

@@ -480,7 +480,7 @@ fn command_getkeys(ctx: &mut ClientCtx, with_flags: bool) {
     if !spec.arity_ok(argc) {
         return ctx.out.error("ERR Invalid number of arguments specified for command");
     }
-    let keys: Vec<usize> = spec.keys.positions(argc).collect();
+    let keys: Vec<usize> = spec.keys.positions(&ctx.args.tail(2)).collect();
     if keys.is_empty() {
         return ctx.out.error("ERR The command has no key arguments");
     }

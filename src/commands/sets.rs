@@ -40,14 +40,8 @@ const K_ALL: KeySpec = KeySpec::Range {
     last: -1,
     step: 1,
 };
-/// SINTERCARD's keys follow numkeys; KeySpec cannot say "numkeys of them", so the
-/// range also covers a trailing LIMIT clause. That only costs a needless coordinator
-/// run when LIMIT's words hash to another shard; the coordinator reads the real keys.
-const K_AFTER_NUMKEYS: KeySpec = KeySpec::Range {
-    first: 2,
-    last: -1,
-    step: 1,
-};
+/// A key count at argument 1, then that many keys.
+const K_AFTER_NUMKEYS: KeySpec = KeySpec::Keynum { dest: 0, keynum_at: 1 };
 
 const OUT_OF_RANGE_POSITIVE: &str = "ERR value is out of range, must be positive";
 

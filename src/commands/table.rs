@@ -49,20 +49,53 @@ pub mod flags {
     ];
 }
 
-/// Where a command's keys are, in COMMAND INFO's (first, last, step) terms.
+/// Where a command's keys are.
 #[derive(Debug, Clone, Copy)]
 pub enum KeySpec {
     None,
-    /// `last` < 0 counts from the end (-1 = last argument).
+    /// Keys at `first`, `first + step` ... up to `last` (< 0 counts from the end,
+    /// -1 = the last argument): COMMAND INFO's (first, last, step).
     Range { first: u8, last: i8, step: u8 },
+    /// A key count at `keynum_at` followed by that many keys (SINTERCARD, LMPOP,
+    /// ZUNIONSTORE ...), plus a fixed key at `dest` when non-zero (a STORE target).
+    /// An invalid count yields only `dest`: the handler then replies the error.
+    Keynum { dest: u8, keynum_at: u8 },
+}
+
+/// Indexes of a command's key arguments, in argument order.
+#[derive(Debug, Clone)]
+pub struct KeyPositions {
+    fixed: Option<usize>,
+    next: usize,
+    end: usize,
+    step: usize,
+}
+
+impl Iterator for KeyPositions {
+    type Item = usize;
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if let Some(f) = self.fixed.take() {
+            return Some(f);
+        }
+        if self.next < self.end {
+            let p = self.next;
+            self.next += self.step;
+            Some(p)
+        } else {
+            None
+        }
+    }
 }
 
 impl KeySpec {
-    /// Indexes of the key arguments in a command of `argc` arguments.
+    /// Indexes of the key arguments of `args` (argv[0] is the command name).
     #[inline]
-    pub fn positions(&self, argc: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
+    pub fn positions(&self, args: &super::Args) -> KeyPositions {
+        let argc = args.len();
+        let none = KeyPositions { fixed: None, next: 0, end: 0, step: 1 };
         match *self {
-            KeySpec::None => (0..0).step_by(1),
+            KeySpec::None => none,
             KeySpec::Range { first, last, step } => {
                 let first = first as usize;
                 let last = if last < 0 {
@@ -71,18 +104,29 @@ impl KeySpec {
                     (last as isize).min(argc as isize - 1)
                 };
                 if last < first as isize {
-                    (0..0).step_by(1)
+                    none
                 } else {
-                    (first..last as usize + 1).step_by(step.max(1) as usize)
+                    KeyPositions { fixed: None, next: first, end: last as usize + 1, step: step.max(1) as usize }
                 }
+            }
+            KeySpec::Keynum { dest, keynum_at } => {
+                let fixed = (dest > 0 && (dest as usize) < argc).then_some(dest as usize);
+                let first = keynum_at as usize + 1;
+                let count = super::parse_i64(args.get(keynum_at as usize)).unwrap_or(0);
+                let end = if count > 0 && (count as usize) <= argc.saturating_sub(first) { first + count as usize } else { first };
+                KeyPositions { fixed, next: first, end, step: 1 }
             }
         }
     }
 
+    /// COMMAND INFO's (first, last, step); commands with a key count report Redis's
+    /// (0, 0, 0) (or their fixed destination) and carry the movablekeys flag.
     pub fn triple(&self) -> (i64, i64, i64) {
         match *self {
             KeySpec::None => (0, 0, 0),
             KeySpec::Range { first, last, step } => (first as i64, last as i64, step as i64),
+            KeySpec::Keynum { dest: 0, .. } => (0, 0, 0),
+            KeySpec::Keynum { dest, .. } => (dest as i64, dest as i64, 1),
         }
     }
 }
@@ -205,22 +249,45 @@ mod tests {
         assert_eq!(t.specs.len(), t.by_name.len(), "duplicate command name");
         for s in &t.specs {
             assert_eq!(s.name, s.name.to_ascii_lowercase());
-            if let (Kind::Keyed(_, Cross::Never), KeySpec::Range { first, last, step }) = (s.kind, s.keys) {
-                let single = last >= 0 && (last as i16 - first as i16) < step as i16;
-                assert!(single, "{} has several keys but no cross-shard rule", s.name);
+            match (s.kind, s.keys) {
+                (Kind::Keyed(_, Cross::Never), KeySpec::Range { first, last, step }) => {
+                    let single = last >= 0 && (last as i16 - first as i16) < step as i16;
+                    assert!(single, "{} has several keys but no cross-shard rule", s.name);
+                }
+                (Kind::Keyed(_, Cross::Never), KeySpec::Keynum { .. }) => {
+                    panic!("{} has several keys but no cross-shard rule", s.name)
+                }
+                _ => {}
             }
         }
         assert!(lookup(b"GeT").is_some());
         assert!(lookup(b"nosuchcommand").is_none());
     }
 
+    fn positions(spec: KeySpec, words: &[&str]) -> Vec<usize> {
+        let mut buf = Vec::new();
+        let mut spans = Vec::new();
+        for w in words {
+            let start = buf.len() as u32;
+            buf.extend_from_slice(w.as_bytes());
+            spans.push(crate::protocol::parser::ArgSpan { start, end: buf.len() as u32 });
+        }
+        spec.positions(&crate::commands::Args::new(&buf, &spans)).collect()
+    }
+
     #[test]
     fn key_positions() {
         let r = KeySpec::Range { first: 1, last: -1, step: 2 };
-        assert_eq!(r.positions(5).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(positions(r, &["mset", "a", "1", "b", "2"]), vec![1, 3]);
         let one = KeySpec::Range { first: 1, last: 1, step: 1 };
-        assert_eq!(one.positions(3).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(positions(one, &["get", "a", "x"]), vec![1]);
         let all = KeySpec::Range { first: 1, last: -1, step: 1 };
-        assert_eq!(all.positions(4).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(positions(all, &["del", "a", "b", "c"]), vec![1, 2, 3]);
+        let store = KeySpec::Keynum { dest: 1, keynum_at: 2 };
+        assert_eq!(positions(store, &["zunionstore", "d", "2", "a", "b", "WEIGHTS", "1", "2"]), vec![1, 3, 4]);
+        let card = KeySpec::Keynum { dest: 0, keynum_at: 1 };
+        assert_eq!(positions(card, &["sintercard", "2", "a", "b", "LIMIT", "3"]), vec![2, 3]);
+        assert_eq!(positions(card, &["sintercard", "5", "a", "b"]), Vec::<usize>::new());
+        assert_eq!(positions(card, &["sintercard", "x", "a"]), Vec::<usize>::new());
     }
 }

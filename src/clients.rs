@@ -44,7 +44,10 @@ impl ClientShared {
     /// One line of CLIENT LIST / CLIENT INFO in Redis 7.0's format.
     pub fn info_line(&self, now_ms: u64) -> String {
         let name = self.name.borrow();
-        let name = name.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+        let name = name
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
         let age = now_ms.saturating_sub(self.created_ms) / 1000;
         let idle = now_ms.saturating_sub(self.last_interaction_ms.get()) / 1000;
         let mut flags = String::new();

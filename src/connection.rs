@@ -14,9 +14,10 @@
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-
 use crate::clients::{ClientShared, ReplyMode, Session};
-use crate::commands::{self, table::flags, Args, ClientCtx, Cross, ExecCtx, GlobalCtx, KeyedFn, Kind, Merge};
+use crate::commands::{
+    self, table::flags, Args, ClientCtx, Cross, ExecCtx, GlobalCtx, KeyedFn, Kind, Merge,
+};
 use crate::protocol::parser::{ArgSpan, ParseLimits, RequestParser};
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::runtime::TcpStream;
@@ -96,7 +97,9 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
     if connected > maxclients {
         CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
         cell.data.borrow_mut().stats.rejected_connections += 1;
-        let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+        let _ = stream
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
         return;
     }
     let now = crate::util::now_ms();
@@ -207,7 +210,10 @@ impl Connection {
         let pending = self.end - self.start;
         self.session.shared.query_buf_len.set(pending);
         if pending > limit {
-            tracing::warn!(client = self.session.id(), "closing client that reached max query buffer length");
+            tracing::warn!(
+                client = self.session.id(),
+                "closing client that reached max query buffer length"
+            );
             return false;
         }
         // Return the buffer's memory once a big request has been consumed.
@@ -233,7 +239,9 @@ impl Connection {
         let buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
         while self.start < self.end && !self.session.close_after_reply {
-            let parsed = self.parser.parse(&buf[self.start..self.end], &limits, &mut spans);
+            let parsed = self
+                .parser
+                .parse(&buf[self.start..self.end], &limits, &mut spans);
             match parsed {
                 Ok(Some(consumed)) => {
                     let cmd_start = self.start;
@@ -307,7 +315,9 @@ impl Connection {
 
     async fn dispatch(&mut self, args: Args<'_>) {
         let name = args.get(0);
-        let cached = self.last_cmd.filter(|(_, s)| s.name.as_bytes().eq_ignore_ascii_case(name));
+        let cached = self
+            .last_cmd
+            .filter(|(_, s)| s.name.as_bytes().eq_ignore_ascii_case(name));
         let Some((idx, spec)) = cached.or_else(|| commands::lookup(name)) else {
             let msg = unknown_command_message(&args);
             self.reject(None, &msg);
@@ -316,7 +326,10 @@ impl Connection {
         self.last_cmd = Some((idx, spec));
         self.session.shared.last_cmd.set(spec.name);
         if !spec.arity_ok(args.len()) {
-            self.reject(Some(idx), &format!("ERR wrong number of arguments for '{}' command", spec.name));
+            self.reject(
+                Some(idx),
+                &format!("ERR wrong number of arguments for '{}' command", spec.name),
+            );
             return;
         }
         if !self.session.authenticated && !spec.has(flags::NO_AUTH) {
@@ -332,7 +345,11 @@ impl Connection {
             Kind::Client(f) => {
                 let proto = self.session.proto;
                 let before = self.reply_target().len();
-                let target: &mut Vec<u8> = if self.pipe.is_empty() { &mut self.out } else { &mut self.pipe.scratch };
+                let target: &mut Vec<u8> = if self.pipe.is_empty() {
+                    &mut self.out
+                } else {
+                    &mut self.pipe.scratch
+                };
                 f(&mut ClientCtx {
                     session: &mut self.session,
                     args,
@@ -368,8 +385,13 @@ impl Connection {
 
     fn record_local_call(&mut self, idx: u16, before: usize) {
         let failed_prefix = {
-            let target = if self.pipe.is_empty() { &self.out } else { &self.pipe.scratch };
-            (target.get(before) == Some(&b'-')).then(|| error_prefix(&target[before + 1..]).to_string())
+            let target = if self.pipe.is_empty() {
+                &self.out
+            } else {
+                &self.pipe.scratch
+            };
+            (target.get(before) == Some(&b'-'))
+                .then(|| error_prefix(&target[before + 1..]).to_string())
         };
         let mut data = self.session.cell.data.borrow_mut();
         data.stats.record_call(idx, failed_prefix.is_some());
@@ -389,7 +411,14 @@ impl Connection {
         self.record_local_call(idx, before);
     }
 
-    async fn route_keyed(&mut self, idx: u16, spec: &'static commands::CommandSpec, run: KeyedFn, cross: Cross, args: &Args<'_>) {
+    async fn route_keyed(
+        &mut self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        run: KeyedFn,
+        cross: Cross,
+        args: &Args<'_>,
+    ) {
         let cell = self.session.cell.clone();
         let home = cell.id;
         let mut target = home;
@@ -415,13 +444,16 @@ impl Connection {
             } else {
                 let db = self.session.db as u8;
                 let proto = self.session.proto;
-                let i = self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
+                let i =
+                    self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
                 self.pipe.order.push(Part::Remote(target as u16, i as u32));
             }
             return;
         }
         match cross {
-            Cross::Split { stride, merge, .. } => self.queue_split(idx, spec, stride as usize, merge, args),
+            Cross::Split { stride, merge, .. } => {
+                self.queue_split(idx, spec, stride as usize, merge, args)
+            }
             Cross::Coordinator(f) => {
                 self.flush().await;
                 self.run_global(idx, f, args).await;
@@ -436,22 +468,40 @@ impl Connection {
 
     /// Runs a command whose keys are all on the home shard, waiting first if another
     /// multi-shard operation holds one of them.
-    async fn run_inline(&mut self, idx: u16, spec: &'static commands::CommandSpec, run: KeyedFn, args: &Args<'_>) {
+    async fn run_inline(
+        &mut self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        run: KeyedFn,
+        args: &Args<'_>,
+    ) {
         let cell = self.session.cell.clone();
         let db = self.session.db as u8;
         let blocked = {
             let l = cell.locks.borrow();
-            !l.is_idle() && spec.keys.positions(args).any(|p| l.blocks(db, args.get(p), None))
+            !l.is_idle()
+                && spec
+                    .keys
+                    .positions(args)
+                    .any(|p| l.blocks(db, args.get(p), None))
         };
         if blocked {
             self.flush().await;
-            let keys = spec.keys.positions(args).map(|p| args.get(p).to_vec()).collect();
+            let keys = spec
+                .keys
+                .positions(args)
+                .map(|p| args.get(p).to_vec())
+                .collect();
             locks::wait_unlocked(&cell.locks, db, keys).await;
         }
         let proto = self.session.proto;
         let before = self.reply_target().len();
         {
-            let target: &mut Vec<u8> = if self.pipe.is_empty() { &mut self.out } else { &mut self.pipe.scratch };
+            let target: &mut Vec<u8> = if self.pipe.is_empty() {
+                &mut self.out
+            } else {
+                &mut self.pipe.scratch
+            };
             let mut data = cell.data.borrow_mut();
             run(&mut ExecCtx {
                 data: &mut data,
@@ -465,9 +515,19 @@ impl Connection {
         self.note_local(before);
     }
 
-    fn queue_split(&mut self, idx: u16, spec: &'static commands::CommandSpec, stride: usize, merge: Merge, args: &Args<'_>) {
-        if (args.len() - 1) % stride != 0 {
-            self.reject(Some(idx), &format!("ERR wrong number of arguments for '{}' command", spec.name));
+    fn queue_split(
+        &mut self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        stride: usize,
+        merge: Merge,
+        args: &Args<'_>,
+    ) {
+        if !(args.len() - 1).is_multiple_of(stride) {
+            self.reject(
+                Some(idx),
+                &format!("ERR wrong number of arguments for '{}' command", spec.name),
+            );
             return;
         }
         let cell = self.session.cell.clone();
@@ -530,7 +590,9 @@ impl Connection {
     /// in ascending order, release when the last shard has run.
     async fn run_locked(&mut self, cell: &Rc<ShardCell>, replies: &mut [Option<BatchReply>]) {
         let txn = cell.next_txn_id();
-        let shards: Vec<usize> = (0..replies.len()).filter(|&s| !self.pipe.batches[s].is_empty()).collect();
+        let shards: Vec<usize> = (0..replies.len())
+            .filter(|&s| !self.pipe.batches[s].is_empty())
+            .collect();
         for (pos, &s) in shards.iter().enumerate() {
             let last = pos + 1 == shards.len();
             let b = std::mem::take(&mut self.pipe.batches[s]);
@@ -549,7 +611,8 @@ impl Connection {
             replies[s] = Some(reply);
         }
         for &s in &shards[..shards.len().saturating_sub(1)] {
-            cell.tell(s, move |c| c.locks.borrow_mut().release(txn)).await;
+            cell.tell(s, move |c| c.locks.borrow_mut().release(txn))
+                .await;
         }
     }
 
@@ -557,7 +620,9 @@ impl Connection {
         let proto = self.session.proto;
         for part in &self.pipe.order {
             match *part {
-                Part::Local(a, b) => self.out.extend_from_slice(&self.pipe.scratch[a as usize..b as usize]),
+                Part::Local(a, b) => self
+                    .out
+                    .extend_from_slice(&self.pipe.scratch[a as usize..b as usize]),
                 Part::Remote(s, i) => {
                     if let Some(r) = &replies[s as usize] {
                         self.out.extend_from_slice(r.get(i as usize));
@@ -565,8 +630,18 @@ impl Connection {
                 }
                 Part::Merged { merge, from, to } => {
                     let parts = &self.pipe.merge_parts[from as usize..to as usize];
-                    let pieces = parts.iter().filter_map(|&(s, i)| replies[s as usize].as_ref().map(|r| r.get(i as usize)));
-                    merge_replies(merge, pieces, parts.len(), &mut ReplyWriter { out: &mut self.out, proto });
+                    let pieces = parts.iter().filter_map(|&(s, i)| {
+                        replies[s as usize].as_ref().map(|r| r.get(i as usize))
+                    });
+                    merge_replies(
+                        merge,
+                        pieces,
+                        parts.len(),
+                        &mut ReplyWriter {
+                            out: &mut self.out,
+                            proto,
+                        },
+                    );
                 }
             }
         }
@@ -574,7 +649,12 @@ impl Connection {
 }
 
 /// Combines the per-key replies of a split command into the reply the client expects.
-fn merge_replies<'a>(merge: Merge, pieces: impl Iterator<Item = &'a [u8]> + Clone, count: usize, w: &mut ReplyWriter) {
+fn merge_replies<'a>(
+    merge: Merge,
+    pieces: impl Iterator<Item = &'a [u8]> + Clone,
+    count: usize,
+    w: &mut ReplyWriter,
+) {
     if merge != Merge::Array {
         if let Some(err) = pieces.clone().find(|p| p.first() == Some(&b'-')) {
             w.out.extend_from_slice(err);
@@ -602,7 +682,10 @@ fn merge_replies<'a>(merge: Merge, pieces: impl Iterator<Item = &'a [u8]> + Clon
 /// The first word of an error reply (ERR, WRONGTYPE ...), for INFO errorstats.
 pub fn error_prefix(msg: &[u8]) -> &str {
     let msg = msg.strip_prefix(b"-").unwrap_or(msg);
-    let end = msg.iter().position(|&b| b == b' ' || b == b'\r').unwrap_or(msg.len());
+    let end = msg
+        .iter()
+        .position(|&b| b == b' ' || b == b'\r')
+        .unwrap_or(msg.len());
     std::str::from_utf8(&msg[..end]).unwrap_or("ERR")
 }
 

@@ -30,7 +30,10 @@ pub struct SlotTable {
 
 impl SlotTable {
     pub fn new(shards: usize) -> Self {
-        assert!((1..=SLOT_COUNT).contains(&shards), "shard count out of range");
+        assert!(
+            (1..=SLOT_COUNT).contains(&shards),
+            "shard count out of range"
+        );
         SlotTable { shards }
     }
 
@@ -70,7 +73,10 @@ mod tests {
         // Values from `CLUSTER KEYSLOT` on a real Redis.
         assert_eq!(key_slot(b"foo"), 12182);
         assert_eq!(key_slot(b"bar"), 5061);
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+        assert_eq!(
+            key_slot(b"{user1000}.following"),
+            key_slot(b"{user1000}.followers")
+        );
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
         assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
         assert_eq!(hashtag(b"foo{}{bar}"), b"foo{}{bar}");

@@ -29,7 +29,10 @@ impl ShardStats {
         self.total_commands += 1;
         let i = cmd as usize;
         if i >= self.commands.len() {
-            self.commands.resize(crate::commands::table().specs.len().max(i + 1), CommandStat::default());
+            self.commands.resize(
+                crate::commands::table().specs.len().max(i + 1),
+                CommandStat::default(),
+            );
         }
         self.commands[i].calls += 1;
         if failed {
@@ -42,7 +45,10 @@ impl ShardStats {
         if let Some(c) = cmd {
             let i = c as usize;
             if i >= self.commands.len() {
-                self.commands.resize(crate::commands::table().specs.len().max(i + 1), CommandStat::default());
+                self.commands.resize(
+                    crate::commands::table().specs.len().max(i + 1),
+                    CommandStat::default(),
+                );
             }
             self.commands[i].rejected_calls += 1;
         }
@@ -64,7 +70,8 @@ impl ShardStats {
         self.net_output_bytes += other.net_output_bytes;
         self.total_error_replies += other.total_error_replies;
         if self.commands.len() < other.commands.len() {
-            self.commands.resize(other.commands.len(), CommandStat::default());
+            self.commands
+                .resize(other.commands.len(), CommandStat::default());
         }
         for (a, b) in self.commands.iter_mut().zip(&other.commands) {
             a.calls += b.calls;

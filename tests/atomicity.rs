@@ -70,7 +70,10 @@ fn mget_never_sees_half_an_mset() {
             let rows: Vec<Vec<Option<String>>> = p.query(&mut c).expect("mget");
             for vals in rows {
                 let first = &vals[0];
-                assert!(vals.iter().all(|v| v == first), "torn read across shards: {vals:?}");
+                assert!(
+                    vals.iter().all(|v| v == first),
+                    "torn read across shards: {vals:?}"
+                );
                 reads.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -80,7 +83,10 @@ fn mget_never_sees_half_an_mset() {
     for t in threads {
         t.join().expect("a reader saw a torn MSET");
     }
-    assert!(reads.load(Ordering::Relaxed) > 100, "too few reads to mean anything");
+    assert!(
+        reads.load(Ordering::Relaxed) > 100,
+        "too few reads to mean anything"
+    );
 }
 
 #[test]
@@ -96,14 +102,20 @@ fn exists_sees_all_or_none_of_a_cross_shard_del() {
             m.arg(k).arg("x");
         }
         let _: () = m.query(&mut writer).expect("mset");
-        let n: usize = redis::cmd("DEL").arg(&wkeys).query(&mut writer).expect("del");
+        let n: usize = redis::cmd("DEL")
+            .arg(&wkeys)
+            .query(&mut writer)
+            .expect("del");
         assert_eq!(n, wkeys.len());
     });
     let mut reader = server.client();
     let deadline = Instant::now() + Duration::from_secs(2);
     let mut samples = 0;
     while Instant::now() < deadline {
-        let n: usize = redis::cmd("EXISTS").arg(&keys).query(&mut reader).expect("exists");
+        let n: usize = redis::cmd("EXISTS")
+            .arg(&keys)
+            .query(&mut reader)
+            .expect("exists");
         assert!(n == 0 || n == keys.len(), "saw {n} of {} keys", keys.len());
         samples += 1;
     }
@@ -117,16 +129,32 @@ fn cross_shard_rename_never_loses_or_duplicates_the_value() {
     let server = Server::start(2);
     let (a, b) = (KEY_SHARD0, KEY_SHARD1);
     let mut c = server.client();
-    let _: () = redis::cmd("SET").arg(a).arg("v").query(&mut c).expect("set");
+    let _: () = redis::cmd("SET")
+        .arg(a)
+        .arg("v")
+        .query(&mut c)
+        .expect("set");
     let stop = Arc::new(AtomicBool::new(false));
     let mut mover = server.client();
     let m = run_for(stop.clone(), move || {
-        let _: () = redis::cmd("RENAME").arg(a).arg(b).query(&mut mover).expect("rename a->b");
-        let _: () = redis::cmd("RENAME").arg(b).arg(a).query(&mut mover).expect("rename b->a");
+        let _: () = redis::cmd("RENAME")
+            .arg(a)
+            .arg(b)
+            .query(&mut mover)
+            .expect("rename a->b");
+        let _: () = redis::cmd("RENAME")
+            .arg(b)
+            .arg(a)
+            .query(&mut mover)
+            .expect("rename b->a");
     });
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {
-        let n: usize = redis::cmd("EXISTS").arg(a).arg(b).query(&mut c).expect("exists");
+        let n: usize = redis::cmd("EXISTS")
+            .arg(a)
+            .arg(b)
+            .query(&mut c)
+            .expect("exists");
         assert_eq!(n, 1, "the value must be under exactly one of the two names");
     }
     stop.store(true, Ordering::Relaxed);

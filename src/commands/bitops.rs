@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
-use super::{parse_i64, read_str, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
+use super::{parse_i64, read_str, ExecCtx, GlobalCtx, WrongType, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::ReplyWriter;
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardData;
@@ -371,7 +371,7 @@ fn getbit(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     let (entry, out) = ctx.read_with_out(key);
     match read_str(entry) {
-        Err(()) => out.error(WRONGTYPE),
+        Err(WrongType) => out.error(WRONGTYPE),
         Ok(None) => out.integer(0),
         Ok(Some(v)) => {
             let mut scratch = [0u8; 24];
@@ -386,7 +386,7 @@ fn bitcount(ctx: &mut ExecCtx) {
     let args = ctx.args;
     let (entry, out) = ctx.read_with_out(args.get(1));
     let v = match read_str(entry) {
-        Err(()) => return out.error(WRONGTYPE),
+        Err(WrongType) => return out.error(WRONGTYPE),
         Ok(None) => return out.integer(0),
         Ok(Some(v)) => v,
     };
@@ -430,7 +430,7 @@ fn bitpos(ctx: &mut ExecCtx) {
     };
     let (entry, out) = ctx.read_with_out(args.get(1));
     let v = match read_str(entry) {
-        Err(()) => return out.error(WRONGTYPE),
+        Err(WrongType) => return out.error(WRONGTYPE),
         Ok(None) => return out.integer(if bit { -1 } else { 0 }),
         Ok(Some(v)) => v,
     };
@@ -558,7 +558,7 @@ fn bitop(ctx: &mut ExecCtx) {
     let mut maxlen = 0;
     for i in 3..args.len() {
         match read_str(ctx.lookup_read(args.get(i))) {
-            Err(()) => return ctx.error(WRONGTYPE),
+            Err(WrongType) => return ctx.error(WRONGTYPE),
             Ok(v) => maxlen = maxlen.max(v.map_or(0, |v| v.len())),
         }
     }
@@ -871,7 +871,7 @@ fn bitfield_read(ctx: &mut ExecCtx, key: &[u8], fields: &[Field]) {
     let (entry, out) = ctx.read_with_out(key);
     let mut scratch = [0u8; 24];
     let buf: &[u8] = match read_str(entry) {
-        Err(()) => return out.error(WRONGTYPE),
+        Err(WrongType) => return out.error(WRONGTYPE),
         Ok(None) => &[],
         Ok(Some(v)) => v.bytes(&mut scratch),
     };

@@ -15,10 +15,23 @@ type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 macro_rules! ccmd {
     ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
-        CommandSpec { group: "connection", acl: &["@connection"], ..cmd!($name, $arity, $flags, KeySpec::None, $kind, $since, $summary) }
+        CommandSpec {
+            group: "connection",
+            acl: &["@connection"],
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                KeySpec::None,
+                $kind,
+                $since,
+                $summary
+            )
+        }
     };
 }
 
+#[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     ccmd!("ping", -1, FAST, Kind::Client(ping), "1.0.0", "Ping the server"),
     ccmd!("echo", 2, FAST, Kind::Client(echo), "1.0.0", "Echo the given string"),
@@ -34,7 +47,9 @@ fn ping(ctx: &mut ClientCtx) {
     match ctx.args.len() {
         1 => ctx.out.simple("PONG"),
         2 => ctx.out.bulk(ctx.args.get(1)),
-        _ => ctx.out.error("ERR wrong number of arguments for 'ping' command"),
+        _ => ctx
+            .out
+            .error("ERR wrong number of arguments for 'ping' command"),
     }
 }
 
@@ -72,7 +87,14 @@ fn auth(ctx: &mut ClientCtx) {
         3 => (ctx.args.get(1), ctx.args.get(2)),
         _ => return ctx.out.error(SYNTAX_ERR),
     };
-    let configured = ctx.session.cell.data.borrow().config.requirepass().is_some();
+    let configured = ctx
+        .session
+        .cell
+        .data
+        .borrow()
+        .config
+        .requirepass()
+        .is_some();
     if ctx.args.len() == 2 && !configured {
         return ctx.out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
     }
@@ -95,7 +117,11 @@ fn hello(ctx: &mut ClientCtx) {
     let mut proto = ctx.session.proto;
     if ctx.args.len() >= 2 {
         match parse_i64(ctx.args.get(1)) {
-            None => return ctx.out.error("ERR Protocol version is not an integer or out of range"),
+            None => {
+                return ctx
+                    .out
+                    .error("ERR Protocol version is not an integer or out of range")
+            }
             Some(2) => proto = Protocol::Resp2,
             Some(3) => proto = Protocol::Resp3,
             Some(_) => return ctx.out.error("NOPROTO unsupported protocol version"),
@@ -119,7 +145,10 @@ fn hello(ctx: &mut ClientCtx) {
             name = Some(n.to_vec());
             i += 2;
         } else {
-            return ctx.out.error(&format!("ERR Syntax error in HELLO option '{}'", String::from_utf8_lossy(ctx.args.get(i))));
+            return ctx.out.error(&format!(
+                "ERR Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(ctx.args.get(i))
+            ));
         }
     }
     if !ctx.session.authenticated {
@@ -225,7 +254,11 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
         let argc = g.args.len();
-        let arity_err = |g: &mut GlobalCtx, sub: &str| g.w().error(&format!("ERR wrong number of arguments for 'client|{sub}' command"));
+        let arity_err = |g: &mut GlobalCtx, sub: &str| {
+            g.w().error(&format!(
+                "ERR wrong number of arguments for 'client|{sub}' command"
+            ))
+        };
         match sub.as_str() {
             "help" if argc == 2 => reply_help(&mut g.w(), CLIENT_HELP),
             "id" if argc == 2 => {
@@ -307,10 +340,14 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok()
             }
             "unpause" if argc == 2 => {
-                g.session.cell.call_all(|c| c.data.borrow_mut().pause = None).await;
+                g.session
+                    .cell
+                    .call_all(|c| c.data.borrow_mut().pause = None)
+                    .await;
                 g.w().ok()
             }
-            "getname" | "setname" | "info" | "kill" | "reply" | "no-evict" | "pause" | "unpause" | "help" => arity_err(g, &sub),
+            "getname" | "setname" | "info" | "kill" | "reply" | "no-evict" | "pause"
+            | "unpause" | "help" => arity_err(g, &sub),
             _ => g.unknown_subcommand("CLIENT"),
         }
     })
@@ -327,7 +364,10 @@ async fn client_list(g: &mut GlobalCtx<'_>) {
                 "normal" => normal_only = true,
                 "master" | "replica" | "slave" | "pubsub" => normal_only = false,
                 _ => {
-                    let msg = format!("ERR Unknown client type '{}'", String::from_utf8_lossy(&g.args[i + 1]));
+                    let msg = format!(
+                        "ERR Unknown client type '{}'",
+                        String::from_utf8_lossy(&g.args[i + 1])
+                    );
                     return g.error(&msg);
                 }
             }
@@ -450,7 +490,8 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
                     && f.id.is_none_or(|id| id == cl.id)
                     && f.addr.as_deref().is_none_or(|a| a == cl.addr.to_string())
                     && f.laddr.as_deref().is_none_or(|a| a == cl.laddr.to_string())
-                    && f.max_age.is_none_or(|m| now.saturating_sub(cl.created_ms) / 1000 >= m)
+                    && f.max_age
+                        .is_none_or(|m| now.saturating_sub(cl.created_ms) / 1000 >= m)
                     && !(f.skip_me && cl.id == me);
                 if matches {
                     if cl.id == me {

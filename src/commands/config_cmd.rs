@@ -15,7 +15,15 @@ type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 pub static COMMANDS: &[CommandSpec] = &[CommandSpec {
     group: "server",
     acl: &["@admin"],
-    ..cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, KeySpec::None, Kind::Global(config), "2.0.0", "A container for server configuration commands")
+    ..cmd!(
+        "config",
+        -2,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        KeySpec::None,
+        Kind::Global(config),
+        "2.0.0",
+        "A container for server configuration commands"
+    )
 }];
 
 const CONFIG_HELP: &[&str] = &[
@@ -50,11 +58,17 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     w.bulk(v.as_bytes());
                 }
             }
-            "set" if argc >= 4 && argc % 2 == 0 => {
-                let pairs: Vec<(Vec<u8>, Vec<u8>)> = g.args[2..].chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+            "set" if argc >= 4 && argc.is_multiple_of(2) => {
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> = g.args[2..]
+                    .chunks(2)
+                    .map(|c| (c[0].clone(), c[1].clone()))
+                    .collect();
                 let result = {
                     let mut d = g.session.cell.data.borrow_mut();
-                    let refs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+                    let refs: Vec<(&[u8], &[u8])> = pairs
+                        .iter()
+                        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                        .collect();
                     d.config.set_many(&refs)
                 };
                 if let Err(e) = result {
@@ -69,11 +83,15 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .cell
                     .call_all(move |c| {
                         if c.id != me {
-                            let refs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+                            let refs: Vec<(&[u8], &[u8])> = pairs
+                                .iter()
+                                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                                .collect();
                             // Already validated at home, so this cannot fail here.
                             let mut d = c.data.borrow_mut();
                             let _ = d.config.set_many(&refs);
-                            d.limits = crate::storage::limits::EncodingLimits::from_config(&d.config);
+                            d.limits =
+                                crate::storage::limits::EncodingLimits::from_config(&d.config);
                         }
                     })
                     .await;
@@ -89,11 +107,13 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .await;
                 g.w().ok();
             }
-            "rewrite" if argc == 2 => g.w().error("ERR The server is running without a config file"),
+            "rewrite" if argc == 2 => g
+                .w()
+                .error("ERR The server is running without a config file"),
             "help" if argc == 2 => reply_help(&mut g.w(), CONFIG_HELP),
-            "get" | "set" | "resetstat" | "rewrite" | "help" => {
-                g.w().error(&format!("ERR wrong number of arguments for 'config|{sub}' command"))
-            }
+            "get" | "set" | "resetstat" | "rewrite" | "help" => g.w().error(&format!(
+                "ERR wrong number of arguments for 'config|{sub}' command"
+            )),
             _ => g.unknown_subcommand("CONFIG"),
         }
     })

@@ -5,16 +5,34 @@ use std::pin::Pin;
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
-use super::{parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR};
+use super::{
+    parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR,
+};
 use crate::shard::multi::MultiShardOp;
 use crate::storage::dump;
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 use crate::util::glob::glob_match;
 
-const K1: KeySpec = KeySpec::Range { first: 1, last: 1, step: 1 };
-const K2: KeySpec = KeySpec::Range { first: 2, last: 2, step: 1 };
-const K12: KeySpec = KeySpec::Range { first: 1, last: 2, step: 1 };
-const K_ALL: KeySpec = KeySpec::Range { first: 1, last: -1, step: 1 };
+const K1: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 1,
+    step: 1,
+};
+const K2: KeySpec = KeySpec::Range {
+    first: 2,
+    last: 2,
+    step: 1,
+};
+const K12: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 2,
+    step: 1,
+};
+const K_ALL: KeySpec = KeySpec::Range {
+    first: 1,
+    last: -1,
+    step: 1,
+};
 
 type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
@@ -23,15 +41,27 @@ const fn keyed(f: super::KeyedFn) -> Kind {
 }
 
 const fn sum(f: super::KeyedFn) -> Kind {
-    Kind::Keyed(f, Cross::Split { one: f, stride: 1, merge: Merge::Sum })
+    Kind::Keyed(
+        f,
+        Cross::Split {
+            one: f,
+            stride: 1,
+            merge: Merge::Sum,
+        },
+    )
 }
 
 macro_rules! kcmd {
     ($name:expr, $arity:expr, $flags:expr, $keys:expr, $kind:expr, $since:expr, $summary:expr) => {
-        CommandSpec { group: "generic", acl: &["@keyspace"], ..cmd!($name, $arity, $flags, $keys, $kind, $since, $summary) }
+        CommandSpec {
+            group: "generic",
+            acl: &["@keyspace"],
+            ..cmd!($name, $arity, $flags, $keys, $kind, $since, $summary)
+        }
     };
 }
 
+#[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     kcmd!("del", -2, WRITE, K_ALL, sum(del), "1.0.0", "Delete a key"),
     kcmd!("unlink", -2, WRITE | FAST, K_ALL, sum(del), "4.0.0", "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking."),
@@ -98,7 +128,11 @@ fn touch(ctx: &mut ExecCtx) {
 fn type_cmd(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     let now = ctx.now;
-    let t = ctx.db().get(key, now).map(|e| e.value.type_name()).unwrap_or("none");
+    let t = ctx
+        .db()
+        .get(key, now)
+        .map(|e| e.value.type_name())
+        .unwrap_or("none");
     ctx.out.simple(t);
 }
 
@@ -123,7 +157,10 @@ fn parse_expire_flags(ctx: &mut ExecCtx) -> Option<ExpireFlags> {
         } else if a.eq_ignore_ascii_case(b"lt") {
             f.lt = true;
         } else {
-            ctx.error(&format!("ERR Unsupported option {}", String::from_utf8_lossy(a)));
+            ctx.error(&format!(
+                "ERR Unsupported option {}",
+                String::from_utf8_lossy(a)
+            ));
             return None;
         }
     }
@@ -324,8 +361,15 @@ struct CopyOpts {
     replace: bool,
 }
 
-fn parse_copy_opts(args: &[&[u8]], cur_db: usize, databases: usize) -> Result<CopyOpts, &'static str> {
-    let mut o = CopyOpts { db: cur_db, replace: false };
+fn parse_copy_opts(
+    args: &[&[u8]],
+    cur_db: usize,
+    databases: usize,
+) -> Result<CopyOpts, &'static str> {
+    let mut o = CopyOpts {
+        db: cur_db,
+        replace: false,
+    };
     let mut i = 3;
     while i < args.len() {
         if args[i].eq_ignore_ascii_case(b"replace") {
@@ -357,7 +401,11 @@ fn copy(ctx: &mut ExecCtx) {
         return ctx.error("ERR source and destination objects are the same");
     }
     let now = ctx.now;
-    let Some((v, at)) = ctx.db().get(src, now).map(|e| (e.value.clone(), e.expire_at())) else {
+    let Some((v, at)) = ctx
+        .db()
+        .get(src, now)
+        .map(|e| (e.value.clone(), e.expire_at()))
+    else {
         return ctx.out.integer(0);
     };
     let target = &mut ctx.data.dbs[o.db];
@@ -456,7 +504,9 @@ fn object(ctx: &mut ExecCtx) {
         ));
     }
     if ctx.args.len() != 3 {
-        return ctx.error(&format!("ERR wrong number of arguments for 'object|{sub}' command"));
+        return ctx.error(&format!(
+            "ERR wrong number of arguments for 'object|{sub}' command"
+        ));
     }
     let lfu = ctx.data.config.maxmemory_policy().as_str().contains("lfu");
     let key = ctx.args.get(2);
@@ -560,7 +610,8 @@ fn restore(ctx: &mut ExecCtx) {
         // Already expired: Redis replies OK and does not create the key.
         return ctx.out.ok();
     }
-    let lru = crate::util::lru_clock().saturating_sub(lru_idle.unwrap_or(0).min(u32::MAX as i64) as u32);
+    let lru =
+        crate::util::lru_clock().saturating_sub(lru_idle.unwrap_or(0).min(u32::MAX as i64) as u32);
     ctx.db().insert(key, value, at, lru);
     ctx.out.ok();
 }
@@ -602,7 +653,10 @@ fn keys<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 /// whatever the tables do in between.
 fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
-        let Some(cursor) = std::str::from_utf8(&g.args[1]).ok().and_then(|s| s.parse::<u64>().ok()) else {
+        let Some(cursor) = std::str::from_utf8(&g.args[1])
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
             return g.w().error("ERR invalid cursor");
         };
         let mut count = 10usize;
@@ -647,8 +701,12 @@ fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 let mut idx = slot - first;
                 while idx < dbr.slot_count() && keys.len() < count {
                     dbr.for_each_in_slot(idx, now, |e| {
-                        let type_ok = type_filter.as_deref().is_none_or(|t| t == e.value.type_name().as_bytes());
-                        let match_ok = pattern.as_deref().is_none_or(|p| glob_match(p, &e.key, false));
+                        let type_ok = type_filter
+                            .as_deref()
+                            .is_none_or(|t| t == e.value.type_name().as_bytes());
+                        let match_ok = pattern
+                            .as_deref()
+                            .is_none_or(|p| glob_match(p, &e.key, false));
                         if type_ok && match_ok {
                             keys.push(e.key.to_vec());
                         }
@@ -656,7 +714,14 @@ fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     idx += 1;
                 }
                 let next = first + idx;
-                (if next >= crate::slot::SLOT_COUNT { 0 } else { next }, keys)
+                (
+                    if next >= crate::slot::SLOT_COUNT {
+                        0
+                    } else {
+                        next
+                    },
+                    keys,
+                )
             })
             .await;
         let mut w = g.w();

@@ -28,7 +28,10 @@ const K12: KeySpec = KeySpec::Range {
     step: 1,
 };
 /// A key count at argument 1, then that many keys.
-const K_MPOP: KeySpec = KeySpec::Keynum { dest: 0, keynum_at: 1 };
+const K_MPOP: KeySpec = KeySpec::Keynum {
+    dest: 0,
+    keynum_at: 1,
+};
 
 const W_FAST: &[&str] = &["@write", "@list", "@fast"];
 const W_SLOW: &[&str] = &["@write", "@list", "@slow"];

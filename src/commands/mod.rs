@@ -16,8 +16,8 @@ pub mod config_cmd;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
-pub mod sets;
 pub mod server;
+pub mod sets;
 pub mod strings;
 pub mod table;
 pub mod zsets;
@@ -31,7 +31,7 @@ use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::shard::ShardData;
 use crate::storage::{Db, Entry, StrValue, Value};
 
-pub use table::{lookup, table, CommandSpec, Cross, Kind, KeySpec, Merge};
+pub use table::{lookup, table, CommandSpec, Cross, KeySpec, Kind, Merge};
 
 pub type KeyedFn = fn(&mut ExecCtx);
 pub type ClientFn = fn(&mut ClientCtx);
@@ -176,14 +176,18 @@ impl<'a> ExecCtx<'a> {
     }
 }
 
-/// The value of a string key: `Ok(None)` if missing, `Err` (WRONGTYPE already
-/// replied) if it holds another type.
-pub fn read_str<'e>(entry: Option<&'e mut Entry>) -> Result<Option<&'e mut StrValue>, ()> {
+/// The key holds a value of another type than the command works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrongType;
+
+/// The value of a string key: `Ok(None)` if missing, `Err(WrongType)` if it holds
+/// another type.
+pub fn read_str(entry: Option<&mut Entry>) -> Result<Option<&mut StrValue>, WrongType> {
     match entry {
         None => Ok(None),
         Some(e) => match &mut e.value {
             Value::Str(s) => Ok(Some(s)),
-            _ => Err(()),
+            _ => Err(WrongType),
         },
     }
 }
@@ -247,7 +251,10 @@ pub fn parse_i64(b: &[u8]) -> Option<i64> {
 /// trailing spaces rejected, "inf"/"-inf" accepted, NaN rejected.
 pub fn parse_f64(b: &[u8]) -> Option<f64> {
     let s = std::str::from_utf8(b).ok()?;
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) || s.ends_with(|c: char| c.is_ascii_whitespace()) {
+    if s.is_empty()
+        || s.starts_with(|c: char| c.is_ascii_whitespace())
+        || s.ends_with(|c: char| c.is_ascii_whitespace())
+    {
         return None;
     }
     let lower = s.to_ascii_lowercase();

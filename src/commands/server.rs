@@ -16,10 +16,23 @@ type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 macro_rules! scmd {
     ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
-        CommandSpec { group: "server", acl: &["@admin"], ..cmd!($name, $arity, $flags, KeySpec::None, $kind, $since, $summary) }
+        CommandSpec {
+            group: "server",
+            acl: &["@admin"],
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                KeySpec::None,
+                $kind,
+                $since,
+                $summary
+            )
+        }
     };
 }
 
+#[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     scmd!("dbsize", 1, READONLY | FAST, Kind::Global(dbsize), "1.0.0", "Return the number of keys in the selected database"),
     scmd!("flushdb", -1, WRITE, Kind::Global(flushdb), "1.0.0", "Remove all keys from the current database"),
@@ -37,7 +50,11 @@ fn dbsize<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let db = g.session.db;
         let cell = g.session.cell.clone();
         let op = MultiShardOp::lock_all(&cell).await;
-        let n: usize = op.on_each(&cell, move |d| d.dbs[db].len()).await.into_iter().sum();
+        let n: usize = op
+            .on_each(&cell, move |d| d.dbs[db].len())
+            .await
+            .into_iter()
+            .sum();
         op.release(&cell).await;
         g.w().integer(n as i64);
     })
@@ -76,7 +93,8 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         }
         let cell = g.session.cell.clone();
         let op = MultiShardOp::lock_all(&cell).await;
-        op.on_each(&cell, |d| d.dbs.iter_mut().for_each(|db| db.clear())).await;
+        op.on_each(&cell, |d| d.dbs.iter_mut().for_each(|db| db.clear()))
+            .await;
         op.release(&cell).await;
         g.w().ok();
     })
@@ -141,7 +159,10 @@ const ALL_EXTRA: &[&str] = &["commandstats", "latencystats"];
 fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let mut sections: Vec<String> = Vec::new();
-        let requested: Vec<String> = g.args[1..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_lowercase()).collect();
+        let requested: Vec<String> = g.args[1..]
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+            .collect();
         if requested.is_empty() {
             sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string()));
         }
@@ -161,7 +182,12 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 let d = c.data.borrow();
                 ShardReport {
                     stats: d.stats.clone(),
-                    keyspace: d.dbs.iter().enumerate().map(|(i, db)| (i, db.len(), db.expires_len())).collect(),
+                    keyspace: d
+                        .dbs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, db)| (i, db.len(), db.expires_len()))
+                        .collect(),
                     expired: d.dbs.iter().map(|db| db.expired_count).sum(),
                     clients: c.clients.borrow().len(),
                 }
@@ -172,7 +198,11 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     })
 }
 
-fn render_info(cell: &crate::shard::ShardCell, sections: &[String], reports: &[ShardReport]) -> String {
+fn render_info(
+    cell: &crate::shard::ShardCell,
+    sections: &[String],
+    reports: &[ShardReport],
+) -> String {
     let mut stats = ShardStats::default();
     for r in reports {
         stats.merge(&r.stats);
@@ -271,7 +301,11 @@ fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
 /// the memory work; until then used_memory reports the resident set.
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 
@@ -327,7 +361,9 @@ fn info_keyspace(reports: &[ShardReport], out: &mut String) {
     out.push_str("# Keyspace\r\n");
     let ndb = reports.first().map(|r| r.keyspace.len()).unwrap_or(0);
     for db in 0..ndb {
-        let (keys, expires) = reports.iter().fold((0, 0), |(k, e), r| (k + r.keyspace[db].1, e + r.keyspace[db].2));
+        let (keys, expires) = reports.iter().fold((0, 0), |(k, e), r| {
+            (k + r.keyspace[db].1, e + r.keyspace[db].2)
+        });
         if keys > 0 {
             let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
         }
@@ -339,7 +375,11 @@ fn command_entry(out: &mut crate::protocol::reply::ReplyWriter, spec: &CommandSp
     out.array_len(10);
     out.bulk(spec.name.as_bytes());
     out.integer(spec.arity as i64);
-    let names: Vec<&str> = flags::NAMES.iter().filter(|(f, _)| spec.flags & f != 0).map(|(_, n)| *n).collect();
+    let names: Vec<&str> = flags::NAMES
+        .iter()
+        .filter(|(f, _)| spec.flags & f != 0)
+        .map(|(_, n)| *n)
+        .collect();
     out.set_len(names.len());
     for n in names {
         out.simple(n);
@@ -429,17 +469,21 @@ fn command(ctx: &mut ClientCtx) {
             let specs: Vec<&CommandSpec> = if argc == 2 {
                 t.specs.to_vec()
             } else {
-                (2..argc).filter_map(|i| table::lookup(ctx.args.get(i)).map(|(_, s)| s)).collect()
+                (2..argc)
+                    .filter_map(|i| table::lookup(ctx.args.get(i)).map(|(_, s)| s))
+                    .collect()
             };
             ctx.out.map_len(specs.len());
             for s in specs {
                 command_doc(&mut ctx.out, s);
             }
         }
-        "getkeys" | "getkeysandflags" if argc >= 3 => command_getkeys(ctx, sub == "getkeysandflags"),
-        "count" | "help" | "getkeys" | "getkeysandflags" => {
-            ctx.out.error(&format!("ERR wrong number of arguments for 'command|{sub}' command"))
+        "getkeys" | "getkeysandflags" if argc >= 3 => {
+            command_getkeys(ctx, sub == "getkeysandflags")
         }
+        "count" | "help" | "getkeys" | "getkeysandflags" => ctx.out.error(&format!(
+            "ERR wrong number of arguments for 'command|{sub}' command"
+        )),
         _ => ctx.out.error(&format!(
             "ERR unknown subcommand '{}'. Try COMMAND HELP.",
             String::from_utf8_lossy(ctx.args.get(1))
@@ -457,7 +501,9 @@ fn command_list(ctx: &mut ClientCtx) {
             names.retain(|n| crate::util::glob::glob_match(&arg, n.as_bytes(), true));
         } else if ctx.args.is(3, "aclcat") {
             let cat = format!("@{}", String::from_utf8_lossy(&arg).to_ascii_lowercase());
-            names.retain(|n| table::lookup(n.as_bytes()).is_some_and(|(_, s)| s.acl.contains(&cat.as_str())));
+            names.retain(|n| {
+                table::lookup(n.as_bytes()).is_some_and(|(_, s)| s.acl.contains(&cat.as_str()))
+            });
         } else if ctx.args.is(3, "module") {
             names.clear();
         } else {
@@ -478,7 +524,9 @@ fn command_getkeys(ctx: &mut ClientCtx, with_flags: bool) {
     };
     let argc = ctx.args.len() - 2;
     if !spec.arity_ok(argc) {
-        return ctx.out.error("ERR Invalid number of arguments specified for command");
+        return ctx
+            .out
+            .error("ERR Invalid number of arguments specified for command");
     }
     let keys: Vec<usize> = spec.keys.positions(&ctx.args.tail(2)).collect();
     if keys.is_empty() {
@@ -503,14 +551,20 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
         match sub.as_str() {
             "sleep" if g.args.len() == 3 => {
-                let secs: f64 = std::str::from_utf8(&g.args[2]).ok().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+                let secs: f64 = std::str::from_utf8(&g.args[2])
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0.0);
                 // Redis blocks the whole server; here it blocks this connection's shard.
                 std::thread::sleep(std::time::Duration::from_secs_f64(secs.max(0.0)));
                 g.w().ok()
             }
             "set-active-expire" if g.args.len() == 3 => {
                 let on = g.args[2] != b"0";
-                g.session.cell.call_all(move |c| c.data.borrow_mut().active_expire = on).await;
+                g.session
+                    .cell
+                    .call_all(move |c| c.data.borrow_mut().active_expire = on)
+                    .await;
                 g.w().ok()
             }
             "jmap" | "change-repl-id" => g.w().ok(),
@@ -538,7 +592,17 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     None => g.w().error("ERR no such key"),
                 }
             }
-            "help" => reply_help(&mut g.w(), &["DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:", "SLEEP <seconds>", "SET-ACTIVE-EXPIRE <0|1>", "OBJECT <key>", "JMAP", "HELP"]),
+            "help" => reply_help(
+                &mut g.w(),
+                &[
+                    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "SLEEP <seconds>",
+                    "SET-ACTIVE-EXPIRE <0|1>",
+                    "OBJECT <key>",
+                    "JMAP",
+                    "HELP",
+                ],
+            ),
             _ => g.unknown_subcommand("DEBUG"),
         }
     })
@@ -547,7 +611,9 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 fn shutdown<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         for i in 1..g.args.len() {
-            let ok = ["nosave", "save", "now", "force", "abort"].iter().any(|w| g.is(i, w));
+            let ok = ["nosave", "save", "now", "force", "abort"]
+                .iter()
+                .any(|w| g.is(i, w));
             if !ok {
                 return g.w().error(SYNTAX_ERR);
             }

@@ -41,7 +41,10 @@ const K_ALL: KeySpec = KeySpec::Range {
     step: 1,
 };
 /// A key count at argument 1, then that many keys.
-const K_AFTER_NUMKEYS: KeySpec = KeySpec::Keynum { dest: 0, keynum_at: 1 };
+const K_AFTER_NUMKEYS: KeySpec = KeySpec::Keynum {
+    dest: 0,
+    keynum_at: 1,
+};
 
 const OUT_OF_RANGE_POSITIVE: &str = "ERR value is out of range, must be positive";
 

@@ -3,15 +3,32 @@
 
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
 use super::{
-    parse_f64, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE,
+    parse_f64, parse_i64, read_str, WrongType, reply_str, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, OVERFLOW,
+    SYNTAX_ERR, WRONGTYPE,
 };
 use crate::protocol::reply::{format_long_double_human, ReplyWriter};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 
-const K1: KeySpec = KeySpec::Range { first: 1, last: 1, step: 1 };
-const K_ALL: KeySpec = KeySpec::Range { first: 1, last: -1, step: 1 };
-const K_PAIRS: KeySpec = KeySpec::Range { first: 1, last: -1, step: 2 };
-const K12: KeySpec = KeySpec::Range { first: 1, last: 2, step: 1 };
+const K1: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 1,
+    step: 1,
+};
+const K_ALL: KeySpec = KeySpec::Range {
+    first: 1,
+    last: -1,
+    step: 1,
+};
+const K_PAIRS: KeySpec = KeySpec::Range {
+    first: 1,
+    last: -1,
+    step: 2,
+};
+const K12: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 2,
+    step: 1,
+};
 pub(crate) const STR: &[&str] = &["@string"];
 
 macro_rules! cmd {
@@ -35,6 +52,7 @@ const fn keyed(f: super::KeyedFn) -> Kind {
     Kind::Keyed(f, Cross::Never)
 }
 
+#[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     cmd!("get", 2, READONLY | FAST, K1, keyed(get), "1.0.0", "Get the value of a key"),
     cmd!("set", -3, WRITE | DENYOOM, K1, keyed(set), "1.0.0", "Set the string value of a key"),
@@ -73,7 +91,7 @@ fn get(ctx: &mut ExecCtx) {
     match read_str(entry) {
         Ok(Some(v)) => reply_str(out, v),
         Ok(None) => out.null(),
-        Err(()) => out.error(WRONGTYPE),
+        Err(WrongType) => out.error(WRONGTYPE),
     }
 }
 
@@ -87,17 +105,21 @@ pub enum ExpireOpt {
 }
 
 /// Turns `n` in `unit_ms` relative (or absolute when `absolute`) into a unix-ms
-/// deadline, with Redis's overflow and sign checks. Err(()) = invalid expire time.
-pub fn deadline(n: i64, unit_ms: i64, absolute: bool, now: u64) -> Result<u64, ()> {
+/// deadline, with Redis's overflow and sign checks. None = invalid expire time.
+pub fn deadline(n: i64, unit_ms: i64, absolute: bool, now: u64) -> Option<u64> {
     if n <= 0 {
-        return Err(());
+        return None;
     }
-    let ms = n.checked_mul(unit_ms).ok_or(())?;
-    let at = if absolute { ms } else { ms.checked_add(now as i64).ok_or(())? };
+    let ms = n.checked_mul(unit_ms)?;
+    let at = if absolute {
+        ms
+    } else {
+        ms.checked_add(now as i64)?
+    };
     if at <= 0 {
-        return Err(());
+        return None;
     }
-    Ok(at as u64)
+    Some(at as u64)
 }
 
 struct SetOpts {
@@ -141,8 +163,8 @@ fn parse_set_opts(ctx: &mut ExecCtx, cmd: &str) -> Option<SetOpts> {
                 return None;
             };
             match deadline(n, unit.0, unit.1, ctx.now) {
-                Ok(at) => o.expire = ExpireOpt::At(at),
-                Err(()) => {
+                Some(at) => o.expire = ExpireOpt::At(at),
+                None => {
                     ctx.error(&format!("ERR invalid expire time in '{cmd}' command"));
                     return None;
                 }
@@ -224,7 +246,12 @@ fn setnx(ctx: &mut ExecCtx) {
     if ctx.lookup_write(key).is_some() {
         ctx.out.integer(0);
     } else {
-        store_str(ctx, key, StrValue::from_bytes(ctx.args.get(2)), ExpireOpt::None);
+        store_str(
+            ctx,
+            key,
+            StrValue::from_bytes(ctx.args.get(2)),
+            ExpireOpt::None,
+        );
         ctx.out.integer(1);
     }
 }
@@ -233,11 +260,16 @@ fn setex_generic(ctx: &mut ExecCtx, unit_ms: i64, name: &str) {
     let Some(n) = parse_i64(ctx.args.get(2)) else {
         return ctx.error(NOT_INT);
     };
-    let Ok(at) = deadline(n, unit_ms, false, ctx.now) else {
+    let Some(at) = deadline(n, unit_ms, false, ctx.now) else {
         return ctx.error(&format!("ERR invalid expire time in '{name}' command"));
     };
     let key = ctx.args.get(1);
-    store_str(ctx, key, StrValue::from_bytes(ctx.args.get(3)), ExpireOpt::At(at));
+    store_str(
+        ctx,
+        key,
+        StrValue::from_bytes(ctx.args.get(3)),
+        ExpireOpt::At(at),
+    );
     ctx.out.ok();
 }
 
@@ -257,13 +289,15 @@ fn getex(ctx: &mut ExecCtx) {
         let a = args.get(i);
         if a.eq_ignore_ascii_case(b"persist") && opt == ExpireOpt::None {
             opt = ExpireOpt::Persist;
-        } else if let (Some(unit), true, true) = (expire_unit(a), i + 1 < args.len(), opt == ExpireOpt::None) {
+        } else if let (Some(unit), true, true) =
+            (expire_unit(a), i + 1 < args.len(), opt == ExpireOpt::None)
+        {
             let Some(n) = parse_i64(args.get(i + 1)) else {
                 return ctx.error(NOT_INT);
             };
             match deadline(n, unit.0, unit.1, ctx.now) {
-                Ok(at) => opt = ExpireOpt::At(at),
-                Err(()) => return ctx.error("ERR invalid expire time in 'getex' command"),
+                Some(at) => opt = ExpireOpt::At(at),
+                None => return ctx.error("ERR invalid expire time in 'getex' command"),
             }
             i += 1;
         } else {
@@ -276,7 +310,7 @@ fn getex(ctx: &mut ExecCtx) {
     match read_str(entry) {
         Ok(Some(v)) => reply_str(out, v),
         Ok(None) => return out.null(),
-        Err(()) => return out.error(WRONGTYPE),
+        Err(WrongType) => return out.error(WRONGTYPE),
     }
     let now = ctx.now;
     match opt {
@@ -299,7 +333,7 @@ fn getdel(ctx: &mut ExecCtx) {
     match read_str(entry) {
         Ok(Some(v)) => reply_str(out, v),
         Ok(None) => return out.null(),
-        Err(()) => return out.error(WRONGTYPE),
+        Err(WrongType) => return out.error(WRONGTYPE),
     }
     ctx.db().remove(key);
 }
@@ -308,9 +342,14 @@ fn getset(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     let old = match read_str(ctx.lookup_read(key)) {
         Ok(v) => v.map(|v| v.clone()),
-        Err(()) => return ctx.error(WRONGTYPE),
+        Err(WrongType) => return ctx.error(WRONGTYPE),
     };
-    store_str(ctx, key, StrValue::from_bytes(ctx.args.get(2)), ExpireOpt::None);
+    store_str(
+        ctx,
+        key,
+        StrValue::from_bytes(ctx.args.get(2)),
+        ExpireOpt::None,
+    );
     match old {
         Some(v) => reply_str(&mut ctx.out, &v),
         None => ctx.out.null(),
@@ -322,7 +361,7 @@ fn append(ctx: &mut ExecCtx) {
     let add = ctx.args.get(2);
     let limit = max_string(ctx);
     match read_str(ctx.lookup_write(key)) {
-        Err(()) => ctx.error(WRONGTYPE),
+        Err(WrongType) => ctx.error(WRONGTYPE),
         Ok(None) => {
             store_str(ctx, key, StrValue::from_bytes(add), ExpireOpt::None);
             ctx.out.integer(add.len() as i64);
@@ -346,7 +385,7 @@ fn strlen(ctx: &mut ExecCtx) {
             let n = v.map(|v| v.len()).unwrap_or(0);
             ctx.out.integer(n as i64)
         }
-        Err(()) => ctx.error(WRONGTYPE),
+        Err(WrongType) => ctx.error(WRONGTYPE),
     }
 }
 
@@ -354,7 +393,7 @@ fn strlen(ctx: &mut ExecCtx) {
 fn incr_by(ctx: &mut ExecCtx, delta: i64) {
     let key = ctx.args.get(1);
     match read_str(ctx.lookup_write(key)) {
-        Err(()) => ctx.error(WRONGTYPE),
+        Err(WrongType) => ctx.error(WRONGTYPE),
         Ok(None) => {
             store_str(ctx, key, StrValue::Int(delta), ExpireOpt::None);
             ctx.out.integer(delta);
@@ -401,7 +440,7 @@ fn incrbyfloat(ctx: &mut ExecCtx) {
         return ctx.error(NOT_FLOAT);
     };
     let cur = match read_str(ctx.lookup_write(key)) {
-        Err(()) => return ctx.error(WRONGTYPE),
+        Err(WrongType) => return ctx.error(WRONGTYPE),
         Ok(None) => 0.0,
         Ok(Some(v)) => {
             let mut s = [0u8; 24];
@@ -419,8 +458,17 @@ fn incrbyfloat(ctx: &mut ExecCtx) {
     format_long_double_human(n, &mut text);
     ctx.out.bulk(&text);
     let now = ctx.now;
-    let at = ctx.db().get(key, now).map(|e| e.expire_at()).unwrap_or(NO_EXPIRE);
-    store_str(ctx, key, StrValue::from_vec(text), ExpireOpt::At(at).or_none());
+    let at = ctx
+        .db()
+        .get(key, now)
+        .map(|e| e.expire_at())
+        .unwrap_or(NO_EXPIRE);
+    store_str(
+        ctx,
+        key,
+        StrValue::from_vec(text),
+        ExpireOpt::At(at).or_none(),
+    );
 }
 
 impl ExpireOpt {
@@ -458,7 +506,7 @@ fn getrange(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     let (entry, out) = ctx.read_with_out(key);
     match read_str(entry) {
-        Err(()) => out.error(WRONGTYPE),
+        Err(WrongType) => out.error(WRONGTYPE),
         Ok(None) => out.bulk(b""),
         Ok(Some(v)) => {
             let mut s = [0u8; 24];
@@ -484,7 +532,7 @@ fn setrange(ctx: &mut ExecCtx) {
     let offset = offset as usize;
     let too_big = offset.checked_add(value.len()).is_none_or(|n| n > limit);
     match read_str(ctx.lookup_write(key)) {
-        Err(()) => ctx.error(WRONGTYPE),
+        Err(WrongType) => ctx.error(WRONGTYPE),
         Ok(None) => {
             if value.is_empty() {
                 return ctx.out.integer(0);
@@ -540,18 +588,23 @@ fn mget_values(ctx: &mut ExecCtx) {
 }
 
 fn mset(ctx: &mut ExecCtx) {
-    if ctx.args.len() % 2 == 0 {
+    if ctx.args.len().is_multiple_of(2) {
         return ctx.error("ERR wrong number of arguments for 'mset' command");
     }
     for i in (1..ctx.args.len()).step_by(2) {
         let key = ctx.args.get(i);
-        store_str(ctx, key, StrValue::from_bytes(ctx.args.get(i + 1)), ExpireOpt::None);
+        store_str(
+            ctx,
+            key,
+            StrValue::from_bytes(ctx.args.get(i + 1)),
+            ExpireOpt::None,
+        );
     }
     ctx.out.ok();
 }
 
 fn msetnx(ctx: &mut ExecCtx) {
-    if ctx.args.len() % 2 == 0 {
+    if ctx.args.len().is_multiple_of(2) {
         return ctx.error("ERR wrong number of arguments for 'msetnx' command");
     }
     let now = ctx.now;
@@ -564,21 +617,32 @@ fn msetnx(ctx: &mut ExecCtx) {
     }
     for i in (1..ctx.args.len()).step_by(2) {
         let key = ctx.args.get(i);
-        store_str(ctx, key, StrValue::from_bytes(ctx.args.get(i + 1)), ExpireOpt::None);
+        store_str(
+            ctx,
+            key,
+            StrValue::from_bytes(ctx.args.get(i + 1)),
+            ExpireOpt::None,
+        );
     }
     ctx.out.integer(1);
 }
 
 /// MSETNX over several shards: under the multi-shard locks, check every key, then
 /// write only if none exists.
-fn msetnx_across<'a>(g: &'a mut GlobalCtx<'_>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+fn msetnx_across<'a>(
+    g: &'a mut GlobalCtx<'_>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
     Box::pin(async move {
-        if g.args.len() % 2 == 0 {
-            g.w().error("ERR wrong number of arguments for 'msetnx' command");
+        if g.args.len().is_multiple_of(2) {
+            g.w()
+                .error("ERR wrong number of arguments for 'msetnx' command");
             return;
         }
         let db = g.session.db;
-        let pairs: Vec<(Vec<u8>, Vec<u8>)> = g.args[1..].chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = g.args[1..]
+            .chunks(2)
+            .map(|c| (c[0].clone(), c[1].clone()))
+            .collect();
         let keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
         let cell = g.session.cell.clone();
         let op = crate::shard::multi::MultiShardOp::lock_keys(&cell, db, &keys).await;
@@ -632,11 +696,11 @@ fn parse_lcs_opts(args: &[&[u8]]) -> Result<LcsOpts, &'static str> {
 }
 
 /// Reads a key for LCS: missing is the empty string, another type an error.
-fn lcs_value(ctx: &mut ExecCtx, key: &[u8]) -> Result<Vec<u8>, ()> {
+fn lcs_value(ctx: &mut ExecCtx, key: &[u8]) -> Result<Vec<u8>, WrongType> {
     match read_str(ctx.lookup_read(key)) {
         Ok(Some(v)) => Ok(v.to_vec()),
         Ok(None) => Ok(Vec::new()),
-        Err(()) => Err(()),
+        Err(WrongType) => Err(WrongType),
     }
 }
 
@@ -655,7 +719,9 @@ fn lcs(ctx: &mut ExecCtx) {
 
 /// LCS with its two keys on different shards: read both under the locks, then
 /// compute here.
-fn lcs_across<'a>(g: &'a mut GlobalCtx<'_>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
+fn lcs_across<'a>(
+    g: &'a mut GlobalCtx<'_>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
     Box::pin(async move {
         let argv: Vec<&[u8]> = g.args.iter().map(|a| a.as_slice()).collect();
         let opts = match parse_lcs_opts(&argv) {
@@ -683,9 +749,15 @@ fn lcs_across<'a>(g: &'a mut GlobalCtx<'_>) -> std::pin::Pin<Box<dyn std::future
 /// exactly as Redis does so match ranges come out in the same order.
 fn lcs_reply(out: &mut ReplyWriter, a: &[u8], b: &[u8], o: &LcsOpts, limit: usize) {
     let (alen, blen) = (a.len(), b.len());
-    let cells = (alen + 1).checked_mul(blen + 1).and_then(|n| n.checked_mul(4));
-    if cells.is_none_or(|n| n > limit) || alen >= u32::MAX as usize - 1 || blen >= u32::MAX as usize - 1 {
-        return out.error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len");
+    let cells = (alen + 1)
+        .checked_mul(blen + 1)
+        .and_then(|n| n.checked_mul(4));
+    if cells.is_none_or(|n| n > limit)
+        || alen >= u32::MAX as usize - 1
+        || blen >= u32::MAX as usize - 1
+    {
+        return out
+            .error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len");
     }
     let w = alen + 1;
     let mut dp = vec![0u32; (alen + 1) * (blen + 1)];
@@ -740,7 +812,13 @@ fn lcs_reply(out: &mut ReplyWriter, a: &[u8], b: &[u8], o: &LcsOpts, limit: usiz
         if emit {
             let len = (a_end - a_start + 1) as i64;
             if o.min_match == 0 || len >= o.min_match {
-                matches.push([a_start as i64, a_end as i64, b_start as i64, b_end as i64, len]);
+                matches.push([
+                    a_start as i64,
+                    a_end as i64,
+                    b_start as i64,
+                    b_end as i64,
+                    len,
+                ]);
             }
             a_start = alen;
         }
@@ -766,4 +844,3 @@ fn lcs_reply(out: &mut ReplyWriter, a: &[u8], b: &[u8], o: &LcsOpts, limit: usiz
     out.bulk(b"len");
     out.integer(total as i64);
 }
-

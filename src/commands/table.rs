@@ -55,11 +55,18 @@ pub enum KeySpec {
     None,
     /// Keys at `first`, `first + step` ... up to `last` (< 0 counts from the end,
     /// -1 = the last argument): COMMAND INFO's (first, last, step).
-    Range { first: u8, last: i8, step: u8 },
+    Range {
+        first: u8,
+        last: i8,
+        step: u8,
+    },
     /// A key count at `keynum_at` followed by that many keys (SINTERCARD, LMPOP,
     /// ZUNIONSTORE ...), plus a fixed key at `dest` when non-zero (a STORE target).
     /// An invalid count yields only `dest`: the handler then replies the error.
-    Keynum { dest: u8, keynum_at: u8 },
+    Keynum {
+        dest: u8,
+        keynum_at: u8,
+    },
 }
 
 /// Indexes of a command's key arguments, in argument order.
@@ -93,7 +100,12 @@ impl KeySpec {
     #[inline]
     pub fn positions(&self, args: &super::Args) -> KeyPositions {
         let argc = args.len();
-        let none = KeyPositions { fixed: None, next: 0, end: 0, step: 1 };
+        let none = KeyPositions {
+            fixed: None,
+            next: 0,
+            end: 0,
+            step: 1,
+        };
         match *self {
             KeySpec::None => none,
             KeySpec::Range { first, last, step } => {
@@ -106,15 +118,29 @@ impl KeySpec {
                 if last < first as isize {
                     none
                 } else {
-                    KeyPositions { fixed: None, next: first, end: last as usize + 1, step: step.max(1) as usize }
+                    KeyPositions {
+                        fixed: None,
+                        next: first,
+                        end: last as usize + 1,
+                        step: step.max(1) as usize,
+                    }
                 }
             }
             KeySpec::Keynum { dest, keynum_at } => {
                 let fixed = (dest > 0 && (dest as usize) < argc).then_some(dest as usize);
                 let first = keynum_at as usize + 1;
                 let count = super::parse_i64(args.get(keynum_at as usize)).unwrap_or(0);
-                let end = if count > 0 && (count as usize) <= argc.saturating_sub(first) { first + count as usize } else { first };
-                KeyPositions { fixed, next: first, end, step: 1 }
+                let end = if count > 0 && (count as usize) <= argc.saturating_sub(first) {
+                    first + count as usize
+                } else {
+                    first
+                };
+                KeyPositions {
+                    fixed,
+                    next: first,
+                    end,
+                    step: 1,
+                }
             }
         }
     }
@@ -149,7 +175,11 @@ pub enum Cross {
     Never,
     /// Run `one` per group of `stride` arguments (a key and its values) on the owning
     /// shard, all under the multi-shard locks, and merge the replies.
-    Split { one: KeyedFn, stride: u8, merge: Merge },
+    Split {
+        one: KeyedFn,
+        stride: u8,
+        merge: Merge,
+    },
     /// A dedicated coordinator (RENAME, MSETNX, COPY ...).
     Coordinator(GlobalFn),
 }
@@ -252,7 +282,11 @@ mod tests {
             match (s.kind, s.keys) {
                 (Kind::Keyed(_, Cross::Never), KeySpec::Range { first, last, step }) => {
                     let single = last >= 0 && (last as i16 - first as i16) < step as i16;
-                    assert!(single, "{} has several keys but no cross-shard rule", s.name);
+                    assert!(
+                        single,
+                        "{} has several keys but no cross-shard rule",
+                        s.name
+                    );
                 }
                 (Kind::Keyed(_, Cross::Never), KeySpec::Keynum { .. }) => {
                     panic!("{} has several keys but no cross-shard rule", s.name)
@@ -270,24 +304,61 @@ mod tests {
         for w in words {
             let start = buf.len() as u32;
             buf.extend_from_slice(w.as_bytes());
-            spans.push(crate::protocol::parser::ArgSpan { start, end: buf.len() as u32 });
+            spans.push(crate::protocol::parser::ArgSpan {
+                start,
+                end: buf.len() as u32,
+            });
         }
-        spec.positions(&crate::commands::Args::new(&buf, &spans)).collect()
+        spec.positions(&crate::commands::Args::new(&buf, &spans))
+            .collect()
     }
 
     #[test]
     fn key_positions() {
-        let r = KeySpec::Range { first: 1, last: -1, step: 2 };
+        let r = KeySpec::Range {
+            first: 1,
+            last: -1,
+            step: 2,
+        };
         assert_eq!(positions(r, &["mset", "a", "1", "b", "2"]), vec![1, 3]);
-        let one = KeySpec::Range { first: 1, last: 1, step: 1 };
+        let one = KeySpec::Range {
+            first: 1,
+            last: 1,
+            step: 1,
+        };
         assert_eq!(positions(one, &["get", "a", "x"]), vec![1]);
-        let all = KeySpec::Range { first: 1, last: -1, step: 1 };
+        let all = KeySpec::Range {
+            first: 1,
+            last: -1,
+            step: 1,
+        };
         assert_eq!(positions(all, &["del", "a", "b", "c"]), vec![1, 2, 3]);
-        let store = KeySpec::Keynum { dest: 1, keynum_at: 2 };
-        assert_eq!(positions(store, &["zunionstore", "d", "2", "a", "b", "WEIGHTS", "1", "2"]), vec![1, 3, 4]);
-        let card = KeySpec::Keynum { dest: 0, keynum_at: 1 };
-        assert_eq!(positions(card, &["sintercard", "2", "a", "b", "LIMIT", "3"]), vec![2, 3]);
-        assert_eq!(positions(card, &["sintercard", "5", "a", "b"]), Vec::<usize>::new());
-        assert_eq!(positions(card, &["sintercard", "x", "a"]), Vec::<usize>::new());
+        let store = KeySpec::Keynum {
+            dest: 1,
+            keynum_at: 2,
+        };
+        assert_eq!(
+            positions(
+                store,
+                &["zunionstore", "d", "2", "a", "b", "WEIGHTS", "1", "2"]
+            ),
+            vec![1, 3, 4]
+        );
+        let card = KeySpec::Keynum {
+            dest: 0,
+            keynum_at: 1,
+        };
+        assert_eq!(
+            positions(card, &["sintercard", "2", "a", "b", "LIMIT", "3"]),
+            vec![2, 3]
+        );
+        assert_eq!(
+            positions(card, &["sintercard", "5", "a", "b"]),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            positions(card, &["sintercard", "x", "a"]),
+            Vec::<usize>::new()
+        );
     }
 }

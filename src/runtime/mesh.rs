@@ -61,7 +61,12 @@ impl<T: Send + 'static> MeshEnds<T> {
             .enumerate()
             .filter_map(|(from, r)| r.map(|ch| (from, MeshReceiver { ch })))
             .collect();
-        (MeshSenders { peers: self.senders }, receivers)
+        (
+            MeshSenders {
+                peers: self.senders,
+            },
+            receivers,
+        )
     }
 }
 

@@ -46,22 +46,28 @@ pub async fn yield_now() {
 
 /// Starts one executor thread, pinned to `cpu` when given, running `body` and then
 /// every task it spawns, for the life of the process.
-pub fn start_executor<F, Fut>(name: &str, cpu: Option<usize>, body: F) -> io::Result<std::thread::JoinHandle<()>>
+pub fn start_executor<F, Fut>(
+    name: &str,
+    cpu: Option<usize>,
+    body: F,
+) -> io::Result<std::thread::JoinHandle<()>>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    std::thread::Builder::new().name(name.to_string()).spawn(move || {
-        if let Some(c) = cpu {
-            if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
-                tracing::warn!(cpu = c, "could not pin shard thread");
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            if let Some(c) = cpu {
+                if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
+                    tracing::warn!(cpu = c, "could not pin shard thread");
+                }
             }
-        }
-        match executor::Executor::new() {
-            Ok(ex) => ex.run(body()),
-            Err(e) => tracing::error!("could not start executor: {e}"),
-        }
-    })
+            match executor::Executor::new() {
+                Ok(ex) => ex.run(body()),
+                Err(e) => tracing::error!("could not start executor: {e}"),
+            }
+        })
 }
 
 /// Binds a listener with SO_REUSEPORT so every shard can accept on the same port.

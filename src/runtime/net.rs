@@ -46,9 +46,19 @@ impl TcpListener {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "no address"))?;
-        let domain = if addr.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
+        let domain = if addr.is_ipv6() {
+            libc::AF_INET6
+        } else {
+            libc::AF_INET
+        };
         // SAFETY: creating a socket; the fd is owned by the std listener below.
-        let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+        let fd = unsafe {
+            libc::socket(
+                domain,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -133,7 +143,9 @@ fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: bind with a correctly sized sockaddr_in6.
@@ -209,7 +221,14 @@ impl TcpStream {
             while !buf.is_empty() {
                 // SAFETY: send from a live buffer; MSG_NOSIGNAL keeps a closed peer from
                 // raising SIGPIPE.
-                let n = unsafe { libc::send(fd, buf.as_ptr() as *const libc::c_void, buf.len(), libc::MSG_NOSIGNAL) };
+                let n = unsafe {
+                    libc::send(
+                        fd,
+                        buf.as_ptr() as *const libc::c_void,
+                        buf.len(),
+                        libc::MSG_NOSIGNAL,
+                    )
+                };
                 if n >= 0 {
                     buf = &buf[n as usize..];
                     continue;

@@ -64,7 +64,12 @@ impl Reactor {
             next_timer: Cell::new(1),
             events: RefCell::new(vec![libc::epoll_event { events: 0, u64: 0 }; 256]),
         };
-        r.ctl(libc::EPOLL_CTL_ADD, eventfd, EVENTFD_TOKEN, libc::EPOLLIN as u32 | libc::EPOLLET as u32)?;
+        r.ctl(
+            libc::EPOLL_CTL_ADD,
+            eventfd,
+            EVENTFD_TOKEN,
+            libc::EPOLLIN as u32 | libc::EPOLLET as u32,
+        )?;
         Ok(r)
     }
 
@@ -105,7 +110,9 @@ impl Reactor {
         let n = {
             let mut events = self.events.borrow_mut();
             // SAFETY: the buffer holds `events.len()` initialised epoll_event structs.
-            unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, timeout) }
+            unsafe {
+                libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, timeout)
+            }
         };
         for i in 0..n.max(0) as usize {
             let (token, bits) = {
@@ -150,7 +157,8 @@ impl Reactor {
             Some(Reverse((at, _))) => {
                 let d = at.saturating_duration_since(Instant::now());
                 // Round up so a timer is never polled a hair too early.
-                d.as_millis().min(i32::MAX as u128) as i32 + i32::from(d.subsec_nanos() % 1_000_000 != 0)
+                d.as_millis().min(i32::MAX as u128) as i32
+                    + i32::from(d.subsec_nanos() % 1_000_000 != 0)
             }
         }
     }
@@ -207,7 +215,10 @@ impl Future for Sleep {
         let ex = super::executor::current();
         match self.timer {
             Some(id) => {
-                ex.reactor.timer_wakers.borrow_mut().insert(id, cx.waker().clone());
+                ex.reactor
+                    .timer_wakers
+                    .borrow_mut()
+                    .insert(id, cx.waker().clone());
             }
             None => self.timer = Some(ex.reactor.add_timer(self.at, cx.waker().clone())),
         }

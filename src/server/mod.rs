@@ -55,7 +55,11 @@ pub fn plan_placement(config: &Config) -> Result<Vec<Option<usize>>, String> {
         return Err(format!("--threads must be between 1 and 1024, got {n}"));
     }
     if n > cpus.len() {
-        tracing::warn!(shards = n, cpus = cpus.len(), "more shards than CPUs: shards will share CPUs");
+        tracing::warn!(
+            shards = n,
+            cpus = cpus.len(),
+            "more shards than CPUs: shards will share CPUs"
+        );
     }
     Ok((0..n).map(|i| Some(cpus[i % cpus.len()])).collect())
 }
@@ -90,14 +94,21 @@ pub fn run(config: Config) -> i32 {
         port: config.port(),
         started: Instant::now(),
         started_unix_ms: crate::util::now_ms(),
-        executable: std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
-        config_file: config.config_file().map(|p| p.display().to_string()).unwrap_or_default(),
+        executable: std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        config_file: config
+            .config_file()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
         shards: n,
         cpus: placement.clone(),
     });
     for (i, cpu) in placement.iter().enumerate() {
         let r = slots.range(i);
-        let cpu = cpu.map(|c| c.to_string()).unwrap_or_else(|| "unpinned".into());
+        let cpu = cpu
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "unpinned".into());
         tracing::info!("shard {i} -> cpu {cpu} -> slots {}-{}", r.start, r.end - 1);
     }
     let hasher = DefaultHashBuilder::default();
@@ -110,53 +121,58 @@ pub fn run(config: Config) -> i32 {
     for (i, ends) in mesh.into_iter().enumerate() {
         let cfg = config.clone();
         let info = info.clone();
-        let hasher = hasher.clone();
         let addrs = bind_addrs.clone();
         let ready = ready_tx.clone();
-        let spawned = runtime::start_executor(&format!("shard-{i}"), placement[i], move || async move {
-            let (senders, receivers) = ends.split();
-            let data = shard::new_shard_data(i, &slots, cfg, hasher);
-            let cell = shard::new_cell(i, slots, data, senders, info);
-            for (_, rx) in receivers {
-                runtime::spawn_detached(shard::fabric::run_mailbox(cell.clone(), rx));
-            }
-            runtime::spawn_detached(shard::run_active_expiry(cell.clone()));
-            let mut listeners = Vec::new();
-            for a in &addrs {
-                let addr = format_addr(a, port);
-                match runtime::bind_reuseport(&addr) {
-                    Ok(l) => listeners.push(l),
-                    Err(e) => {
-                        let _ = ready.send(Err(format!("Could not create server TCP listening socket {addr}: {e}")));
-                        return;
-                    }
+        let spawned =
+            runtime::start_executor(&format!("shard-{i}"), placement[i], move || async move {
+                let (senders, receivers) = ends.split();
+                let data = shard::new_shard_data(i, &slots, cfg, hasher);
+                let cell = shard::new_cell(i, slots, data, senders, info);
+                for (_, rx) in receivers {
+                    runtime::spawn_detached(shard::fabric::run_mailbox(cell.clone(), rx));
                 }
-            }
-            let _ = ready.send(Ok(i));
-            let mut accepting = Vec::new();
-            for l in listeners {
-                let cell = cell.clone();
-                accepting.push(runtime::spawn(async move {
-                    loop {
-                        match l.accept().await {
-                            Ok(stream) => {
-                                if SHUTTING_DOWN.load(Ordering::Relaxed) {
-                                    break;
-                                }
-                                runtime::spawn_detached(crate::connection::serve(cell.clone(), stream));
-                            }
-                            Err(e) => {
-                                tracing::warn!("accept failed: {e}");
-                                runtime::sleep(Duration::from_millis(10)).await;
-                            }
+                runtime::spawn_detached(shard::run_active_expiry(cell.clone()));
+                let mut listeners = Vec::new();
+                for a in &addrs {
+                    let addr = format_addr(a, port);
+                    match runtime::bind_reuseport(&addr) {
+                        Ok(l) => listeners.push(l),
+                        Err(e) => {
+                            let _ = ready.send(Err(format!(
+                                "Could not create server TCP listening socket {addr}: {e}"
+                            )));
+                            return;
                         }
                     }
-                }));
-            }
-            for a in accepting {
-                a.await;
-            }
-        });
+                }
+                let _ = ready.send(Ok(i));
+                let mut accepting = Vec::new();
+                for l in listeners {
+                    let cell = cell.clone();
+                    accepting.push(runtime::spawn(async move {
+                        loop {
+                            match l.accept().await {
+                                Ok(stream) => {
+                                    if SHUTTING_DOWN.load(Ordering::Relaxed) {
+                                        break;
+                                    }
+                                    runtime::spawn_detached(crate::connection::serve(
+                                        cell.clone(),
+                                        stream,
+                                    ));
+                                }
+                                Err(e) => {
+                                    tracing::warn!("accept failed: {e}");
+                                    runtime::sleep(Duration::from_millis(10)).await;
+                                }
+                            }
+                        }
+                    }));
+                }
+                for a in accepting {
+                    a.await;
+                }
+            });
         match spawned {
             Ok(t) => threads.push(t),
             Err(e) => {

@@ -51,7 +51,14 @@ impl OwnedBatch {
     }
 
     /// Appends a whole command; returns its index in the batch.
-    pub fn push(&mut self, cmd: u16, db: u8, proto: Protocol, args: &Args, key_positions: impl Iterator<Item = usize>) -> usize {
+    pub fn push(
+        &mut self,
+        cmd: u16,
+        db: u8,
+        proto: Protocol,
+        args: &Args,
+        key_positions: impl Iterator<Item = usize>,
+    ) -> usize {
         let a0 = self.spans.len() as u32;
         let k0 = self.key_spans.len() as u32;
         let mut next_key = key_positions.peekable();
@@ -67,7 +74,14 @@ impl OwnedBatch {
 
     /// Appends the part of a split command that concerns one key group: the command
     /// name followed by `group` (the key first). Returns its index in the batch.
-    pub fn push_part(&mut self, cmd: u16, db: u8, proto: Protocol, name: &[u8], group: &[&[u8]]) -> usize {
+    pub fn push_part(
+        &mut self,
+        cmd: u16,
+        db: u8,
+        proto: Protocol,
+        name: &[u8],
+        group: &[&[u8]],
+    ) -> usize {
         let a0 = self.spans.len() as u32;
         let k0 = self.key_spans.len() as u32;
         self.push_arg(name);
@@ -80,7 +94,15 @@ impl OwnedBatch {
         self.finish(cmd, true, db, proto, a0, k0)
     }
 
-    fn finish(&mut self, cmd: u16, split_part: bool, db: u8, proto: Protocol, a0: u32, k0: u32) -> usize {
+    fn finish(
+        &mut self,
+        cmd: u16,
+        split_part: bool,
+        db: u8,
+        proto: Protocol,
+        a0: u32,
+        k0: u32,
+    ) -> usize {
         self.cmds.push(BatchCmd {
             cmd,
             split_part,
@@ -147,7 +169,10 @@ fn handler_of(cmd: u16, split_part: bool) -> KeyedFn {
 fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut BatchReply) {
     let c = batch.cmds[i];
     let run = handler_of(c.cmd, c.split_part);
-    let args = Args::new(&batch.data, &batch.spans[c.args.0 as usize..c.args.1 as usize]);
+    let args = Args::new(
+        &batch.data,
+        &batch.spans[c.args.0 as usize..c.args.1 as usize],
+    );
     let mut data = cell.data.borrow_mut();
     let before = reply.out.len();
     let mut ctx = ExecCtx {
@@ -168,7 +193,13 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut
 
 /// Runs commands from `from` on until one touches a key another operation has locked
 /// (returns its index) or the batch ends (None). `txn`'s own locks never block it.
-fn run_until_blocked(cell: &ShardCell, batch: &OwnedBatch, from: usize, txn: Option<TxnId>, reply: &mut BatchReply) -> Option<usize> {
+fn run_until_blocked(
+    cell: &ShardCell,
+    batch: &OwnedBatch,
+    from: usize,
+    txn: Option<TxnId>,
+    reply: &mut BatchReply,
+) -> Option<usize> {
     let now = crate::util::now_ms();
     for i in from..batch.cmds.len() {
         if txn.is_none() && batch.blocked(i, cell) {
@@ -198,7 +229,11 @@ pub async fn run(cell: &Rc<ShardCell>, batch: &OwnedBatch, txn: Option<TxnId>) -
 
 /// Entry point for a batch arriving from another shard: runs it inline when nothing
 /// blocks it, else in a task that waits for the locks; then hands back the reply.
-pub fn run_remote(cell: &Rc<ShardCell>, batch: OwnedBatch, done: impl FnOnce(BatchReply) + 'static) {
+pub fn run_remote(
+    cell: &Rc<ShardCell>,
+    batch: OwnedBatch,
+    done: impl FnOnce(BatchReply) + 'static,
+) {
     let mut reply = BatchReply {
         out: Vec::with_capacity(64 * batch.len()),
         ends: Vec::with_capacity(batch.len()),

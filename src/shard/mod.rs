@@ -81,10 +81,15 @@ impl ShardCell {
     }
 }
 
-pub fn new_shard_data(id: usize, slots: &SlotTable, config: Config, hasher: DefaultHashBuilder) -> ShardData {
+pub fn new_shard_data(
+    id: usize,
+    slots: &SlotTable,
+    config: Config,
+    hasher: DefaultHashBuilder,
+) -> ShardData {
     let range = slots.range(id);
     let dbs = (0..config.databases())
-        .map(|_| Db::new(range.start, range.len(), hasher.clone()))
+        .map(|_| Db::new(range.start, range.len(), hasher))
         .collect();
     ShardData {
         id,
@@ -92,7 +97,11 @@ pub fn new_shard_data(id: usize, slots: &SlotTable, config: Config, hasher: Defa
         limits: crate::storage::limits::EncodingLimits::from_config(&config),
         config,
         stats: ShardStats::default(),
-        rng: Rng::new(0x9E37_79B9_7F4A_7C15 ^ ((id as u64 + 1) * 0x2545_F491_4F6C_DD1D) ^ crate::util::now_ms()),
+        rng: Rng::new(
+            0x9E37_79B9_7F4A_7C15
+                ^ ((id as u64 + 1) * 0x2545_F491_4F6C_DD1D)
+                ^ crate::util::now_ms(),
+        ),
         active_expire: true,
         pause: None,
     }

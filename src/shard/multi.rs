@@ -10,6 +10,9 @@ use super::locks::{self, LockSet, TxnId};
 use super::{ShardCell, ShardData};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 
+/// A key and its string value.
+type KeyValue = (Vec<u8>, Vec<u8>);
+
 pub struct MultiShardOp {
     txn: TxnId,
     shards: Vec<usize>,
@@ -20,9 +23,15 @@ impl MultiShardOp {
     pub async fn lock_keys(cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> MultiShardOp {
         let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
         for k in keys {
-            by_shard.entry(cell.shard_of(k)).or_default().push((db as u8, k.clone()));
+            by_shard
+                .entry(cell.shard_of(k))
+                .or_default()
+                .push((db as u8, k.clone()));
         }
-        let sets = by_shard.into_iter().map(|(s, ks)| (s, LockSet::Keys(ks))).collect();
+        let sets = by_shard
+            .into_iter()
+            .map(|(s, ks)| (s, LockSet::Keys(ks)))
+            .collect();
         Self::lock(cell, sets).await
     }
 
@@ -30,15 +39,23 @@ impl MultiShardOp {
     pub async fn lock_db_keys(cell: &Rc<ShardCell>, keys: &[(usize, Vec<u8>)]) -> MultiShardOp {
         let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
         for (db, k) in keys {
-            by_shard.entry(cell.shard_of(k)).or_default().push((*db as u8, k.clone()));
+            by_shard
+                .entry(cell.shard_of(k))
+                .or_default()
+                .push((*db as u8, k.clone()));
         }
-        let sets = by_shard.into_iter().map(|(s, ks)| (s, LockSet::Keys(ks))).collect();
+        let sets = by_shard
+            .into_iter()
+            .map(|(s, ks)| (s, LockSet::Keys(ks)))
+            .collect();
         Self::lock(cell, sets).await
     }
 
     /// Locks every shard whole (FLUSHALL, SWAPDB, a consistent DBSIZE or KEYS).
     pub async fn lock_all(cell: &Rc<ShardCell>) -> MultiShardOp {
-        let sets = (0..cell.shard_count()).map(|s| (s, LockSet::Whole)).collect();
+        let sets = (0..cell.shard_count())
+            .map(|s| (s, LockSet::Whole))
+            .collect();
         Self::lock(cell, sets).await
     }
 
@@ -46,8 +63,10 @@ impl MultiShardOp {
         let txn = cell.next_txn_id();
         let mut shards = Vec::with_capacity(sets.len());
         for (s, set) in sets {
-            cell.call_async(s, move |c| Box::pin(async move { locks::acquire(&c.locks, set, txn).await }))
-                .await;
+            cell.call_async(s, move |c| {
+                Box::pin(async move { locks::acquire(&c.locks, set, txn).await })
+            })
+            .await;
             shards.push(s);
         }
         MultiShardOp { txn, shards }
@@ -104,7 +123,8 @@ impl MultiShardOp {
     pub async fn release(self, cell: &Rc<ShardCell>) {
         let txn = self.txn;
         for s in self.shards {
-            cell.tell(s, move |c| c.locks.borrow_mut().release(txn)).await;
+            cell.tell(s, move |c| c.locks.borrow_mut().release(txn))
+                .await;
         }
     }
 
@@ -115,7 +135,9 @@ impl MultiShardOp {
             let k2 = k.clone();
             let s = cell.shard_of(k);
             if self
-                .on(cell, s, move |d| d.dbs[db].contains(&k2, crate::util::now_ms()))
+                .on(cell, s, move |d| {
+                    d.dbs[db].contains(&k2, crate::util::now_ms())
+                })
                 .await
             {
                 n += 1;
@@ -125,8 +147,13 @@ impl MultiShardOp {
     }
 
     /// Stores plain strings (MSETNX's write), clearing any TTL.
-    pub async fn write_strings(&self, cell: &Rc<ShardCell>, db: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>) {
-        let mut by_shard: BTreeMap<usize, Vec<(Vec<u8>, Vec<u8>)>> = BTreeMap::new();
+    pub async fn write_strings(
+        &self,
+        cell: &Rc<ShardCell>,
+        db: usize,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    ) {
+        let mut by_shard: BTreeMap<usize, Vec<KeyValue>> = BTreeMap::new();
         for p in pairs {
             by_shard.entry(cell.shard_of(&p.0)).or_default().push(p);
         }
@@ -142,18 +169,25 @@ impl MultiShardOp {
     }
 
     /// Reads string values: Ok(None) if missing, Err(()) if another type.
-    pub async fn read_strings(&self, cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> Vec<Result<Option<Vec<u8>>, ()>> {
+    pub async fn read_strings(
+        &self,
+        cell: &Rc<ShardCell>,
+        db: usize,
+        keys: &[Vec<u8>],
+    ) -> Vec<Result<Option<Vec<u8>>, ()>> {
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
             let k2 = k.clone();
             let s = cell.shard_of(k);
             out.push(
-                self.on(cell, s, move |d| match d.dbs[db].get(&k2, crate::util::now_ms()) {
-                    None => Ok(None),
-                    Some(e) => match &e.value {
-                        Value::Str(v) => Ok(Some(v.to_vec())),
-                        _ => Err(()),
-                    },
+                self.on(cell, s, move |d| {
+                    match d.dbs[db].get(&k2, crate::util::now_ms()) {
+                        None => Ok(None),
+                        Some(e) => match &e.value {
+                            Value::Str(v) => Ok(Some(v.to_vec())),
+                            _ => Err(()),
+                        },
+                    }
                 })
                 .await,
             );
@@ -177,12 +211,19 @@ impl MultiShardOp {
     }
 
     /// Copies a key's value and deadline without removing it (COPY's source side).
-    pub async fn peek_clone(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8]) -> Option<(Value, u64)> {
+    pub async fn peek_clone(
+        &self,
+        cell: &Rc<ShardCell>,
+        db: usize,
+        key: &[u8],
+    ) -> Option<(Value, u64)> {
         let k = key.to_vec();
         let s = cell.shard_of(key);
         self.on(cell, s, move |d| {
             let now = crate::util::now_ms();
-            d.dbs[db].get(&k, now).map(|e| (e.value.clone(), e.expire_at()))
+            d.dbs[db]
+                .get(&k, now)
+                .map(|e| (e.value.clone(), e.expire_at()))
         })
         .await
     }
@@ -190,11 +231,21 @@ impl MultiShardOp {
     pub async fn exists(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8]) -> bool {
         let k = key.to_vec();
         let s = cell.shard_of(key);
-        self.on(cell, s, move |d| d.dbs[db].contains(&k, crate::util::now_ms())).await
+        self.on(cell, s, move |d| {
+            d.dbs[db].contains(&k, crate::util::now_ms())
+        })
+        .await
     }
 
     /// Stores a value with a deadline, replacing what was there.
-    pub async fn put(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8], value: Value, expire_at: u64) {
+    pub async fn put(
+        &self,
+        cell: &Rc<ShardCell>,
+        db: usize,
+        key: &[u8],
+        value: Value,
+        expire_at: u64,
+    ) {
         let k = key.to_vec();
         let s = cell.shard_of(key);
         self.on(cell, s, move |d| {

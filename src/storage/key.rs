@@ -18,7 +18,10 @@ impl CompactKey {
         if k.len() <= INLINE_KEY {
             let mut data = [0u8; INLINE_KEY];
             data[..k.len()].copy_from_slice(k);
-            CompactKey::Inline { len: k.len() as u8, data }
+            CompactKey::Inline {
+                len: k.len() as u8,
+                data,
+            }
         } else {
             CompactKey::Heap(k.into())
         }
@@ -61,6 +64,12 @@ impl std::fmt::Debug for CompactKey {
     }
 }
 
+impl From<&[u8]> for CompactKey {
+    fn from(k: &[u8]) -> CompactKey {
+        CompactKey::new(k)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,11 +82,5 @@ mod tests {
             assert_eq!(&*c, &k[..]);
             assert_eq!(matches!(c, CompactKey::Inline { .. }), n <= INLINE_KEY);
         }
-    }
-}
-
-impl From<&[u8]> for CompactKey {
-    fn from(k: &[u8]) -> CompactKey {
-        CompactKey::new(k)
     }
 }

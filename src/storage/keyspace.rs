@@ -102,7 +102,10 @@ impl Db {
     #[inline]
     fn locate(&self, key: &[u8]) -> (usize, u64) {
         let idx = (key_slot(key) as usize).wrapping_sub(self.first_slot);
-        debug_assert!(idx < self.slot_count, "key routed to a shard that does not own its slot");
+        debug_assert!(
+            idx < self.slot_count,
+            "key routed to a shard that does not own its slot"
+        );
         (idx, self.hasher.hash_one(key))
     }
 
@@ -112,7 +115,10 @@ impl Db {
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let (idx, hash) = self.locate(key);
         let slot = self.slots.get_mut(idx)?;
-        let occupied = slot.table.find_entry(hash, |e| e.key.as_bytes() == key).ok()?;
+        let occupied = slot
+            .table
+            .find_entry(hash, |e| e.key.as_bytes() == key)
+            .ok()?;
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
         }
@@ -127,7 +133,10 @@ impl Db {
     /// Looks a key up without expiring it or touching anything (for introspection).
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
         let (idx, hash) = self.locate(key);
-        self.slots.get(idx)?.table.find(hash, |e| e.key.as_bytes() == key)
+        self.slots
+            .get(idx)?
+            .table
+            .find(hash, |e| e.key.as_bytes() == key)
     }
 
     pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
@@ -175,7 +184,11 @@ impl Db {
 
     fn remove_at(&mut self, idx: usize, hash: u64, key: &[u8]) -> Option<Entry> {
         let slot = self.slots.get_mut(idx)?;
-        let (entry, _) = slot.table.find_entry(hash, |e| e.key.as_bytes() == key).ok()?.remove();
+        let (entry, _) = slot
+            .table
+            .find_entry(hash, |e| e.key.as_bytes() == key)
+            .ok()?
+            .remove();
         if entry.expire_at != NO_EXPIRE {
             slot.ttl_count -= 1;
             self.expires -= 1;
@@ -244,7 +257,9 @@ impl Db {
             }
             let n = self.slots.len();
             let start = rng.below(n);
-            let idx = (0..n).map(|i| (start + i) % n).find(|&i| !self.slots[i].table.is_empty())?;
+            let idx = (0..n)
+                .map(|i| (start + i) % n)
+                .find(|&i| !self.slots[i].table.is_empty())?;
             let slot = &self.slots[idx];
             let pick = rng.below(slot.table.len());
             let entry = slot.table.iter().nth(pick)?;
@@ -384,7 +399,8 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (any::<u8>(), any::<u8>(), proptest::option::of(1u16..500)).prop_map(|(k, v, t)| Op::Set(k, v, t)),
+            (any::<u8>(), any::<u8>(), proptest::option::of(1u16..500))
+                .prop_map(|(k, v, t)| Op::Set(k, v, t)),
             any::<u8>().prop_map(Op::Del),
             (any::<u8>(), proptest::option::of(1u16..500)).prop_map(|(k, t)| Op::Expire(k, t)),
             (any::<u8>(), 0u16..600).prop_map(|(k, t)| Op::Get(k, t)),

@@ -267,7 +267,14 @@ mod tests {
     #[test]
     fn encodings_round_trip() {
         let mut s = [0u8; 24];
-        for input in [&b"123"[..], b"-77", b"hello", &[b'x'; 22], &[b'y'; 23], &[b'z'; 100]] {
+        for input in [
+            &b"123"[..],
+            b"-77",
+            b"hello",
+            &[b'x'; 22],
+            &[b'y'; 23],
+            &[b'z'; 100],
+        ] {
             let v = StrValue::from_bytes(input);
             assert_eq!(v.bytes(&mut s), input);
             assert_eq!(v.len(), input.len());

@@ -9,7 +9,11 @@ const fn make_tables() -> [[u16; 256]; 8] {
         let mut crc = (i as u16) << 8;
         let mut b = 0;
         while b < 8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
             b += 1;
         }
         t[0][i] = crc;

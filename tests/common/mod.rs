@@ -25,7 +25,12 @@ impl Server {
         for _ in 0..5 {
             let port = free_port();
             let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-                .args(["--port", &port.to_string(), "--threads", &threads.to_string()])
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--threads",
+                    &threads.to_string(),
+                ])
                 .args(extra)
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
@@ -81,7 +86,8 @@ impl Server {
     /// A raw TCP connection, for protocol-level tests.
     pub fn raw(&self) -> TcpStream {
         let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
         s
     }
 

@@ -441,7 +441,7 @@ mod tests {
                         let key = vec![k % 40];
                         let want = model.get(&key).filter(|(_, at)| *at == NO_EXPIRE || *at > now).map(|(v, _)| v.clone());
                         let mut sc = [0u8; 24];
-                        let got = d.get(&key, now).map(|e| match &e.value { Value::Str(sv) => sv.bytes(&mut sc).to_vec() });
+                        let got = d.get(&key, now).map(|e| match &e.value { Value::Str(sv) => sv.bytes(&mut sc).to_vec(), _ => Vec::new() });
                         prop_assert_eq!(got, want);
                     }
                     Op::Cycle(dt) => {

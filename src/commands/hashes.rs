@@ -1,5 +1,521 @@
-//! (Being written: see the collections and bitmaps issues.)
+//! Hash commands (Redis's t_hash.c): HSET and friends, counters, whole-hash reads,
+//! HRANDFIELD and HSCAN. Every command has one key, so all run on its owning shard.
 
-use super::table::CommandSpec;
+use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
+use super::{parse_f64, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE};
+use crate::protocol::reply::{format_long_double_human, Protocol, ReplyWriter};
+use crate::storage::hash::HashValue;
+use crate::storage::limits::EncodingLimits;
+use crate::storage::{Entry, Rng, Value, NO_EXPIRE};
+use crate::util::glob::glob_match;
 
-pub static COMMANDS: &[CommandSpec] = &[];
+const K1: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 1,
+    step: 1,
+};
+const HASH: &[&str] = &["@hash"];
+
+macro_rules! cmd {
+    ($name:expr, $arity:expr, $flags:expr, $handler:expr, $since:expr, $summary:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            keys: K1,
+            kind: Kind::Keyed($handler, Cross::Never),
+            group: "hash",
+            since: $since,
+            summary: $summary,
+            acl: HASH,
+        }
+    };
+}
+
+/// The hash family's rows: one line per command reads best as a table.
+#[rustfmt::skip]
+pub static COMMANDS: &[CommandSpec] = &[
+    cmd!("hset", -4, WRITE | DENYOOM | FAST, hset, "2.0.0", "Set the string value of a hash field"),
+    cmd!("hsetnx", 4, WRITE | DENYOOM | FAST, hsetnx, "2.0.0", "Set the value of a hash field, only if the field does not exist"),
+    cmd!("hmset", -4, WRITE | DENYOOM | FAST, hmset, "2.0.0", "Set multiple hash fields to multiple values"),
+    cmd!("hget", 3, READONLY | FAST, hget, "2.0.0", "Get the value of a hash field"),
+    cmd!("hmget", -3, READONLY | FAST, hmget, "2.0.0", "Get the values of all the given hash fields"),
+    cmd!("hgetall", 2, READONLY, hgetall, "2.0.0", "Get all the fields and values in a hash"),
+    cmd!("hkeys", 2, READONLY, hkeys, "2.0.0", "Get all the fields in a hash"),
+    cmd!("hvals", 2, READONLY, hvals, "2.0.0", "Get all the values in a hash"),
+    cmd!("hdel", -3, WRITE | FAST, hdel, "2.0.0", "Delete one or more hash fields"),
+    cmd!("hlen", 2, READONLY | FAST, hlen, "2.0.0", "Get the number of fields in a hash"),
+    cmd!("hexists", 3, READONLY | FAST, hexists, "2.0.0", "Determine if a hash field exists"),
+    cmd!("hstrlen", 3, READONLY | FAST, hstrlen, "3.2.0", "Get the length of the value of a hash field"),
+    cmd!("hincrby", 4, WRITE | DENYOOM | FAST, hincrby, "2.0.0", "Increment the integer value of a hash field by the given number"),
+    cmd!("hincrbyfloat", 4, WRITE | DENYOOM | FAST, hincrbyfloat, "2.6.0", "Increment the float value of a hash field by the given amount"),
+    cmd!("hrandfield", -2, READONLY, hrandfield, "6.2.0", "Get one or multiple random fields from a hash"),
+    cmd!("hscan", -3, READONLY, hscan, "2.8.0", "Incrementally iterate hash fields and associated values"),
+];
+
+/// The hash at a looked-up entry: `Ok(None)` if missing, `Err` if another type.
+fn as_hash(entry: Option<&mut Entry>) -> Result<Option<&mut HashValue>, ()> {
+    match entry {
+        None => Ok(None),
+        Some(e) => match &mut e.value {
+            Value::Hash(h) => Ok(Some(h)),
+            _ => Err(()),
+        },
+    }
+}
+
+/// Runs `f` on the hash at `key` for writing, on a fresh empty hash if the key is
+/// missing (stored only if `f` left it non-empty: Redis never keeps an empty hash).
+/// Replies WRONGTYPE and returns None for another type.
+fn write_hash<R>(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    f: impl FnOnce(&mut HashValue, &EncodingLimits) -> R,
+) -> Option<R> {
+    let limits = ctx.data.limits;
+    match as_hash(ctx.lookup_write(key)) {
+        Err(()) => {
+            ctx.error(WRONGTYPE);
+            None
+        }
+        Ok(Some(h)) => Some(f(h, &limits)),
+        Ok(None) => {
+            let mut h = HashValue::new();
+            let r = f(&mut h, &limits);
+            if !h.is_empty() {
+                let lru = crate::util::lru_clock();
+                ctx.db()
+                    .insert_new(key.into(), Value::Hash(Box::new(h)), NO_EXPIRE, lru);
+            }
+            Some(r)
+        }
+    }
+}
+
+/// Looks a hash up for reading and replies from it with `f`; a missing key gets
+/// `missing`, another type WRONGTYPE.
+fn read_hash(
+    ctx: &mut ExecCtx,
+    missing: impl FnOnce(&mut ReplyWriter),
+    f: impl FnOnce(&HashValue, &mut ReplyWriter),
+) {
+    let key = ctx.args.get(1);
+    let (entry, out) = ctx.read_with_out(key);
+    match as_hash(entry) {
+        Ok(Some(h)) => f(h, out),
+        Ok(None) => missing(out),
+        Err(()) => out.error(WRONGTYPE),
+    }
+}
+
+/// HSET and HMSET: field/value pairs from argument 2 on. Returns the fields added, or
+/// None after an error reply.
+fn set_pairs(ctx: &mut ExecCtx) -> Option<i64> {
+    if ctx.args.len() % 2 == 1 {
+        let name = String::from_utf8_lossy(ctx.args.get(0)).to_ascii_lowercase();
+        ctx.error(&format!(
+            "ERR wrong number of arguments for '{name}' command"
+        ));
+        return None;
+    }
+    let args = ctx.args;
+    write_hash(ctx, args.get(1), |h, limits| {
+        let mut added = 0;
+        for i in (2..args.len()).step_by(2) {
+            added += h.set(args.get(i), args.get(i + 1), limits) as i64;
+        }
+        added
+    })
+}
+
+fn hset(ctx: &mut ExecCtx) {
+    if let Some(n) = set_pairs(ctx) {
+        ctx.out.integer(n);
+    }
+}
+
+fn hmset(ctx: &mut ExecCtx) {
+    if set_pairs(ctx).is_some() {
+        ctx.out.ok();
+    }
+}
+
+fn hsetnx(ctx: &mut ExecCtx) {
+    let args = ctx.args;
+    let added = write_hash(ctx, args.get(1), |h, limits| {
+        let (field, value) = (args.get(2), args.get(3));
+        !h.contains(field) && h.set(field, value, limits)
+    });
+    if let Some(added) = added {
+        ctx.out.integer(added as i64);
+    }
+}
+
+fn hget(ctx: &mut ExecCtx) {
+    let field = ctx.args.get(2);
+    read_hash(
+        ctx,
+        |out| out.null(),
+        |h, out| match h.get(field) {
+            Some(v) => out.bulk(v),
+            None => out.null(),
+        },
+    );
+}
+
+fn hmget(ctx: &mut ExecCtx) {
+    let args = ctx.args;
+    let fields = 2..args.len();
+    read_hash(
+        ctx,
+        |out| {
+            out.array_len(fields.len());
+            for _ in fields.clone() {
+                out.null();
+            }
+        },
+        |h, out| {
+            out.array_len(fields.len());
+            for i in fields.clone() {
+                match h.get(args.get(i)) {
+                    Some(v) => out.bulk(v),
+                    None => out.null(),
+                }
+            }
+        },
+    );
+}
+
+fn hgetall(ctx: &mut ExecCtx) {
+    read_hash(
+        ctx,
+        |out| out.map_len(0),
+        |h, out| {
+            out.map_len(h.len());
+            for (f, v) in h.iter() {
+                out.bulk(f);
+                out.bulk(v);
+            }
+        },
+    );
+}
+
+fn hkeys(ctx: &mut ExecCtx) {
+    read_hash(
+        ctx,
+        |out| out.array_len(0),
+        |h, out| {
+            out.array_len(h.len());
+            for (f, _) in h.iter() {
+                out.bulk(f);
+            }
+        },
+    );
+}
+
+fn hvals(ctx: &mut ExecCtx) {
+    read_hash(
+        ctx,
+        |out| out.array_len(0),
+        |h, out| {
+            out.array_len(h.len());
+            for (_, v) in h.iter() {
+                out.bulk(v);
+            }
+        },
+    );
+}
+
+fn hdel(ctx: &mut ExecCtx) {
+    let args = ctx.args;
+    let key = args.get(1);
+    let (deleted, emptied) = match as_hash(ctx.lookup_write(key)) {
+        Err(()) => return ctx.error(WRONGTYPE),
+        Ok(None) => (0, false),
+        Ok(Some(h)) => {
+            let n = (2..args.len()).filter(|&i| h.remove(args.get(i))).count();
+            (n, h.is_empty())
+        }
+    };
+    if emptied {
+        ctx.db().remove(key);
+    }
+    ctx.out.integer(deleted as i64);
+}
+
+fn hlen(ctx: &mut ExecCtx) {
+    read_hash(
+        ctx,
+        |out| out.integer(0),
+        |h, out| out.integer(h.len() as i64),
+    );
+}
+
+fn hexists(ctx: &mut ExecCtx) {
+    let field = ctx.args.get(2);
+    read_hash(
+        ctx,
+        |out| out.integer(0),
+        |h, out| out.integer(h.contains(field) as i64),
+    );
+}
+
+fn hstrlen(ctx: &mut ExecCtx) {
+    let field = ctx.args.get(2);
+    read_hash(
+        ctx,
+        |out| out.integer(0),
+        |h, out| out.integer(h.get(field).map_or(0, |v| v.len()) as i64),
+    );
+}
+
+fn hincrby(ctx: &mut ExecCtx) {
+    let Some(incr) = parse_i64(ctx.args.get(3)) else {
+        return ctx.error(NOT_INT);
+    };
+    let args = ctx.args;
+    let result = write_hash(ctx, args.get(1), |h, limits| {
+        let field = args.get(2);
+        let cur = match h.get(field) {
+            None => 0,
+            Some(v) => parse_i64(v).ok_or("ERR hash value is not an integer")?,
+        };
+        let n = cur.checked_add(incr).ok_or(OVERFLOW)?;
+        let mut buf = [0u8; 24];
+        h.set(
+            field,
+            crate::storage::value::format_i64(n, &mut buf),
+            limits,
+        );
+        Ok(n)
+    });
+    match result {
+        Some(Ok(n)) => ctx.out.integer(n),
+        Some(Err(e)) => ctx.error(e),
+        None => {}
+    }
+}
+
+/// Redis's string2ld refuses strings this long before parsing them.
+const MAX_LONG_DOUBLE_CHARS: usize = 5 * 1024;
+
+fn hincrbyfloat(ctx: &mut ExecCtx) {
+    let arg = ctx.args.get(3);
+    let Some(incr) = parse_f64(arg).filter(|_| arg.len() < MAX_LONG_DOUBLE_CHARS) else {
+        return ctx.error(NOT_FLOAT);
+    };
+    if incr.is_infinite() {
+        return ctx.error("ERR value is NaN or Infinity");
+    }
+    let args = ctx.args;
+    let result = write_hash(ctx, args.get(1), |h, limits| {
+        let field = args.get(2);
+        let cur = match h.get(field) {
+            None => 0.0,
+            Some(v) if v.len() >= MAX_LONG_DOUBLE_CHARS => {
+                return Err("ERR hash value is not a float")
+            }
+            Some(v) => parse_f64(v).ok_or("ERR hash value is not a float")?,
+        };
+        let n = cur + incr;
+        if !n.is_finite() {
+            return Err("ERR increment would produce NaN or Infinity");
+        }
+        let mut text = Vec::with_capacity(32);
+        format_long_double_human(n, &mut text);
+        h.set(field, &text, limits);
+        Ok(text)
+    });
+    match result {
+        Some(Ok(text)) => ctx.out.bulk(&text),
+        Some(Err(e)) => ctx.error(e),
+        None => {}
+    }
+}
+
+/// HRANDFIELD key [count [WITHVALUES]].
+fn hrandfield(ctx: &mut ExecCtx) {
+    let argc = ctx.args.len();
+    if argc == 2 {
+        return hrandfield_one(ctx);
+    }
+    let count = match parse_i64(ctx.args.get(2)) {
+        Some(n) if n == i64::MIN => {
+            return ctx.error("ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
+        }
+        Some(n) => n,
+        None => return ctx.error(NOT_INT),
+    };
+    if argc > 4 || (argc == 4 && !ctx.args.is(3, "withvalues")) {
+        return ctx.error(SYNTAX_ERR);
+    }
+    let withvalues = argc == 4;
+    // Redis bounds WITHVALUES counts so the doubled reply length cannot overflow.
+    if withvalues && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&count) {
+        return ctx.error("ERR value is out of range");
+    }
+    hrandfield_count(ctx, count, withvalues);
+}
+
+/// The hash at argument 1 for reading (counting a hit or miss), with the shard's
+/// random generator and the reply writer beside it.
+fn hash_and_rng<'c, 'a>(
+    ctx: &'c mut ExecCtx<'a>,
+) -> (
+    Result<Option<&'c mut HashValue>, ()>,
+    &'c mut Rng,
+    &'c mut ReplyWriter<'a>,
+) {
+    let key = ctx.args.get(1);
+    let now = ctx.now;
+    let lru = crate::util::lru_clock();
+    let data = &mut *ctx.data;
+    let entry = match data.dbs[ctx.db].get(key, now) {
+        Some(e) => {
+            data.stats.keyspace_hits += 1;
+            e.lru = lru;
+            Some(e)
+        }
+        None => {
+            data.stats.keyspace_misses += 1;
+            None
+        }
+    };
+    (as_hash(entry), &mut data.rng, &mut ctx.out)
+}
+
+/// HRANDFIELD key: one random field, or nil.
+fn hrandfield_one(ctx: &mut ExecCtx) {
+    let (hash, rng, out) = hash_and_rng(ctx);
+    match hash {
+        Err(()) => out.error(WRONGTYPE),
+        Ok(None) => out.null(),
+        Ok(Some(h)) => match h.random_pair(rng) {
+            Some((f, _)) => out.bulk(f),
+            None => out.null(),
+        },
+    }
+}
+
+/// Most elements a negative HRANDFIELD count may ask for. Redis would build any reply
+/// until memory runs out; Tessera refuses one that large instead.
+const MAX_RANDOM_REPLY: u64 = 1 << 24;
+
+/// HRANDFIELD key count [WITHVALUES]: a positive count gives distinct fields (at most
+/// the whole hash), a negative one that many independent picks, repeats allowed.
+/// WITHVALUES pairs are nested arrays in RESP3 and flat in RESP2, as in Redis.
+fn hrandfield_count(ctx: &mut ExecCtx, count: i64, withvalues: bool) {
+    let (hash, rng, out) = hash_and_rng(ctx);
+    let h = match hash {
+        Err(()) => return out.error(WRONGTYPE),
+        Ok(None) => return out.array_len(0),
+        Ok(Some(h)) => h,
+    };
+    if count == 0 {
+        return out.array_len(0);
+    }
+    let nested = withvalues && out.proto == Protocol::Resp3;
+    let header = |out: &mut ReplyWriter, n: usize| {
+        out.array_len(if withvalues && !nested { n * 2 } else { n })
+    };
+    let pair = |out: &mut ReplyWriter, f: &[u8], v: &[u8]| {
+        if nested {
+            out.array_len(2);
+        }
+        out.bulk(f);
+        if withvalues {
+            out.bulk(v);
+        }
+    };
+    if count < 0 || count == 1 {
+        let n = count.unsigned_abs();
+        if n > MAX_RANDOM_REPLY {
+            return out.error("ERR value is out of range");
+        }
+        header(out, n as usize);
+        for _ in 0..n {
+            let (f, v) = h.random_pair(rng).unwrap_or((b"", b""));
+            pair(out, f, v);
+        }
+        return;
+    }
+    let picks = h.random_distinct(count as usize, rng);
+    header(out, picks.len());
+    for (f, v) in picks {
+        pair(out, f, v);
+    }
+}
+
+/// Parses a SCAN cursor as Redis's strtoul-based parseScanCursorOrReply does: an
+/// optional sign, digits, nothing else, no overflow ("-1" wraps like strtoul).
+fn parse_cursor(b: &[u8]) -> Option<u64> {
+    let (neg, digits) = match b.first() {
+        None => return Some(0),
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        Some(_) => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count]. As in Redis the key is looked up
+/// before the options are parsed, so a missing key answers an empty scan whatever
+/// follows. See storage::hash for the cursor's guarantee.
+fn hscan(ctx: &mut ExecCtx) {
+    let Some(cursor) = parse_cursor(ctx.args.get(2)) else {
+        return ctx.error("ERR invalid cursor");
+    };
+    let args = ctx.args;
+    read_hash(
+        ctx,
+        |out| {
+            out.array_len(2);
+            out.bulk(b"0");
+            out.array_len(0);
+        },
+        |h, out| {
+            let mut count = 10usize;
+            let mut pattern: Option<&[u8]> = None;
+            let mut i = 3;
+            while i < args.len() {
+                let more = i + 1 < args.len();
+                if args.is(i, "count") && more {
+                    match parse_i64(args.get(i + 1)) {
+                        Some(n) if n >= 1 => count = n as usize,
+                        Some(_) => return out.error(SYNTAX_ERR),
+                        None => return out.error(NOT_INT),
+                    }
+                } else if args.is(i, "match") && more {
+                    let p = args.get(i + 1);
+                    pattern = (p != b"*").then_some(p);
+                } else {
+                    return out.error(SYNTAX_ERR);
+                }
+                i += 2;
+            }
+            let mut found: Vec<(&[u8], &[u8])> = Vec::new();
+            let next = h.scan(cursor, count, |f, v| {
+                if pattern.is_none_or(|p| glob_match(p, f, false)) {
+                    found.push((f, v));
+                }
+            });
+            out.array_len(2);
+            out.bulk(next.to_string().as_bytes());
+            out.array_len(found.len() * 2);
+            for (f, v) in found {
+                out.bulk(f);
+                out.bulk(v);
+            }
+        },
+    );
+}

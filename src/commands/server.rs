@@ -42,6 +42,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     scmd!("time", 1, LOADING | STALE | FAST, Kind::Client(time), "2.6.0", "Return the current server time"),
     scmd!("command", -1, LOADING | STALE, Kind::Client(command), "2.8.13", "Get array of Redis command details"),
     scmd!("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, Kind::Global(debug), "1.0.0", "A container for debugging commands"),
+    scmd!("memory", -2, READONLY, Kind::Global(memory), "4.0.0", "A container for memory diagnostics commands"),
     scmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | ALLOW_BUSY, Kind::Global(shutdown), "1.0.0", "Synchronously save the dataset to disk and then shut down the server"),
 ];
 
@@ -624,4 +625,119 @@ fn shutdown<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         tracing::warn!("User requested shutdown...");
         crate::server::shutdown(0);
     })
+}
+
+const MEMORY_HELP: &[&str] = &[
+    "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DOCTOR",
+    "    Return memory problems reports.",
+    "MALLOC-STATS",
+    "    Return internal statistics report from the memory allocator.",
+    "PURGE",
+    "    Attempt to purge dirty pages for reclamation by the allocator.",
+    "STATS",
+    "    Return information about the memory usage of the server.",
+    "USAGE <key> [SAMPLES <count>]",
+    "    Return memory in bytes used by <key> and its value. Nested values are",
+    "    sampled up to <count> times (default: 5, 0 means sample all).",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// Bytes a key costs: the entry in its slot table (plus the table's control byte and
+/// spare capacity at its maximum load) and whatever the key and value hold on the heap.
+fn entry_bytes(e: &crate::storage::Entry) -> usize {
+    let slot = std::mem::size_of::<crate::storage::Entry>() + 1;
+    slot * 8 / 7 + e.key.heap_size() + e.value.heap_size()
+}
+
+fn memory<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
+        let argc = g.args.len();
+        match sub.as_str() {
+            "usage" if argc == 3 || argc == 5 => {
+                if argc == 5 && (!g.is(3, "samples") || parse_i64(&g.args[4]).is_none_or(|n| n < 0)) {
+                    let msg = if g.is(3, "samples") { super::NOT_INT } else { SYNTAX_ERR };
+                    return g.error(msg);
+                }
+                let key = g.args[2].clone();
+                let db = g.session.db;
+                let cell = g.session.cell.clone();
+                let shard = cell.shard_of(&key);
+                let size = cell
+                    .call(shard, move |c| {
+                        let mut d = c.data.borrow_mut();
+                        d.dbs[db].get(&key, crate::util::now_ms()).map(|e| entry_bytes(e) as i64)
+                    })
+                    .await;
+                match size {
+                    Some(n) => g.w().integer(n),
+                    None => g.w().null(),
+                }
+            }
+            "doctor" if argc == 2 => {
+                g.w().verbatim("txt", b"Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.")
+            }
+            "malloc-stats" if argc == 2 => g.w().verbatim("txt", b"Stats not supported for the current allocator"),
+            "purge" if argc == 2 => g.w().ok(),
+            "stats" if argc == 2 => memory_stats(g).await,
+            "help" if argc == 2 => reply_help(&mut g.w(), MEMORY_HELP),
+            "usage" | "doctor" | "malloc-stats" | "purge" | "stats" | "help" => {
+                let msg = format!("ERR wrong number of arguments for 'memory|{sub}' command");
+                g.error(&msg)
+            }
+            _ => g.unknown_subcommand("MEMORY"),
+        }
+    })
+}
+
+/// MEMORY STATS from what Tessera measures today: the process's resident set and the
+/// key counts. Allocator-level figures arrive with allocator accounting.
+async fn memory_stats(g: &mut GlobalCtx<'_>) {
+    let cell = g.session.cell.clone();
+    let per_db: Vec<Vec<(usize, usize)>> = cell
+        .call_all(|c| {
+            c.data
+                .borrow()
+                .dbs
+                .iter()
+                .map(|d| (d.len(), d.expires_len()))
+                .collect()
+        })
+        .await;
+    let ndb = per_db.first().map_or(0, |v| v.len());
+    let totals: Vec<(usize, usize)> = (0..ndb)
+        .map(|i| {
+            per_db
+                .iter()
+                .fold((0, 0), |(k, e), s| (k + s[i].0, e + s[i].1))
+        })
+        .filter(|(k, _)| *k > 0)
+        .collect();
+    let keys: usize = totals.iter().map(|t| t.0).sum();
+    let rss = rss_bytes() as i64;
+    let mut w = g.w();
+    w.map_len(6 + totals.len());
+    for (name, v) in [
+        ("peak.allocated", rss),
+        ("total.allocated", rss),
+        ("startup.allocated", 0),
+        ("keys.count", keys as i64),
+    ] {
+        w.bulk(name.as_bytes());
+        w.integer(v);
+    }
+    w.bulk(b"keys.bytes-per-key");
+    w.integer(if keys > 0 { rss / keys as i64 } else { 0 });
+    w.bulk(b"dataset.bytes");
+    w.integer(rss);
+    for (i, (k, e)) in (0..ndb).zip(totals.iter()) {
+        w.bulk(format!("db.{i}").as_bytes());
+        w.map_len(2);
+        w.bulk(b"overhead.hashtable.main");
+        w.integer(*k as i64);
+        w.bulk(b"overhead.hashtable.expires");
+        w.integer(*e as i64);
+    }
 }

@@ -3,8 +3,8 @@
 
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
 use super::{
-    parse_f64, parse_i64, read_str, WrongType, reply_str, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, OVERFLOW,
-    SYNTAX_ERR, WRONGTYPE,
+    parse_f64, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, WrongType, NOT_FLOAT, NOT_INT,
+    OVERFLOW, SYNTAX_ERR, WRONGTYPE,
 };
 use crate::protocol::reply::{format_long_double_human, ReplyWriter};
 use crate::storage::{StrValue, Value, NO_EXPIRE};

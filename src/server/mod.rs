@@ -111,6 +111,16 @@ pub fn run(config: Config) -> i32 {
             .unwrap_or_else(|| "unpinned".into());
         tracing::info!("shard {i} -> cpu {cpu} -> slots {}-{}", r.start, r.end - 1);
     }
+    // Every shard binds with SO_REUSEPORT, which would let a second Tessera on the same
+    // port start silently and take a share of its connections. A plain bind first
+    // fails the way redis-server does when the port is taken.
+    for a in config.bind() {
+        let addr = format_addr(a, config.port());
+        if let Err(e) = std::net::TcpListener::bind(&addr) {
+            tracing::error!("Could not create server TCP listening socket {addr}: {e}");
+            return 1;
+        }
+    }
     let hasher = DefaultHashBuilder::default();
     let mesh = runtime::build_mesh::<Job>(n);
     let bind_addrs = config.bind().to_vec();

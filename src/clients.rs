@@ -100,6 +100,30 @@ pub struct Session {
     pub reply_mode: ReplyMode,
     /// Close the connection once pending replies are written (QUIT, protocol errors).
     pub close_after_reply: bool,
+    /// MULTI state: the queued commands, or None outside a transaction.
+    pub multi: Option<MultiState>,
+    /// While EXEC runs: the lock owner of the transaction.
+    pub exec_owner: Option<crate::shard::locks::TxnId>,
+    /// Keys this client WATCHes: (db, key, flag set by any write to it, expired then).
+    pub watched: Vec<WatchedKey>,
+}
+
+/// A key under WATCH: any write to it on its shard sets `dirty`.
+pub struct WatchedKey {
+    pub db: usize,
+    pub key: Vec<u8>,
+    pub dirty: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The key was already logically expired when watched (Redis then ignores a later
+    /// expiry of it).
+    pub expired_at_watch: bool,
+}
+
+/// Commands queued between MULTI and EXEC.
+#[derive(Default)]
+pub struct MultiState {
+    pub queue: Vec<(u16, Vec<Vec<u8>>)>,
+    /// A command failed to queue: EXEC must answer EXECABORT.
+    pub aborted: bool,
 }
 
 impl Session {

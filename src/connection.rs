@@ -134,6 +134,9 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
             authenticated,
             reply_mode: ReplyMode::On,
             close_after_reply: false,
+            multi: None,
+            exec_owner: None,
+            watched: Vec::new(),
         },
         buf: vec![0; READ_CHUNK],
         start: 0,
@@ -402,10 +405,12 @@ impl Connection {
 
     async fn run_global(&mut self, idx: u16, f: commands::GlobalFn, args: &Args<'_>) {
         let before = self.out.len();
+        let write = commands::table().specs[idx as usize].has(flags::WRITE);
         let mut ctx = GlobalCtx {
             session: &mut self.session,
             args: args.to_vecs(),
             out: &mut self.out,
+            write,
         };
         f(&mut ctx).await;
         self.record_local_call(idx, before);
@@ -589,7 +594,7 @@ impl Connection {
     /// One multi-shard operation over all pending batches: lock and run shard by shard
     /// in ascending order, release when the last shard has run.
     async fn run_locked(&mut self, cell: &Rc<ShardCell>, replies: &mut [Option<BatchReply>]) {
-        let txn = cell.next_txn_id();
+        let txn = self.session.exec_owner.unwrap_or_else(|| cell.next_txn_id());
         let shards: Vec<usize> = (0..replies.len())
             .filter(|&s| !self.pipe.batches[s].is_empty())
             .collect();

@@ -641,7 +641,7 @@ fn bitop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let db = g.session.db;
         let cell = g.session.cell.clone();
         let dest = g.args[2].clone();
-        let lock = MultiShardOp::lock_keys(&cell, db, &g.args[2..]).await;
+        let lock = MultiShardOp::lock_keys(g.owner(), &cell, db, &g.args[2..]).await;
         let sources = read_sources(&lock, &cell, db, &g.args[3..]).await;
         let result = match sources.into_iter().collect::<Result<Vec<_>, _>>() {
             Err(()) => Err(WRONGTYPE),

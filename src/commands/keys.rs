@@ -325,7 +325,7 @@ async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
     let db = g.session.db;
     let (src, dst) = (g.args[1].clone(), g.args[2].clone());
     let cell = g.session.cell.clone();
-    let op = MultiShardOp::lock_keys(&cell, db, &[src.clone(), dst.clone()]).await;
+    let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
     let reply: Result<bool, &str> = async {
         if !op.exists(&cell, db, &src).await {
             return Err(NO_SUCH_KEY);
@@ -428,7 +428,7 @@ fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         };
         let (src, dst) = (g.args[1].clone(), g.args[2].clone());
         let db = g.session.db;
-        let op = MultiShardOp::lock_db_keys(&cell, &[(db, src.clone()), (o.db, dst.clone())]).await;
+        let op = MultiShardOp::lock_db_keys(g.owner(), &cell, &[(db, src.clone()), (o.db, dst.clone())]).await;
         let mut copied = 0;
         if let Some((v, at)) = op.peek_clone(&cell, db, &src).await {
             if o.replace || !op.exists(&cell, o.db, &dst).await {
@@ -621,7 +621,7 @@ fn keys<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let pattern = g.args[1].clone();
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_all(&cell).await;
+        let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         let parts = op
             .on_each(&cell, move |d| {
                 let now = crate::util::now_ms();

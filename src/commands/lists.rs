@@ -604,7 +604,7 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
     let db = g.session.db;
     let (src, dst) = (g.args[1].clone(), g.args[2].clone());
     let cell = g.session.cell.clone();
-    let op = MultiShardOp::lock_keys(&cell, db, &[src.clone(), dst.clone()]).await;
+    let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
     let d = dst.clone();
     let dst_ok = op
         .on(&cell, cell.shard_of(&dst), move |data| {
@@ -751,7 +751,7 @@ fn lmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let keys: Vec<Vec<u8>> = g.args[2..2 + numkeys].to_vec();
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(&cell, db, &keys).await;
+        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let mut result = MpopPart::Nothing;
         let mut i = 0;
         while i < keys.len() {

@@ -16,6 +16,7 @@ pub mod config_cmd;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
+pub mod multi;
 pub mod server;
 pub mod sets;
 pub mod strings;
@@ -204,6 +205,8 @@ pub struct GlobalCtx<'a> {
     pub session: &'a mut Session,
     pub args: Vec<Vec<u8>>,
     pub out: &'a mut Vec<u8>,
+    /// The command writes: its multi-shard locks invalidate WATCHes on release.
+    pub write: bool,
 }
 
 impl GlobalCtx<'_> {
@@ -228,6 +231,15 @@ impl GlobalCtx<'_> {
 
     pub fn error(&mut self, msg: &str) {
         self.w().error(msg)
+    }
+
+    /// The owner a multi-shard operation started here takes locks as: inside EXEC the
+    /// transaction's (it already holds every shard), else a fresh one.
+    pub fn owner(&self) -> crate::shard::locks::LockOwner {
+        crate::shard::locks::LockOwner {
+            id: self.session.exec_owner.unwrap_or_else(|| self.session.cell.next_txn_id()),
+            write: self.write,
+        }
     }
 
     /// Redis's reply to an unknown subcommand of a container command.

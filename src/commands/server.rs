@@ -50,7 +50,7 @@ fn dbsize<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_all(&cell).await;
+        let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         let n: usize = op
             .on_each(&cell, move |d| d.dbs[db].len())
             .await
@@ -80,8 +80,12 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         }
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_all(&cell).await;
-        op.on_each(&cell, move |d| d.dbs[db].clear()).await;
+        let op = MultiShardOp::lock_all(g.owner(), &cell).await;
+        op.on_each(&cell, move |d| {
+            d.dbs[db].clear();
+            d.watches.touch_db(Some(db));
+        })
+        .await;
         op.release(&cell).await;
         g.w().ok();
     })
@@ -93,8 +97,11 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             return;
         }
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_all(&cell).await;
-        op.on_each(&cell, |d| d.dbs.iter_mut().for_each(|db| db.clear()))
+        let op = MultiShardOp::lock_all(g.owner(), &cell).await;
+        op.on_each(&cell, |d| {
+            d.dbs.iter_mut().for_each(|db| db.clear());
+            d.watches.touch_db(None);
+        })
             .await;
         op.release(&cell).await;
         g.w().ok();
@@ -113,12 +120,14 @@ fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         }
         let (a, b) = (a as usize, b as usize);
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_all(&cell).await;
+        let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         if a != b {
             op.on_each(&cell, move |d| {
                 let (lo, hi) = (a.min(b), a.max(b));
                 let (left, right) = d.dbs.split_at_mut(hi);
                 left[lo].swap(&mut right[0]);
+                d.watches.touch_db(Some(a));
+                d.watches.touch_db(Some(b));
             })
             .await;
         }

@@ -495,7 +495,7 @@ fn smove_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let (src, dst, member) = (g.args[1].clone(), g.args[2].clone(), g.args[3].clone());
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(&cell, db, &[src.clone(), dst.clone()]).await;
+        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
         let k = dst.clone();
         let dst_holds = op
             .on(&cell, cell.shard_of(&dst), move |d| {
@@ -792,7 +792,7 @@ async fn set_op_across(g: &mut GlobalCtx<'_>, op: SetOp, lay: Layout, card_limit
     let keys: Vec<Vec<u8>> = g.args[lay.keys.clone()].to_vec();
     let mut locked = keys.clone();
     locked.extend(lay.dst.map(|d| g.args[d].clone()));
-    let msop = MultiShardOp::lock_keys(&cell, db, &locked).await;
+    let msop = MultiShardOp::lock_keys(g.owner(), &cell, db, &locked).await;
     let first = first_positions(&keys);
     let fetched = fetch_sets(&msop, &cell, db, &keys, &first).await;
     let limits = cell.data.borrow().limits;

@@ -645,7 +645,7 @@ fn msetnx_across<'a>(
             .collect();
         let keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
         let cell = g.session.cell.clone();
-        let op = crate::shard::multi::MultiShardOp::lock_keys(&cell, db, &keys).await;
+        let op = crate::shard::multi::MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let exists = op.count_existing(&cell, db, &keys).await;
         if exists == 0 {
             op.write_strings(&cell, db, pairs).await;
@@ -731,7 +731,7 @@ fn lcs_across<'a>(
         let db = g.session.db;
         let keys = vec![g.args[1].clone(), g.args[2].clone()];
         let cell = g.session.cell.clone();
-        let op = crate::shard::multi::MultiShardOp::lock_keys(&cell, db, &keys).await;
+        let op = crate::shard::multi::MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let values = op.read_strings(&cell, db, &keys).await;
         op.release(&cell).await;
         let limit = cell.data.borrow().config.proto_max_bulk_len() as usize;

@@ -238,6 +238,7 @@ fn build() -> CommandTable {
         super::sets::COMMANDS,
         super::zsets::COMMANDS,
         super::bitops::COMMANDS,
+        super::multi::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

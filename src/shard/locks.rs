@@ -17,6 +17,14 @@ use hashbrown::HashMap;
 /// Identifies one multi-shard operation: unique across the process.
 pub type TxnId = u64;
 
+/// Who takes a set of locks, and whether the operation writes (then a WATCH on its
+/// keys is invalidated when it releases them).
+#[derive(Debug, Clone, Copy)]
+pub struct LockOwner {
+    pub id: TxnId,
+    pub write: bool,
+}
+
 /// What one operation locks on one shard.
 #[derive(Debug, Clone)]
 pub enum LockSet {
@@ -41,6 +49,9 @@ impl hashbrown::Equivalent<(u8, Vec<u8>)> for LockKeyRef<'_> {
 pub struct KeyLocks {
     keys: HashMap<(u8, Vec<u8>), TxnId>,
     held: HashMap<TxnId, Vec<(u8, Vec<u8>)>>,
+    /// How many acquisitions each owner made here: a coordinator running inside EXEC
+    /// takes (and releases) locks EXEC already holds, under the same owner.
+    depth: HashMap<TxnId, u32>,
     whole: Option<TxnId>,
     waiters: Vec<Waker>,
 }
@@ -71,13 +82,12 @@ impl KeyLocks {
         }
         match set {
             LockSet::Whole => self.keys.values().all(|&o| o == me),
-            LockSet::Keys(keys) => keys
-                .iter()
-                .all(|k| self.keys.get(k).is_none_or(|&o| o == me)),
+            LockSet::Keys(keys) => self.whole == Some(me) || keys.iter().all(|k| self.keys.get(k).is_none_or(|&o| o == me)),
         }
     }
 
     fn take(&mut self, set: LockSet, me: TxnId) {
+        *self.depth.entry(me).or_insert(0) += 1;
         match set {
             LockSet::Whole => self.whole = Some(me),
             LockSet::Keys(keys) => {
@@ -91,8 +101,18 @@ impl KeyLocks {
         }
     }
 
-    /// Releases everything `me` holds and wakes every waiter to re-check.
+    /// Ends one acquisition by `me`; with the last one, releases everything `me` holds
+    /// and wakes every waiter to re-check.
     pub fn release(&mut self, me: TxnId) {
+        match self.depth.get_mut(&me) {
+            Some(d) if *d > 1 => {
+                *d -= 1;
+                return;
+            }
+            _ => {
+                self.depth.remove(&me);
+            }
+        }
         if self.whole == Some(me) {
             self.whole = None;
         }

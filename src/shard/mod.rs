@@ -4,6 +4,7 @@ pub mod batch;
 pub mod fabric;
 pub mod locks;
 pub mod multi;
+pub mod watch;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -33,6 +34,8 @@ pub struct ShardData {
     pub rng: Rng,
     /// Whether the active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: bool,
+    /// Clients' WATCHes on this shard's keys.
+    pub watches: watch::Watches,
     /// Collection encoding thresholds, refreshed on CONFIG SET.
     pub limits: crate::storage::limits::EncodingLimits,
     /// CLIENT PAUSE in force: (until unix ms, writes only).
@@ -104,6 +107,7 @@ pub fn new_shard_data(
         ),
         active_expire: true,
         pause: None,
+        watches: watch::Watches::default(),
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use super::locks::{self, LockSet, TxnId};
+use super::locks::{self, LockOwner, LockSet, TxnId};
 use super::{ShardCell, ShardData};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 
@@ -15,12 +15,16 @@ type KeyValue = (Vec<u8>, Vec<u8>);
 
 pub struct MultiShardOp {
     txn: TxnId,
+    write: bool,
     shards: Vec<usize>,
+    /// The keys locked on each shard of `shards` (empty for whole-shard locks).
+    keys: Vec<Vec<(u8, Vec<u8>)>>,
 }
 
 impl MultiShardOp {
-    /// Locks `keys` of `db`, shard by shard in ascending order.
-    pub async fn lock_keys(cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> MultiShardOp {
+    /// Locks `keys` of `db`, shard by shard in ascending order, for `owner` (from
+    /// `GlobalCtx::owner`: inside EXEC, the transaction's own owner).
+    pub async fn lock_keys(owner: LockOwner, cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> MultiShardOp {
         let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
         for k in keys {
             by_shard
@@ -32,11 +36,11 @@ impl MultiShardOp {
             .into_iter()
             .map(|(s, ks)| (s, LockSet::Keys(ks)))
             .collect();
-        Self::lock(cell, sets).await
+        Self::lock(owner, cell, sets).await
     }
 
     /// Locks keys in several databases (MOVE, COPY ... DB): (db, key) pairs.
-    pub async fn lock_db_keys(cell: &Rc<ShardCell>, keys: &[(usize, Vec<u8>)]) -> MultiShardOp {
+    pub async fn lock_db_keys(owner: LockOwner, cell: &Rc<ShardCell>, keys: &[(usize, Vec<u8>)]) -> MultiShardOp {
         let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
         for (db, k) in keys {
             by_shard
@@ -48,28 +52,38 @@ impl MultiShardOp {
             .into_iter()
             .map(|(s, ks)| (s, LockSet::Keys(ks)))
             .collect();
-        Self::lock(cell, sets).await
+        Self::lock(owner, cell, sets).await
     }
 
     /// Locks every shard whole (FLUSHALL, SWAPDB, a consistent DBSIZE or KEYS).
-    pub async fn lock_all(cell: &Rc<ShardCell>) -> MultiShardOp {
+    pub async fn lock_all(owner: LockOwner, cell: &Rc<ShardCell>) -> MultiShardOp {
         let sets = (0..cell.shard_count())
             .map(|s| (s, LockSet::Whole))
             .collect();
-        Self::lock(cell, sets).await
+        Self::lock(owner, cell, sets).await
     }
 
-    async fn lock(cell: &Rc<ShardCell>, sets: Vec<(usize, LockSet)>) -> MultiShardOp {
-        let txn = cell.next_txn_id();
+    async fn lock(owner: LockOwner, cell: &Rc<ShardCell>, sets: Vec<(usize, LockSet)>) -> MultiShardOp {
+        let txn = owner.id;
         let mut shards = Vec::with_capacity(sets.len());
+        let mut keys = Vec::with_capacity(sets.len());
         for (s, set) in sets {
+            keys.push(match &set {
+                LockSet::Keys(k) => k.clone(),
+                LockSet::Whole => Vec::new(),
+            });
             cell.call_async(s, move |c| {
                 Box::pin(async move { locks::acquire(&c.locks, set, txn).await })
             })
             .await;
             shards.push(s);
         }
-        MultiShardOp { txn, shards }
+        MultiShardOp {
+            txn,
+            write: owner.write,
+            shards,
+            keys,
+        }
     }
 
     pub fn shards(&self) -> &[usize] {
@@ -119,12 +133,21 @@ impl MultiShardOp {
         out.into_iter().map(|(_, r)| r).collect()
     }
 
-    /// Ends the operation: every shard's locks are released.
+    /// Ends the operation: a writing one first invalidates WATCHes on its keys, then
+    /// every shard's locks are released.
     pub async fn release(self, cell: &Rc<ShardCell>) {
-        let txn = self.txn;
-        for s in self.shards {
-            cell.tell(s, move |c| c.locks.borrow_mut().release(txn))
-                .await;
+        let (txn, write) = (self.txn, self.write);
+        for (s, keys) in self.shards.into_iter().zip(self.keys) {
+            cell.tell(s, move |c| {
+                if write {
+                    let mut d = c.data.borrow_mut();
+                    for (db, k) in &keys {
+                        d.watches.touch(*db as usize, k);
+                    }
+                }
+                c.locks.borrow_mut().release(txn)
+            })
+            .await;
         }
     }
 

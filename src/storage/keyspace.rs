@@ -139,6 +139,11 @@ impl Db {
             .find(hash, |e| e.key.as_bytes() == key)
     }
 
+    /// Whether a key exists and has not expired, without deleting anything.
+    pub fn peek_live(&self, key: &[u8], now_ms: u64) -> bool {
+        self.peek(key).is_some_and(|e| !e.is_expired(now_ms))
+    }
+
     pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
         self.get(key, now_ms).is_some()
     }

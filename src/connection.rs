@@ -233,6 +233,8 @@ impl Connection {
         let buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
         while self.start < self.end && !self.session.close_after_reply {
+            // Redis's tighter limits for clients that have not authenticated yet.
+            self.parser.set_auth_required(!self.session.authenticated);
             let parsed = self.parser.parse(&buf[self.start..self.end], &limits, &mut spans);
             match parsed {
                 Ok(Some(consumed)) => {
@@ -305,7 +307,23 @@ impl Connection {
         }
     }
 
+    /// Runs one command, applying CLIENT REPLY OFF / SKIP to whatever it replied,
+    /// rejections (unknown command, arity, NOAUTH) included, as Redis does.
     async fn dispatch(&mut self, args: Args<'_>) {
+        let mode_before = self.session.reply_mode;
+        let quiet = mode_before != ReplyMode::On;
+        if quiet {
+            self.flush().await;
+        }
+        let before = self.out.len();
+        self.run_command(args).await;
+        if quiet {
+            self.flush().await;
+        }
+        self.apply_reply_mode(mode_before, before);
+    }
+
+    async fn run_command(&mut self, args: Args<'_>) {
         let name = args.get(0);
         let cached = self.last_cmd.filter(|(_, s)| s.name.as_bytes().eq_ignore_ascii_case(name));
         let Some((idx, spec)) = cached.or_else(|| commands::lookup(name)) else {
@@ -323,11 +341,6 @@ impl Connection {
             self.reject(Some(idx), "NOAUTH Authentication required.");
             return;
         }
-        let quiet = self.session.reply_mode != ReplyMode::On;
-        if quiet {
-            self.flush().await;
-        }
-        let before = self.out.len();
         match spec.kind {
             Kind::Client(f) => {
                 let proto = self.session.proto;
@@ -347,18 +360,24 @@ impl Connection {
             }
             Kind::Keyed(run, cross) => self.route_keyed(idx, spec, run, cross, &args).await,
         }
-        if quiet {
-            self.flush().await;
-            self.apply_reply_mode(before);
-        }
     }
 
-    /// CLIENT REPLY OFF / SKIP: drop what the command produced.
-    fn apply_reply_mode(&mut self, before: usize) {
+    /// CLIENT REPLY OFF / SKIP: drop what the command produced. `before` is where its
+    /// reply starts in `out` (exact when the mode was not On, as the pipeline was
+    /// flushed first). A command that switches replies off or to SKIP writes nothing,
+    /// and one that switches them back on (CLIENT REPLY ON, RESET) keeps its reply.
+    fn apply_reply_mode(&mut self, mode_before: ReplyMode, before: usize) {
+        let quiet = mode_before != ReplyMode::On;
         match self.session.reply_mode {
             ReplyMode::On => {}
-            ReplyMode::Off => self.out.truncate(before),
-            ReplyMode::Skip => self.session.reply_mode = ReplyMode::SkipNext,
+            ReplyMode::Off if quiet => self.out.truncate(before),
+            ReplyMode::Off => {}
+            ReplyMode::Skip => {
+                if quiet {
+                    self.out.truncate(before);
+                }
+                self.session.reply_mode = ReplyMode::SkipNext;
+            }
             ReplyMode::SkipNext => {
                 self.out.truncate(before);
                 self.session.reply_mode = ReplyMode::On;

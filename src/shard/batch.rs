@@ -163,6 +163,10 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut
     run(&mut ctx);
     let failed = reply.out.get(before) == Some(&b'-');
     data.stats.record_call(c.cmd, failed);
+    if failed {
+        // INFO errorstats / total_error_replies count errors produced on any shard.
+        data.stats.record_error(crate::connection::error_prefix(&reply.out[before..]));
+    }
     reply.ends.push(reply.out.len() as u32);
 }
 

@@ -149,6 +149,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         last_cmd: None,
     };
     conn.run().await;
+    commands::multi::unwatch_all(&mut conn.session).await;
     cell.clients.borrow_mut().remove(shared.id);
     CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
 }
@@ -242,6 +243,8 @@ impl Connection {
         let buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
         while self.start < self.end && !self.session.close_after_reply {
+            // Redis's tighter limits for clients that have not authenticated yet.
+            self.parser.set_auth_required(!self.session.authenticated);
             let parsed = self
                 .parser
                 .parse(&buf[self.start..self.end], &limits, &mut spans);
@@ -294,6 +297,10 @@ impl Connection {
     }
 
     fn reject(&mut self, cmd: Option<u16>, msg: &str) {
+        // A command that fails to queue dooms the transaction (EXECABORT).
+        if let Some(m) = self.session.multi.as_mut() {
+            m.aborted = true;
+        }
         let proto = self.session.proto;
         let mut data = self.session.cell.data.borrow_mut();
         data.stats.record_rejected(cmd);
@@ -316,7 +323,23 @@ impl Connection {
         }
     }
 
+    /// Runs one command, applying CLIENT REPLY OFF / SKIP to whatever it replied,
+    /// rejections (unknown command, arity, NOAUTH) included, as Redis does.
     async fn dispatch(&mut self, args: Args<'_>) {
+        let mode_before = self.session.reply_mode;
+        let quiet = mode_before != ReplyMode::On;
+        if quiet {
+            self.flush().await;
+        }
+        let before = self.out.len();
+        self.run_command(args).await;
+        if quiet {
+            self.flush().await;
+        }
+        self.apply_reply_mode(mode_before, before);
+    }
+
+    async fn run_command(&mut self, args: Args<'_>) {
         let name = args.get(0);
         let cached = self
             .last_cmd
@@ -339,11 +362,15 @@ impl Connection {
             self.reject(Some(idx), "NOAUTH Authentication required.");
             return;
         }
-        let quiet = self.session.reply_mode != ReplyMode::On;
-        if quiet {
-            self.flush().await;
+        if self.session.multi.is_some() {
+            if spec.name == "exec" {
+                self.flush().await;
+                return self.exec(idx).await;
+            }
+            if !commands::multi::runs_inside_multi(spec.name) {
+                return self.queue_in_multi(idx, spec, &args);
+            }
         }
-        let before = self.out.len();
         match spec.kind {
             Kind::Client(f) => {
                 let proto = self.session.proto;
@@ -367,18 +394,102 @@ impl Connection {
             }
             Kind::Keyed(run, cross) => self.route_keyed(idx, spec, run, cross, &args).await,
         }
-        if quiet {
-            self.flush().await;
-            self.apply_reply_mode(before);
-        }
     }
 
-    /// CLIENT REPLY OFF / SKIP: drop what the command produced.
-    fn apply_reply_mode(&mut self, before: usize) {
+    /// Between MULTI and EXEC: queue the command (or refuse it, dooming the
+    /// transaction) and reply QUEUED.
+    fn queue_in_multi(&mut self, idx: u16, spec: &'static commands::CommandSpec, args: &Args<'_>) {
+        if spec.has(flags::NO_MULTI) {
+            return self.reject(Some(idx), "ERR Command not allowed inside a transaction");
+        }
+        if let Some(m) = self.session.multi.as_mut() {
+            m.queue.push((idx, args.to_vecs()));
+            self.session.shared.multi_count.set(m.queue.len() as i64);
+        }
+        let proto = self.session.proto;
+        let before = self.reply_target().len();
+        ReplyWriter {
+            out: self.reply_target(),
+            proto,
+        }
+        .simple("QUEUED");
+        self.note_local(before);
+    }
+
+    /// EXEC: every queued command runs while the transaction holds every shard, so it
+    /// is atomic and isolated across cores; WATCHed keys are checked under the locks.
+    async fn exec(&mut self, idx: u16) {
+        let Some(state) = self.session.multi.take() else {
+            return;
+        };
+        self.session.shared.multi_count.set(-1);
+        let proto = self.session.proto;
+        if state.aborted {
+            commands::multi::unwatch_all(&mut self.session).await;
+            let before = self.out.len();
+            ReplyWriter {
+                out: &mut self.out,
+                proto,
+            }
+            .error("EXECABORT Transaction discarded because of previous errors.");
+            self.record_local_call(idx, before);
+            return;
+        }
+        let cell = self.session.cell.clone();
+        let owner = locks::LockOwner {
+            id: cell.next_txn_id(),
+            write: false,
+        };
+        let op = crate::shard::multi::MultiShardOp::lock_all(owner, &cell).await;
+        let dirty = commands::multi::watched_dirty(&self.session).await;
+        commands::multi::unwatch_all(&mut self.session).await;
+        let before = self.out.len();
+        if dirty {
+            op.release(&cell).await;
+            ReplyWriter {
+                out: &mut self.out,
+                proto,
+            }
+            .null_array();
+            self.record_local_call(idx, before);
+            return;
+        }
+        self.session.exec_owner = Some(owner.id);
+        ReplyWriter {
+            out: &mut self.out,
+            proto,
+        }
+        .array_len(state.queue.len());
+        for (_, argv) in &state.queue {
+            let (buf, spans) = owned_args(argv);
+            // Every command takes the locked path under the transaction's owner, which
+            // already holds every shard; each completes before the next starts.
+            self.pipe.locked = true;
+            Box::pin(self.run_command(Args::new(&buf, &spans))).await;
+            self.flush().await;
+        }
+        self.pipe.locked = false;
+        self.session.exec_owner = None;
+        op.release(&cell).await;
+        self.record_local_call(idx, before);
+    }
+
+    /// CLIENT REPLY OFF / SKIP: drop what the command produced. `before` is where its
+    /// reply starts in `out` (exact when the mode was not On, as the pipeline was
+    /// flushed first). A command that switches replies off or to SKIP writes nothing,
+    /// and one that switches them back on (CLIENT REPLY ON, RESET) keeps its reply.
+    fn apply_reply_mode(&mut self, mode_before: ReplyMode, before: usize) {
+        let quiet = mode_before != ReplyMode::On;
         match self.session.reply_mode {
             ReplyMode::On => {}
-            ReplyMode::Off => self.out.truncate(before),
-            ReplyMode::Skip => self.session.reply_mode = ReplyMode::SkipNext,
+            ReplyMode::Off if quiet => self.out.truncate(before),
+            ReplyMode::Off => {}
+            ReplyMode::Skip => {
+                if quiet {
+                    self.out.truncate(before);
+                }
+                self.session.reply_mode = ReplyMode::SkipNext;
+            }
             ReplyMode::SkipNext => {
                 self.out.truncate(before);
                 self.session.reply_mode = ReplyMode::On;
@@ -508,13 +619,20 @@ impl Connection {
                 &mut self.pipe.scratch
             };
             let mut data = cell.data.borrow_mut();
-            run(&mut ExecCtx {
+            let mut ctx = ExecCtx {
                 data: &mut data,
                 db: db as usize,
                 args: *args,
                 out: ReplyWriter { out: target, proto },
                 now: self.now,
-            });
+            };
+            run(&mut ctx);
+            let failed = target.get(before) == Some(&b'-');
+            if !failed && !data.watches.is_empty() && spec.has(flags::WRITE) {
+                for p in spec.keys.positions(args) {
+                    data.watches.touch(db as usize, args.get(p));
+                }
+            }
         }
         self.record_local_call(idx, before);
         self.note_local(before);
@@ -594,7 +712,10 @@ impl Connection {
     /// One multi-shard operation over all pending batches: lock and run shard by shard
     /// in ascending order, release when the last shard has run.
     async fn run_locked(&mut self, cell: &Rc<ShardCell>, replies: &mut [Option<BatchReply>]) {
-        let txn = self.session.exec_owner.unwrap_or_else(|| cell.next_txn_id());
+        let txn = self
+            .session
+            .exec_owner
+            .unwrap_or_else(|| cell.next_txn_id());
         let shards: Vec<usize> = (0..replies.len())
             .filter(|&s| !self.pipe.batches[s].is_empty())
             .collect();
@@ -709,4 +830,19 @@ fn unknown_command_message(args: &Args) -> String {
         tail.push_str("' ");
     }
     format!("ERR unknown command '{name}', with args beginning with: {tail}")
+}
+
+/// Lays owned arguments out as a buffer and spans, for running a queued command.
+fn owned_args(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<ArgSpan>) {
+    let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
+    let mut spans = Vec::with_capacity(argv.len());
+    for a in argv {
+        let start = buf.len() as u32;
+        buf.extend_from_slice(a);
+        spans.push(ArgSpan {
+            start,
+            end: buf.len() as u32,
+        });
+    }
+    (buf, spans)
 }

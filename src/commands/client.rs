@@ -418,7 +418,6 @@ struct KillFilter {
     laddr: Option<String>,
     skip_me: bool,
     max_age: Option<u64>,
-    user_ok: bool,
     type_ok: bool,
 }
 
@@ -427,7 +426,6 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
     let old_style = g.args.len() == 3;
     let mut f = KillFilter {
         skip_me: true,
-        user_ok: true,
         type_ok: true,
         ..Default::default()
     };
@@ -459,7 +457,10 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
                     _ => return g.w().error(NOT_INT),
                 }
             } else if g.is(i, "user") {
-                f.user_ok = v == "default";
+                // "default" is the only user there is.
+                if v != "default" {
+                    return g.w().error(&format!("ERR No such user '{v}'"));
+                }
             } else if g.is(i, "type") {
                 match v.to_ascii_lowercase().as_str() {
                     "normal" => f.type_ok = true,
@@ -485,8 +486,7 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
             let mut n = 0;
             for cl in reg.iter() {
                 let f = &filter;
-                let matches = f.user_ok
-                    && f.type_ok
+                let matches = f.type_ok
                     && f.id.is_none_or(|id| id == cl.id)
                     && f.addr.as_deref().is_none_or(|a| a == cl.addr.to_string())
                     && f.laddr.as_deref().is_none_or(|a| a == cl.laddr.to_string())

@@ -178,11 +178,12 @@ fn parse_expire_flags(ctx: &mut ExecCtx) -> Option<ExpireFlags> {
 /// EXPIRE / PEXPIRE / EXPIREAT / PEXPIREAT with NX/XX/GT/LT. A deadline in the past
 /// deletes the key, as Redis does.
 fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
-    let Some(n) = parse_i64(ctx.args.get(2)) else {
-        return ctx.error(NOT_INT);
-    };
+    // Redis checks the options before the time argument.
     let Some(f) = parse_expire_flags(ctx) else {
         return;
+    };
+    let Some(n) = parse_i64(ctx.args.get(2)) else {
+        return ctx.error(NOT_INT);
     };
     let invalid = || format!("ERR invalid expire time in '{name}' command");
     let Some(mut when) = n.checked_mul(unit_ms) else {
@@ -428,7 +429,9 @@ fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         };
         let (src, dst) = (g.args[1].clone(), g.args[2].clone());
         let db = g.session.db;
-        let op = MultiShardOp::lock_db_keys(g.owner(), &cell, &[(db, src.clone()), (o.db, dst.clone())]).await;
+        let op =
+            MultiShardOp::lock_db_keys(g.owner(), &cell, &[(db, src.clone()), (o.db, dst.clone())])
+                .await;
         let mut copied = 0;
         if let Some((v, at)) = op.peek_clone(&cell, db, &src).await {
             if o.replace || !op.exists(&cell, o.db, &dst).await {
@@ -551,13 +554,12 @@ fn dump_cmd(ctx: &mut ExecCtx) {
     out.bulk(&payload);
 }
 
+/// RESTORE, checking in Redis's order: options, BUSYKEY, the TTL, then the payload.
 fn restore(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
-    let Some(ttl) = parse_i64(ctx.args.get(2)) else {
-        return ctx.error(NOT_INT);
-    };
     let (mut replace, mut absttl) = (false, false);
     let mut lru_idle: Option<i64> = None;
+    let mut freq: Option<i64> = None;
     let mut i = 4;
     while i < ctx.args.len() {
         let a = ctx.args.get(i);
@@ -566,16 +568,16 @@ fn restore(ctx: &mut ExecCtx) {
             replace = true;
         } else if a.eq_ignore_ascii_case(b"absttl") {
             absttl = true;
-        } else if a.eq_ignore_ascii_case(b"idletime") && more && lru_idle.is_none() {
+        } else if a.eq_ignore_ascii_case(b"idletime") && more && freq.is_none() {
             match parse_i64(ctx.args.get(i + 1)) {
                 Some(n) if n >= 0 => lru_idle = Some(n),
                 Some(_) => return ctx.error("ERR Invalid IDLETIME value, must be >= 0"),
                 None => return ctx.error(NOT_INT),
             }
             i += 1;
-        } else if a.eq_ignore_ascii_case(b"freq") && more {
+        } else if a.eq_ignore_ascii_case(b"freq") && more && lru_idle.is_none() {
             match parse_i64(ctx.args.get(i + 1)) {
-                Some(n) if (0..=255).contains(&n) => {}
+                Some(n) if (0..=255).contains(&n) => freq = Some(n),
                 Some(_) => return ctx.error("ERR Invalid FREQ value, must be >= 0 and <= 255"),
                 None => return ctx.error(NOT_INT),
             }
@@ -585,13 +587,15 @@ fn restore(ctx: &mut ExecCtx) {
         }
         i += 1;
     }
-    if ttl < 0 {
-        return ctx.error("ERR Invalid TTL value, must be >= 0");
-    }
     let now = ctx.now;
     if !replace && ctx.db().contains(key, now) {
         return ctx.error("BUSYKEY Target key name already exists.");
     }
+    let ttl = match parse_i64(ctx.args.get(2)) {
+        None => return ctx.error(NOT_INT),
+        Some(t) if t < 0 => return ctx.error("ERR Invalid TTL value, must be >= 0"),
+        Some(t) => t,
+    };
     let limits = ctx.data.limits;
     let value = match dump::restore(ctx.args.get(3)).map(|d| Value::from_dump(d, &limits)) {
         Ok(Some(v)) => v,

@@ -237,7 +237,10 @@ impl GlobalCtx<'_> {
     /// transaction's (it already holds every shard), else a fresh one.
     pub fn owner(&self) -> crate::shard::locks::LockOwner {
         crate::shard::locks::LockOwner {
-            id: self.session.exec_owner.unwrap_or_else(|| self.session.cell.next_txn_id()),
+            id: self
+                .session
+                .exec_owner
+                .unwrap_or_else(|| self.session.cell.next_txn_id()),
             write: self.write,
         }
     }

@@ -18,7 +18,11 @@ type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 macro_rules! tcmd {
     ($name:expr, $arity:expr, $flags:expr, $keys:expr, $kind:expr, $since:expr, $summary:expr) => {
-        CommandSpec { group: "transactions", acl: &["@transaction"], ..cmd!($name, $arity, $flags, $keys, $kind, $since, $summary) }
+        CommandSpec {
+            group: "transactions",
+            acl: &["@transaction"],
+            ..cmd!($name, $arity, $flags, $keys, $kind, $since, $summary)
+        }
     };
 }
 
@@ -33,7 +37,10 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// Commands that act at once even between MULTI and EXEC.
 pub fn runs_inside_multi(name: &str) -> bool {
-    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+    matches!(
+        name,
+        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+    )
 }
 
 fn multi(ctx: &mut ClientCtx) {
@@ -106,8 +113,10 @@ pub async fn unwatch_all(session: &mut Session) {
     let cell = session.cell.clone();
     for w in std::mem::take(&mut session.watched) {
         let shard = cell.shard_of(&w.key);
-        cell.tell(shard, move |c| c.data.borrow_mut().watches.remove(w.db, &w.key, &w.dirty))
-            .await;
+        cell.tell(shard, move |c| {
+            c.data.borrow_mut().watches.remove(w.db, &w.key, &w.dirty)
+        })
+        .await;
     }
 }
 
@@ -122,7 +131,9 @@ pub async fn watched_dirty(session: &Session) -> bool {
         if !w.expired_at_watch {
             let (db, key) = (w.db, w.key.clone());
             let live = cell
-                .call(cell.shard_of(&w.key), move |c| c.data.borrow().dbs[db].peek_live(&key, crate::util::now_ms()))
+                .call(cell.shard_of(&w.key), move |c| {
+                    c.data.borrow().dbs[db].peek_live(&key, crate::util::now_ms())
+                })
                 .await;
             if !live {
                 return true;

@@ -102,7 +102,7 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             d.dbs.iter_mut().for_each(|db| db.clear());
             d.watches.touch_db(None);
         })
-            .await;
+        .await;
         op.release(&cell).await;
         g.w().ok();
     })
@@ -111,9 +111,11 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let dbs = g.session.cell.data.borrow().dbs.len();
-        let parse = |a: &[u8]| parse_i64(a);
-        let (Some(a), Some(b)) = (parse(&g.args[1]), parse(&g.args[2])) else {
+        let Some(a) = parse_i64(&g.args[1]) else {
             return g.w().error("ERR invalid first DB index");
+        };
+        let Some(b) = parse_i64(&g.args[2]) else {
+            return g.w().error("ERR invalid second DB index");
         };
         if a < 0 || b < 0 || a as usize >= dbs || b as usize >= dbs {
             return g.w().error(DB_INDEX_OUT_OF_RANGE);

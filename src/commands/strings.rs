@@ -52,30 +52,219 @@ const fn keyed(f: super::KeyedFn) -> Kind {
     Kind::Keyed(f, Cross::Never)
 }
 
-#[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
-    cmd!("get", 2, READONLY | FAST, K1, keyed(get), "1.0.0", "Get the value of a key"),
-    cmd!("set", -3, WRITE | DENYOOM, K1, keyed(set), "1.0.0", "Set the string value of a key"),
-    cmd!("setnx", 3, WRITE | DENYOOM | FAST, K1, keyed(setnx), "1.0.0", "Set the value of a key, only if the key does not exist"),
-    cmd!("setex", 4, WRITE | DENYOOM, K1, keyed(setex), "2.0.0", "Set the value and expiration of a key"),
-    cmd!("psetex", 4, WRITE | DENYOOM, K1, keyed(psetex), "2.6.0", "Set the value and expiration in milliseconds of a key"),
-    cmd!("getex", -2, WRITE | FAST, K1, keyed(getex), "6.2.0", "Get the value of a key and optionally set its expiration"),
-    cmd!("getdel", 2, WRITE | FAST, K1, keyed(getdel), "6.2.0", "Get the value of a key and delete the key"),
-    cmd!("getset", 3, WRITE | DENYOOM | FAST, K1, keyed(getset), "1.0.0", "Set the string value of a key and return its old value"),
-    cmd!("append", 3, WRITE | DENYOOM | FAST, K1, keyed(append), "2.0.0", "Append a value to a key"),
-    cmd!("strlen", 2, READONLY | FAST, K1, keyed(strlen), "2.2.0", "Get the length of the value stored in a key"),
-    cmd!("incr", 2, WRITE | DENYOOM | FAST, K1, keyed(incr), "1.0.0", "Increment the integer value of a key by one"),
-    cmd!("decr", 2, WRITE | DENYOOM | FAST, K1, keyed(decr), "1.0.0", "Decrement the integer value of a key by one"),
-    cmd!("incrby", 3, WRITE | DENYOOM | FAST, K1, keyed(incrby), "1.0.0", "Increment the integer value of a key by the given amount"),
-    cmd!("decrby", 3, WRITE | DENYOOM | FAST, K1, keyed(decrby), "1.0.0", "Decrement the integer value of a key by the given number"),
-    cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, K1, keyed(incrbyfloat), "2.6.0", "Increment the float value of a key by the given amount"),
-    cmd!("getrange", 4, READONLY, K1, keyed(getrange), "2.4.0", "Get a substring of the string stored at a key"),
-    cmd!("substr", 4, READONLY, K1, keyed(getrange), "1.0.0", "Get a substring of the string stored at a key"),
-    cmd!("setrange", 4, WRITE | DENYOOM, K1, keyed(setrange), "2.2.0", "Overwrite part of a string at key starting at the specified offset"),
-    cmd!("lcs", -3, READONLY, K12, Kind::Keyed(lcs, Cross::Coordinator(lcs_across)), "7.0.0", "Find longest common substring"),
-    cmd!("mget", -2, READONLY | FAST, K_ALL, Kind::Keyed(mget, Cross::Split { one: mget_part, stride: 1, merge: Merge::Array }), "1.0.0", "Get the values of all the given keys"),
-    cmd!("mset", -3, WRITE | DENYOOM, K_PAIRS, Kind::Keyed(mset, Cross::Split { one: mset, stride: 2, merge: Merge::Ok }), "1.0.1", "Set multiple keys to multiple values"),
-    cmd!("msetnx", -3, WRITE | DENYOOM, K_PAIRS, Kind::Keyed(msetnx, Cross::Coordinator(msetnx_across)), "1.0.1", "Set multiple keys to multiple values, only if none of the keys exist"),
+    cmd!(
+        "get",
+        2,
+        READONLY | FAST,
+        K1,
+        keyed(get),
+        "1.0.0",
+        "Get the value of a key"
+    ),
+    cmd!(
+        "set",
+        -3,
+        WRITE | DENYOOM,
+        K1,
+        keyed(set),
+        "1.0.0",
+        "Set the string value of a key"
+    ),
+    cmd!(
+        "setnx",
+        3,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(setnx),
+        "1.0.0",
+        "Set the value of a key, only if the key does not exist"
+    ),
+    cmd!(
+        "setex",
+        4,
+        WRITE | DENYOOM,
+        K1,
+        keyed(setex),
+        "2.0.0",
+        "Set the value and expiration of a key"
+    ),
+    cmd!(
+        "psetex",
+        4,
+        WRITE | DENYOOM,
+        K1,
+        keyed(psetex),
+        "2.6.0",
+        "Set the value and expiration in milliseconds of a key"
+    ),
+    cmd!(
+        "getex",
+        -2,
+        WRITE | FAST,
+        K1,
+        keyed(getex),
+        "6.2.0",
+        "Get the value of a key and optionally set its expiration"
+    ),
+    cmd!(
+        "getdel",
+        2,
+        WRITE | FAST,
+        K1,
+        keyed(getdel),
+        "6.2.0",
+        "Get the value of a key and delete the key"
+    ),
+    cmd!(
+        "getset",
+        3,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(getset),
+        "1.0.0",
+        "Set the string value of a key and return its old value"
+    ),
+    cmd!(
+        "append",
+        3,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(append),
+        "2.0.0",
+        "Append a value to a key"
+    ),
+    cmd!(
+        "strlen",
+        2,
+        READONLY | FAST,
+        K1,
+        keyed(strlen),
+        "2.2.0",
+        "Get the length of the value stored in a key"
+    ),
+    cmd!(
+        "incr",
+        2,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(incr),
+        "1.0.0",
+        "Increment the integer value of a key by one"
+    ),
+    cmd!(
+        "decr",
+        2,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(decr),
+        "1.0.0",
+        "Decrement the integer value of a key by one"
+    ),
+    cmd!(
+        "incrby",
+        3,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(incrby),
+        "1.0.0",
+        "Increment the integer value of a key by the given amount"
+    ),
+    cmd!(
+        "decrby",
+        3,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(decrby),
+        "1.0.0",
+        "Decrement the integer value of a key by the given number"
+    ),
+    cmd!(
+        "incrbyfloat",
+        3,
+        WRITE | DENYOOM | FAST,
+        K1,
+        keyed(incrbyfloat),
+        "2.6.0",
+        "Increment the float value of a key by the given amount"
+    ),
+    cmd!(
+        "getrange",
+        4,
+        READONLY,
+        K1,
+        keyed(getrange),
+        "2.4.0",
+        "Get a substring of the string stored at a key"
+    ),
+    cmd!(
+        "substr",
+        4,
+        READONLY,
+        K1,
+        keyed(getrange),
+        "1.0.0",
+        "Get a substring of the string stored at a key"
+    ),
+    cmd!(
+        "setrange",
+        4,
+        WRITE | DENYOOM,
+        K1,
+        keyed(setrange),
+        "2.2.0",
+        "Overwrite part of a string at key starting at the specified offset"
+    ),
+    cmd!(
+        "lcs",
+        -3,
+        READONLY,
+        K12,
+        Kind::Keyed(lcs, Cross::Coordinator(lcs_across)),
+        "7.0.0",
+        "Find longest common substring"
+    ),
+    cmd!(
+        "mget",
+        -2,
+        READONLY | FAST,
+        K_ALL,
+        Kind::Keyed(
+            mget,
+            Cross::Split {
+                one: mget_part,
+                stride: 1,
+                merge: Merge::Array
+            }
+        ),
+        "1.0.0",
+        "Get the values of all the given keys"
+    ),
+    cmd!(
+        "mset",
+        -3,
+        WRITE | DENYOOM,
+        K_PAIRS,
+        Kind::Keyed(
+            mset,
+            Cross::Split {
+                one: mset,
+                stride: 2,
+                merge: Merge::Ok
+            }
+        ),
+        "1.0.1",
+        "Set multiple keys to multiple values"
+    ),
+    cmd!(
+        "msetnx",
+        -3,
+        WRITE | DENYOOM,
+        K_PAIRS,
+        Kind::Keyed(msetnx, Cross::Coordinator(msetnx_across)),
+        "1.0.1",
+        "Set multiple keys to multiple values, only if none of the keys exist"
+    ),
 ];
 
 /// The largest string Redis lets a command build (proto-max-bulk-len).
@@ -122,6 +311,76 @@ pub fn deadline(n: i64, unit_ms: i64, absolute: bool, now: u64) -> Option<u64> {
     Some(at as u64)
 }
 
+/// The options of SET (from argument 3) or GETEX (from argument 2), parsed with
+/// Redis's parseExtendedStringArgumentsOrReply rules: every option is checked for
+/// syntax before the expire value is looked at, and repeating an option is allowed
+/// (`SET k v EX 1 EX 2` keeps the last) while conflicting ones are a syntax error.
+#[derive(Default)]
+struct StrOpts<'a> {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    keepttl: bool,
+    persist: bool,
+    /// (milliseconds per unit, absolute?) of EX / PX / EXAT / PXAT, and its value.
+    expire: Option<((i64, bool), &'a [u8])>,
+}
+
+fn parse_str_opts<'a>(args: &super::Args<'a>, from: usize, for_set: bool) -> Option<StrOpts<'a>> {
+    let mut o = StrOpts::default();
+    let mut i = from;
+    while i < args.len() {
+        let a = args.get(i);
+        let timed = o.expire.is_some();
+        let is = |w: &[u8]| a.eq_ignore_ascii_case(w);
+        if for_set && is(b"nx") && !o.xx {
+            o.nx = true;
+        } else if for_set && is(b"xx") && !o.nx {
+            o.xx = true;
+        } else if for_set && is(b"get") {
+            o.get = true;
+        } else if for_set && is(b"keepttl") && !timed {
+            o.keepttl = true;
+        } else if !for_set && is(b"persist") && !timed {
+            o.persist = true;
+        } else {
+            let unit = expire_unit(a)?;
+            let same_unit = o.expire.is_none_or(|(u, _)| u == unit);
+            if o.keepttl || o.persist || !same_unit || i + 1 >= args.len() {
+                return None;
+            }
+            o.expire = Some((unit, args.get(i + 1)));
+            i += 1;
+        }
+        i += 1;
+    }
+    Some(o)
+}
+
+/// Turns parsed options into an expiry, replying the error if the value is bad.
+fn resolve_expire(ctx: &mut ExecCtx, o: &StrOpts, cmd: &str) -> Option<ExpireOpt> {
+    let Some(((unit_ms, absolute), v)) = o.expire else {
+        return Some(if o.keepttl {
+            ExpireOpt::Keep
+        } else if o.persist {
+            ExpireOpt::Persist
+        } else {
+            ExpireOpt::None
+        });
+    };
+    let Some(n) = parse_i64(v) else {
+        ctx.error(NOT_INT);
+        return None;
+    };
+    match deadline(n, unit_ms, absolute, ctx.now) {
+        Some(at) => Some(ExpireOpt::At(at)),
+        None => {
+            ctx.error(&format!("ERR invalid expire time in '{cmd}' command"));
+            None
+        }
+    }
+}
+
 struct SetOpts {
     nx: bool,
     xx: bool,
@@ -131,52 +390,18 @@ struct SetOpts {
 
 /// Parses SET's options from argument 3 on. Errors are replied here.
 fn parse_set_opts(ctx: &mut ExecCtx, cmd: &str) -> Option<SetOpts> {
-    let mut o = SetOpts {
-        nx: false,
-        xx: false,
-        get: false,
-        expire: ExpireOpt::None,
-    };
     let args = ctx.args;
-    let mut i = 3;
-    let mut has_expire = false;
-    while i < args.len() {
-        let a = args.get(i);
-        let next = (i + 1 < args.len()).then(|| args.get(i + 1));
-        if a.eq_ignore_ascii_case(b"nx") && !o.xx {
-            o.nx = true;
-        } else if a.eq_ignore_ascii_case(b"xx") && !o.nx {
-            o.xx = true;
-        } else if a.eq_ignore_ascii_case(b"get") {
-            o.get = true;
-        } else if a.eq_ignore_ascii_case(b"keepttl") && !has_expire {
-            o.expire = ExpireOpt::Keep;
-            has_expire = true;
-        } else if let (Some(unit), Some(v)) = (expire_unit(a), next) {
-            if has_expire {
-                ctx.error(SYNTAX_ERR);
-                return None;
-            }
-            has_expire = true;
-            let Some(n) = parse_i64(v) else {
-                ctx.error(NOT_INT);
-                return None;
-            };
-            match deadline(n, unit.0, unit.1, ctx.now) {
-                Some(at) => o.expire = ExpireOpt::At(at),
-                None => {
-                    ctx.error(&format!("ERR invalid expire time in '{cmd}' command"));
-                    return None;
-                }
-            }
-            i += 1;
-        } else {
-            ctx.error(SYNTAX_ERR);
-            return None;
-        }
-        i += 1;
-    }
-    Some(o)
+    let Some(o) = parse_str_opts(&args, 3, true) else {
+        ctx.error(SYNTAX_ERR);
+        return None;
+    };
+    let expire = resolve_expire(ctx, &o, cmd)?;
+    Some(SetOpts {
+        nx: o.nx,
+        xx: o.xx,
+        get: o.get,
+        expire,
+    })
 }
 
 /// EX / PX / EXAT / PXAT → (milliseconds per unit, absolute?).
@@ -283,28 +508,12 @@ fn psetex(ctx: &mut ExecCtx) {
 
 fn getex(ctx: &mut ExecCtx) {
     let args = ctx.args;
-    let mut opt = ExpireOpt::None;
-    let mut i = 2;
-    while i < args.len() {
-        let a = args.get(i);
-        if a.eq_ignore_ascii_case(b"persist") && opt == ExpireOpt::None {
-            opt = ExpireOpt::Persist;
-        } else if let (Some(unit), true, true) =
-            (expire_unit(a), i + 1 < args.len(), opt == ExpireOpt::None)
-        {
-            let Some(n) = parse_i64(args.get(i + 1)) else {
-                return ctx.error(NOT_INT);
-            };
-            match deadline(n, unit.0, unit.1, ctx.now) {
-                Some(at) => opt = ExpireOpt::At(at),
-                None => return ctx.error("ERR invalid expire time in 'getex' command"),
-            }
-            i += 1;
-        } else {
-            return ctx.error(SYNTAX_ERR);
-        }
-        i += 1;
-    }
+    let Some(o) = parse_str_opts(&args, 2, false) else {
+        return ctx.error(SYNTAX_ERR);
+    };
+    let Some(opt) = resolve_expire(ctx, &o, "getex") else {
+        return;
+    };
     let key = args.get(1);
     let (entry, out) = ctx.read_with_out(key);
     match read_str(entry) {
@@ -706,12 +915,13 @@ fn lcs_value(ctx: &mut ExecCtx, key: &[u8]) -> Result<Vec<u8>, WrongType> {
 
 fn lcs(ctx: &mut ExecCtx) {
     let argv: Vec<&[u8]> = ctx.args.iter().collect();
+    // Redis checks the key types before it parses the options.
+    let (Ok(a), Ok(b)) = (lcs_value(ctx, argv[1]), lcs_value(ctx, argv[2])) else {
+        return ctx.error(LCS_TYPE);
+    };
     let opts = match parse_lcs_opts(&argv) {
         Ok(o) => o,
         Err(e) => return ctx.error(e),
-    };
-    let (Ok(a), Ok(b)) = (lcs_value(ctx, argv[1]), lcs_value(ctx, argv[2])) else {
-        return ctx.error(LCS_TYPE);
     };
     let limit = max_string(ctx);
     lcs_reply(&mut ctx.out, &a, &b, &opts, limit);
@@ -723,11 +933,6 @@ fn lcs_across<'a>(
     g: &'a mut GlobalCtx<'_>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> {
     Box::pin(async move {
-        let argv: Vec<&[u8]> = g.args.iter().map(|a| a.as_slice()).collect();
-        let opts = match parse_lcs_opts(&argv) {
-            Ok(o) => o,
-            Err(e) => return g.w().error(e),
-        };
         let db = g.session.db;
         let keys = vec![g.args[1].clone(), g.args[2].clone()];
         let cell = g.session.cell.clone();
@@ -735,12 +940,15 @@ fn lcs_across<'a>(
         let values = op.read_strings(&cell, db, &keys).await;
         op.release(&cell).await;
         let limit = cell.data.borrow().config.proto_max_bulk_len() as usize;
-        match (&values[0], &values[1]) {
-            (Ok(a), Ok(b)) => {
-                let (a, b) = (a.clone().unwrap_or_default(), b.clone().unwrap_or_default());
-                lcs_reply(&mut g.w(), &a, &b, &opts, limit)
-            }
-            _ => g.w().error(LCS_TYPE),
+        // As in Redis, the key types are checked before the options are parsed.
+        let (Ok(a), Ok(b)) = (&values[0], &values[1]) else {
+            return g.w().error(LCS_TYPE);
+        };
+        let (a, b) = (a.clone().unwrap_or_default(), b.clone().unwrap_or_default());
+        let argv: Vec<&[u8]> = g.args.iter().map(|a| a.as_slice()).collect();
+        match parse_lcs_opts(&argv) {
+            Ok(opts) => lcs_reply(&mut g.w(), &a, &b, &opts, limit),
+            Err(e) => g.w().error(e),
         }
     })
 }

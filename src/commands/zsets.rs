@@ -829,7 +829,7 @@ fn zrangestore_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let (dst, src) = (g.args[1].clone(), g.args[2].clone());
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(&cell, db, &[dst.clone(), src.clone()]).await;
+        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[dst.clone(), src.clone()]).await;
         let src_shard = cell.shard_of(&src);
         let items = op
             .on(&cell, src_shard, move |d| {
@@ -1068,7 +1068,7 @@ fn zmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let keys: Vec<Vec<u8>> = g.args[p.keys.clone()].to_vec();
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(&cell, db, &keys).await;
+        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         // The first key that is not missing decides: (key, what it gave).
         let mut outcome: Option<(Vec<u8>, PopStep)> = None;
         for key in keys {
@@ -1598,7 +1598,7 @@ async fn combine_across(g: &mut GlobalCtx<'_>, c: Combine) {
     if c.store {
         lock.push(g.args[1].clone());
     }
-    let op = MultiShardOp::lock_keys(&cell, db, &lock).await;
+    let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock).await;
     let mut fetched = Vec::with_capacity(keys.len());
     for i in keys.clone() {
         fetched.push(fetch_input(&op, &cell, db, &g.args[i]).await);

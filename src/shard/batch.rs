@@ -188,7 +188,13 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut
     run(&mut ctx);
     let failed = reply.out.get(before) == Some(&b'-');
     data.stats.record_call(c.cmd, failed);
-    if !failed && !data.watches.is_empty() && table().specs[c.cmd as usize].has(crate::commands::table::flags::WRITE) {
+    if failed {
+        // INFO errorstats / total_error_replies count errors produced on any shard.
+        data.stats
+            .record_error(crate::connection::error_prefix(&reply.out[before..]));
+    } else if !data.watches.is_empty()
+        && table().specs[c.cmd as usize].has(crate::commands::table::flags::WRITE)
+    {
         for k in batch.keys_of(i) {
             data.watches.touch(c.db as usize, k);
         }

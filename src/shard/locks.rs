@@ -82,7 +82,12 @@ impl KeyLocks {
         }
         match set {
             LockSet::Whole => self.keys.values().all(|&o| o == me),
-            LockSet::Keys(keys) => self.whole == Some(me) || keys.iter().all(|k| self.keys.get(k).is_none_or(|&o| o == me)),
+            LockSet::Keys(keys) => {
+                self.whole == Some(me)
+                    || keys
+                        .iter()
+                        .all(|k| self.keys.get(k).is_none_or(|&o| o == me))
+            }
         }
     }
 

@@ -24,7 +24,12 @@ pub struct MultiShardOp {
 impl MultiShardOp {
     /// Locks `keys` of `db`, shard by shard in ascending order, for `owner` (from
     /// `GlobalCtx::owner`: inside EXEC, the transaction's own owner).
-    pub async fn lock_keys(owner: LockOwner, cell: &Rc<ShardCell>, db: usize, keys: &[Vec<u8>]) -> MultiShardOp {
+    pub async fn lock_keys(
+        owner: LockOwner,
+        cell: &Rc<ShardCell>,
+        db: usize,
+        keys: &[Vec<u8>],
+    ) -> MultiShardOp {
         let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
         for k in keys {
             by_shard
@@ -40,7 +45,11 @@ impl MultiShardOp {
     }
 
     /// Locks keys in several databases (MOVE, COPY ... DB): (db, key) pairs.
-    pub async fn lock_db_keys(owner: LockOwner, cell: &Rc<ShardCell>, keys: &[(usize, Vec<u8>)]) -> MultiShardOp {
+    pub async fn lock_db_keys(
+        owner: LockOwner,
+        cell: &Rc<ShardCell>,
+        keys: &[(usize, Vec<u8>)],
+    ) -> MultiShardOp {
         let mut by_shard: BTreeMap<usize, Vec<(u8, Vec<u8>)>> = BTreeMap::new();
         for (db, k) in keys {
             by_shard
@@ -63,7 +72,11 @@ impl MultiShardOp {
         Self::lock(owner, cell, sets).await
     }
 
-    async fn lock(owner: LockOwner, cell: &Rc<ShardCell>, sets: Vec<(usize, LockSet)>) -> MultiShardOp {
+    async fn lock(
+        owner: LockOwner,
+        cell: &Rc<ShardCell>,
+        sets: Vec<(usize, LockSet)>,
+    ) -> MultiShardOp {
         let txn = owner.id;
         let mut shards = Vec::with_capacity(sets.len());
         let mut keys = Vec::with_capacity(sets.len());

@@ -1,0 +1,490 @@
+//! Black-box tests of the server commands (CONFIG, INFO, COMMAND, TIME, DEBUG) and
+//! of startup from a config file, on a 2-shard server.
+
+mod common;
+#[path = "common/resp.rs"]
+mod resp;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+use resp::*;
+use tessera::slot::SlotTable;
+
+fn setup() -> (Server, Raw) {
+    let s = Server::start(2);
+    let c = Raw::connect(s.port);
+    (s, c)
+}
+
+/// The `field:value` lines of an INFO reply as (field, value) pairs.
+fn info_field(text: &str, field: &str) -> Option<String> {
+    text.split("\r\n")
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("tessera-test-{}-{name}", std::process::id()));
+    std::fs::write(&path, text).expect("write temp config");
+    path
+}
+
+fn pairs(r: R) -> Vec<(String, String)> {
+    let items = r.items().to_vec();
+    let mut v: Vec<(String, String)> = items
+        .chunks(2)
+        .map(|c| (c[0].text(), c[1].text()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn config_get_globs_and_several_patterns() {
+    let (s, mut c) = setup();
+    assert_eq!(
+        c.c("CONFIG GET port"),
+        bulks(&["port", &s.port.to_string()])
+    );
+    assert_eq!(c.c("CONFIG GET databases"), bulks(&["databases", "16"]));
+    let max = pairs(c.c("CONFIG GET maxmemory*"));
+    let names: Vec<&str> = max.iter().map(|p| p.0.as_str()).collect();
+    for want in ["maxmemory", "maxmemory-policy", "maxmemory-samples"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    assert!(names.iter().all(|n| n.starts_with("maxmemory")));
+    assert!(max.contains(&("maxmemory-policy".into(), "noeviction".into())));
+    // Several patterns in one call (Redis 7.0), each parameter once.
+    let got = pairs(c.c("CONFIG GET port databases port"));
+    assert_eq!(
+        got,
+        [
+            ("databases".to_string(), "16".to_string()),
+            ("port".to_string(), s.port.to_string())
+        ]
+    );
+    // Glob syntax, case-insensitive names, no match.
+    let got = pairs(c.c("CONFIG GET m?xclients"));
+    assert_eq!(got, [("maxclients".to_string(), "10000".to_string())]);
+    // An exact (glob-free) name is matched case-insensitively and echoed as given.
+    let got = pairs(c.c("CONFIG GET HZ"));
+    assert_eq!(got, [("HZ".to_string(), "10".to_string())]);
+    assert_eq!(c.c("CONFIG GET nosuchparam"), arr(vec![]));
+    assert!(c.c("CONFIG GET *").items().len() > 100);
+    assert_eq!(
+        c.c("CONFIG GET"),
+        e("ERR wrong number of arguments for 'config|get' command")
+    );
+}
+
+#[test]
+fn config_set_several_pairs_and_errors() {
+    let (_s, mut c) = setup();
+    assert_eq!(
+        c.c("CONFIG SET maxmemory 10mb maxmemory-policy allkeys-lru"),
+        ok()
+    );
+    assert_eq!(
+        c.c("CONFIG GET maxmemory"),
+        bulks(&["maxmemory", "10485760"])
+    );
+    assert_eq!(
+        c.c("CONFIG GET maxmemory-policy"),
+        bulks(&["maxmemory-policy", "allkeys-lru"])
+    );
+    // Seen by connections on every shard: open a few so both shards host one.
+    for _ in 0..4 {
+        let mut other = Raw::connect(_s.port);
+        assert_eq!(
+            other.c("CONFIG GET maxmemory-policy"),
+            bulks(&["maxmemory-policy", "allkeys-lru"])
+        );
+    }
+    let failed = |arg: &str, why: &str| {
+        e(&format!(
+            "ERR CONFIG SET failed (possibly related to argument '{arg}') - {why}"
+        ))
+    };
+    assert_eq!(
+        c.c("CONFIG SET nosuch 1"),
+        e("ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'")
+    );
+    assert_eq!(
+        c.c("CONFIG SET maxmemory 1mb maxmemory 2mb"),
+        failed("maxmemory", "duplicate parameter")
+    );
+    assert_eq!(
+        c.c("CONFIG SET daemonize yes"),
+        failed("daemonize", "can't set immutable config")
+    );
+    assert_eq!(
+        c.c("CONFIG SET maxmemory lots"),
+        failed("maxmemory", "argument must be a memory value")
+    );
+    assert_eq!(
+        c.c("CONFIG SET appendonly maybe"),
+        failed("appendonly", "argument must be 'yes' or 'no'")
+    );
+    assert_eq!(
+        c.c("CONFIG SET maxmemory-samples 0"),
+        failed(
+            "maxmemory-samples",
+            "argument must be between 1 and 64 inclusive"
+        )
+    );
+    assert_eq!(
+        c.c("CONFIG SET maxmemory-policy sometimes"),
+        failed(
+            "maxmemory-policy",
+            "argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction"
+        )
+    );
+    // All or nothing: a bad pair leaves the good one unapplied.
+    assert!(c
+        .c("CONFIG SET maxmemory 20mb maxmemory-policy sometimes")
+        .is_err());
+    assert_eq!(
+        c.c("CONFIG GET maxmemory"),
+        bulks(&["maxmemory", "10485760"])
+    );
+    assert_eq!(
+        c.c("CONFIG SET maxmemory 1mb hz"),
+        e("ERR wrong number of arguments for 'config|set' command")
+    );
+    assert_eq!(
+        c.c("CONFIG SET maxmemory"),
+        e("ERR wrong number of arguments for 'config|set' command")
+    );
+    assert_eq!(
+        c.c("CONFIG SET maxmemory 0 maxmemory-policy noeviction"),
+        ok()
+    );
+    let help = c.c("CONFIG HELP");
+    assert_eq!(
+        help.items()[0],
+        st("CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")
+    );
+}
+
+#[test]
+fn config_resetstat_clears_stats() {
+    let (_s, mut c) = setup();
+    c.c("SET a 1");
+    c.c("GET a");
+    c.c("GET missing");
+    c.c("NOSUCHCMD");
+    c.c("SET k");
+    let stats = c.c("INFO stats").text();
+    assert_eq!(info_field(&stats, "keyspace_hits").as_deref(), Some("1"));
+    assert_eq!(info_field(&stats, "keyspace_misses").as_deref(), Some("1"));
+    assert_eq!(
+        info_field(&stats, "total_error_replies").as_deref(),
+        Some("2")
+    );
+    let errs = c.c("INFO errorstats").text();
+    assert!(errs.contains("errorstat_ERR:count=2\r\n"), "{errs}");
+    assert_eq!(c.c("CONFIG RESETSTAT"), ok());
+    let stats = c.c("INFO stats").text();
+    assert_eq!(info_field(&stats, "keyspace_hits").as_deref(), Some("0"));
+    assert_eq!(info_field(&stats, "keyspace_misses").as_deref(), Some("0"));
+    assert_eq!(
+        info_field(&stats, "total_error_replies").as_deref(),
+        Some("0")
+    );
+    assert_eq!(c.c("INFO errorstats").text(), "# Errorstats\r\n");
+    // Only the RESETSTAT call itself (and the INFO calls) are counted since.
+    let cmds = c.c("INFO commandstats").text();
+    assert!(
+        !cmds.contains("cmdstat_set:") && !cmds.contains("cmdstat_get:"),
+        "{cmds}"
+    );
+    assert!(cmds.contains("cmdstat_config:calls=1,"), "{cmds}");
+    assert_eq!(
+        c.c("CONFIG RESETSTAT x"),
+        e("ERR wrong number of arguments for 'config|resetstat' command")
+    );
+}
+
+#[test]
+fn info_sections() {
+    let (s, mut c) = setup();
+    let server = c.c("INFO server").text();
+    assert!(server.starts_with("# Server\r\n"), "{server}");
+    assert_eq!(
+        info_field(&server, "redis_version").as_deref(),
+        Some("7.0.15")
+    );
+    assert_eq!(
+        info_field(&server, "redis_mode").as_deref(),
+        Some("standalone")
+    );
+    assert_eq!(info_field(&server, "tcp_port"), Some(s.port.to_string()));
+    assert!(info_field(&server, "process_id").is_some());
+    assert!(!server.contains("# Clients"));
+    // The default set, "all" and several sections at once.
+    let default = c.c("INFO").text();
+    for sec in [
+        "# Server",
+        "# Clients",
+        "# Memory",
+        "# Persistence",
+        "# Stats",
+        "# Replication",
+        "# CPU",
+        "# Keyspace",
+    ] {
+        assert!(default.contains(sec), "{sec} missing");
+    }
+    assert!(!default.contains("# Commandstats"));
+    assert!(c.c("INFO all").text().contains("# Commandstats"));
+    assert!(c.c("INFO everything").text().contains("# Commandstats"));
+    let two = c.c("INFO server clients").text();
+    assert!(two.contains("# Server") && two.contains("# Clients") && !two.contains("# Memory"));
+    assert_eq!(c.c("INFO nosuchsection").text(), "");
+    let clients = c.c("INFO CLIENTS").text();
+    let connected: i64 = info_field(&clients, "connected_clients")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(connected >= 1);
+}
+
+#[test]
+fn info_keyspace_counts_both_shards() {
+    let (_s, mut c) = setup();
+    assert_eq!(c.c("INFO keyspace").text(), "# Keyspace\r\n");
+    let table = SlotTable::new(2);
+    let keys: Vec<String> = (0..100).map(|i| format!("key:{i}")).collect();
+    let on0 = keys
+        .iter()
+        .filter(|k| table.shard_of_key(k.as_bytes()) == 0)
+        .count();
+    assert!(on0 > 0 && on0 < 100);
+    for (n, k) in keys.iter().enumerate() {
+        if n % 4 == 0 {
+            c.cmd(&[b"SET", k.as_bytes(), b"v", b"EX", b"1000"]);
+        } else {
+            c.cmd(&[b"SET", k.as_bytes(), b"v"]);
+        }
+    }
+    c.c("SELECT 3");
+    c.c("MSET {bar}a 1 {foo}b 2");
+    let ks = c.c("INFO keyspace").text();
+    assert!(ks.contains("\r\ndb0:keys=100,expires=25,avg_ttl="), "{ks}");
+    assert!(ks.contains("\r\ndb3:keys=2,expires=0,avg_ttl="), "{ks}");
+    assert!(!ks.contains("db1:"));
+}
+
+#[test]
+fn info_commandstats_after_commands() {
+    let (_s, mut c) = setup();
+    c.c("CONFIG RESETSTAT");
+    c.cmd(&[b"SET", KEY_SHARD0.as_bytes(), b"1"]);
+    c.cmd(&[b"SET", KEY_SHARD1.as_bytes(), b"2"]);
+    c.cmd(&[b"SET", b"other", b"3"]);
+    c.cmd(&[b"GET", KEY_SHARD1.as_bytes()]);
+    c.c("SADD s m");
+    c.c("GET s");
+    c.c("GET a b");
+    let cmds = c.c("INFO commandstats").text();
+    assert!(cmds.starts_with("# Commandstats\r\n"), "{cmds}");
+    assert!(cmds.contains("\r\ncmdstat_set:calls=3,usec="), "{cmds}");
+    let get = info_field(&cmds, "cmdstat_get").expect("cmdstat_get");
+    assert!(get.starts_with("calls=2,"), "{get}");
+    assert!(get.ends_with(",rejected_calls=1,failed_calls=1"), "{get}");
+    let errs = c.c("INFO errorstats").text();
+    assert!(errs.contains("errorstat_WRONGTYPE:count=1\r\n"), "{errs}");
+    assert!(errs.contains("errorstat_ERR:count=1\r\n"), "{errs}");
+    let stats = c.c("INFO stats").text();
+    let total: i64 = info_field(&stats, "total_commands_processed")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(total >= 7, "{total}");
+}
+
+#[test]
+fn command_count_info_docs_getkeys() {
+    let (_s, mut c) = setup();
+    let count = c.c("COMMAND COUNT").int();
+    assert!(count > 50, "{count}");
+    assert_eq!(c.c("COMMAND").items().len() as i64, count);
+    assert_eq!(c.c("COMMAND LIST").items().len() as i64, count);
+    let info = c.c("COMMAND INFO get nosuch set");
+    let items = info.items();
+    assert_eq!(items.len(), 3);
+    let get = items[0].items();
+    assert_eq!(get.len(), 10);
+    assert_eq!(get[0], b("get"));
+    assert_eq!(get[1], i(2));
+    assert_eq!(get[2], arr(vec![st("readonly"), st("fast")]));
+    assert_eq!(&get[3..6], &[i(1), i(1), i(1)]);
+    assert_eq!(items[1], R::Nil);
+    assert_eq!(items[2].items()[0], b("set"));
+    assert_eq!(items[2].items()[1], i(-3));
+    let mset = c.c("COMMAND INFO mset");
+    assert_eq!(&mset.items()[0].items()[3..6], &[i(1), i(-1), i(2)]);
+
+    let docs = c.c("COMMAND DOCS get");
+    let d = docs.items();
+    assert_eq!(d[0], b("get"));
+    let fields = pairs(d[1].clone());
+    assert!(
+        fields.contains(&("summary".into(), "Get the value of a key".into())),
+        "{fields:?}"
+    );
+    assert!(fields.contains(&("since".into(), "1.0.0".into())));
+    assert!(fields.contains(&("group".into(), "string".into())));
+    assert_eq!(c.c("COMMAND DOCS nosuch"), arr(vec![]));
+
+    assert_eq!(c.c("COMMAND GETKEYS SET a b"), bulks(&["a"]));
+    assert_eq!(c.c("COMMAND GETKEYS MSET a 1 b 2"), bulks(&["a", "b"]));
+    assert_eq!(
+        c.c("COMMAND GETKEYS RENAME {bar}x {foo}y"),
+        bulks(&["{bar}x", "{foo}y"])
+    );
+    assert_eq!(
+        c.c("COMMAND GETKEYS get"),
+        e("ERR Invalid number of arguments specified for command")
+    );
+    assert_eq!(
+        c.c("COMMAND GETKEYS nosuch a"),
+        e("ERR Invalid command specified")
+    );
+    assert_eq!(
+        c.c("COMMAND GETKEYS PING"),
+        e("ERR The command has no key arguments")
+    );
+    assert_eq!(
+        c.c("COMMAND GETKEYS"),
+        e("ERR wrong number of arguments for 'command|getkeys' command")
+    );
+    let list = c.c("COMMAND LIST FILTERBY PATTERN get*");
+    let mut names: Vec<String> = list.items().iter().map(R::text).collect();
+    names.sort();
+    for want in ["get", "getdel", "getex", "getrange", "getset"] {
+        assert!(names.contains(&want.to_string()), "{names:?}");
+    }
+    assert_eq!(
+        c.c("COMMAND FOO"),
+        e("ERR unknown subcommand 'FOO'. Try COMMAND HELP.")
+    );
+}
+
+#[test]
+fn time_and_debug_sleep() {
+    let (_s, mut c) = setup();
+    let t = c.c("TIME");
+    let parts = t.items();
+    assert_eq!(parts.len(), 2);
+    let secs: u64 = parts[0].text().parse().unwrap();
+    let micros: u64 = parts[1].text().parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(secs.abs_diff(now) <= 2, "{secs} vs {now}");
+    assert!(micros < 1_000_000);
+    assert!(matches!(parts[0], R::Bulk(_)) && matches!(parts[1], R::Bulk(_)));
+    assert_eq!(
+        c.c("TIME x"),
+        e("ERR wrong number of arguments for 'time' command")
+    );
+    assert_eq!(c.c("DEBUG SLEEP 0"), ok());
+    let start = std::time::Instant::now();
+    assert_eq!(c.c("DEBUG SLEEP 0.1"), ok());
+    assert!(start.elapsed() >= std::time::Duration::from_millis(100));
+    assert_eq!(c.c("PING"), st("PONG"));
+}
+
+#[test]
+fn config_file_as_first_argument() {
+    let port = free_port();
+    let path = temp_file(
+        "ok.conf",
+        &format!("# a comment\n\nport {port}\ndatabases 4\nmaxmemory-policy allkeys-lru\n"),
+    );
+    let args = vec![
+        path.to_string_lossy().into_owned(),
+        "--threads".into(),
+        "2".into(),
+    ];
+    let p = Proc::start(&args, port);
+    let mut c = Raw::connect(p.port);
+    assert_eq!(c.c("CONFIG GET databases"), bulks(&["databases", "4"]));
+    assert_eq!(c.c("CONFIG GET port"), bulks(&["port", &port.to_string()]));
+    assert_eq!(
+        c.c("CONFIG GET maxmemory-policy"),
+        bulks(&["maxmemory-policy", "allkeys-lru"])
+    );
+    assert_eq!(c.c("SELECT 3"), ok());
+    assert_eq!(c.c("SELECT 4"), e("ERR DB index is out of range"));
+    assert_eq!(c.c("MOVE k 4"), e("ERR DB index is out of range"));
+    let server = c.c("INFO server").text();
+    let file = info_field(&server, "config_file").unwrap();
+    assert!(file.ends_with("ok.conf"), "{file}");
+    // Command-line options after the file override it.
+    drop(c);
+    drop(p);
+    let port2 = free_port();
+    let args = vec![
+        path.to_string_lossy().into_owned(),
+        "--port".into(),
+        port2.to_string(),
+        "--databases".into(),
+        "2".into(),
+        "--threads".into(),
+        "2".into(),
+    ];
+    let p = Proc::start(&args, port2);
+    let mut c = Raw::connect(p.port);
+    assert_eq!(c.c("CONFIG GET databases"), bulks(&["databases", "2"]));
+    assert_eq!(c.c("SELECT 2"), e("ERR DB index is out of range"));
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn bad_config_file_directive_exits_with_line_number() {
+    let path = temp_file("bad.conf", "port 0\n# comment\nnosuchdirective yes\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg(&path)
+        .args(["--threads", "1"])
+        .output()
+        .expect("run tessera");
+    let _ = std::fs::remove_file(&path);
+    assert!(!out.status.success(), "exit status {:?}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***"),
+        "{err}"
+    );
+    assert!(
+        err.contains("Reading the configuration file, at line 3"),
+        "{err}"
+    );
+    assert!(err.contains(">>> 'nosuchdirective yes'"), "{err}");
+    assert!(
+        err.contains("Bad directive or wrong number of arguments"),
+        "{err}"
+    );
+    // A bad value names its line too.
+    let path = temp_file("badval.conf", "databases many\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg(&path)
+        .output()
+        .expect("run tessera");
+    let _ = std::fs::remove_file(&path);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("at line 1") && err.contains(">>> 'databases many'"),
+        "{err}"
+    );
+    // A missing file fails too.
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("/nonexistent/tessera.conf")
+        .output()
+        .expect("run tessera");
+    assert!(!out.status.success());
+}

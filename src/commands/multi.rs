@@ -75,7 +75,7 @@ fn watch<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         }
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        for key in g.args[1..].to_vec() {
+        for key in std::mem::take(&mut g.args).into_iter().skip(1) {
             let already = g.session.watched.iter().any(|w| w.db == db && w.key == key);
             if already {
                 continue;

@@ -194,18 +194,24 @@ impl TcpStream {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
         poll_fn(|cx| loop {
+            // A short read drained the socket: wait for the next readiness edge
+            // instead of paying a recv that can only say EAGAIN (Redis reads once per
+            // readable event too). Data arriving after that read raises a new edge.
+            if !state.readable.get() {
+                *state.read_waker.borrow_mut() = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
             // SAFETY: recv into a live, correctly sized buffer.
             let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
             if n >= 0 {
+                if n > 0 && (n as usize) < buf.len() {
+                    state.readable.set(false);
+                }
                 return Poll::Ready(Ok(n as usize));
             }
             let e = io::Error::last_os_error();
             match e.kind() {
-                ErrorKind::WouldBlock => {
-                    state.readable.set(false);
-                    *state.read_waker.borrow_mut() = Some(cx.waker().clone());
-                    return Poll::Pending;
-                }
+                ErrorKind::WouldBlock => state.readable.set(false),
                 ErrorKind::Interrupted => continue,
                 _ => return Poll::Ready(Err(e)),
             }

@@ -168,7 +168,13 @@ fn substitute(pattern: &[u8], elem: &[u8]) -> Option<Lookup> {
 
 /// Reads one looked-up value on its shard: a string key's value, or a hash field;
 /// anything else (missing, other types) is nothing.
-fn read_lookup(d: &mut ShardData, db: usize, now: u64, key: &[u8], field: Option<&[u8]>) -> Option<Vec<u8>> {
+fn read_lookup(
+    d: &mut ShardData,
+    db: usize,
+    now: u64,
+    key: &[u8],
+    field: Option<&[u8]>,
+) -> Option<Vec<u8>> {
     let found = d.dbs[db].get(key, now);
     match found {
         Some(_) => d.stats.keyspace_hits += 1,
@@ -183,12 +189,19 @@ fn read_lookup(d: &mut ShardData, db: usize, now: u64, key: &[u8], field: Option
 
 /// Resolves lookups in `db`, one call per shard owning some of the keys; the results
 /// come back in the order of `lookups` (`None` entries are skipped as not found).
-async fn resolve(cell: &Rc<ShardCell>, db: usize, lookups: Vec<Option<Lookup>>) -> Vec<Option<Vec<u8>>> {
+async fn resolve(
+    cell: &Rc<ShardCell>,
+    db: usize,
+    lookups: Vec<Option<Lookup>>,
+) -> Vec<Option<Vec<u8>>> {
     let mut out: Vec<Option<Vec<u8>>> = vec![None; lookups.len()];
     let mut by_shard: BTreeMap<usize, Vec<(usize, Lookup)>> = BTreeMap::new();
     for (i, l) in lookups.into_iter().enumerate() {
         if let Some(l) = l {
-            by_shard.entry(cell.shard_of(&l.0)).or_default().push((i, l));
+            by_shard
+                .entry(cell.shard_of(&l.0))
+                .or_default()
+                .push((i, l));
         }
     }
     for (shard, batch) in by_shard {
@@ -387,7 +400,9 @@ async fn run_locked(
 ) -> Result<Output, &'static str> {
     let key = src.to_vec();
     let (kind, mut elems) = op
-        .on(cell, cell.shard_of(src), move |d| fetch_elements(d, db, &key))
+        .on(cell, cell.shard_of(src), move |d| {
+            fetch_elements(d, db, &key)
+        })
         .await
         .map_err(|_| WRONGTYPE)?;
     // A set has no order of its own: a stored result must not depend on the hash
@@ -441,4 +456,85 @@ fn store(d: &mut ShardData, db: usize, dst: &[u8], rows: Vec<Option<Vec<u8>>>) {
         crate::storage::NO_EXPIRE,
         crate::util::lru_clock(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<Vec<u8>> {
+        words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn pattern_substitution() {
+        assert_eq!(substitute(b"w_*", b"a"), Some((b"w_a".to_vec(), None)));
+        assert_eq!(
+            substitute(b"o_*->f", b"a"),
+            Some((b"o_a".to_vec(), Some(b"f".to_vec())))
+        );
+        // "->" with nothing behind it is part of the key name.
+        assert_eq!(substitute(b"x:*->", b"a"), Some((b"x:a->".to_vec(), None)));
+        assert_eq!(substitute(b"a*b*c", b"1"), Some((b"a1b*c".to_vec(), None)));
+        assert_eq!(substitute(b"const", b"a"), None);
+    }
+
+    #[test]
+    fn weights_parse_like_strtod() {
+        assert_eq!(parse_weight(b"1.5"), Some(1.5));
+        assert_eq!(parse_weight(b" 2"), Some(2.0));
+        assert_eq!(parse_weight(b""), Some(0.0));
+        assert_eq!(parse_weight(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_weight(b"2 "), None);
+        assert_eq!(parse_weight(b"   "), None);
+        assert_eq!(parse_weight(b"nan"), None);
+        assert_eq!(parse_weight(b"1e400"), None);
+        assert_eq!(parse_weight(b"1e-400"), None);
+        assert_eq!(parse_weight(b"0e5"), Some(0.0));
+        assert_eq!(parse_weight(b"abc"), None);
+    }
+
+    #[test]
+    fn limit_window() {
+        assert_eq!(window(5, 0, -1), (0, 4));
+        assert_eq!(window(5, 1, 2), (1, 2));
+        assert_eq!(window(5, -3, 2), (0, 1));
+        assert_eq!(window(5, 7, 2), (4, 3));
+        assert_eq!(window(3, 2, i64::MAX), (2, 2));
+        assert_eq!(window(0, 0, -1), (-1, -2));
+    }
+
+    #[test]
+    fn options() {
+        let o = parse_opts(
+            &argv(&[
+                "sort", "k", "by", "w_*", "get", "#", "limit", "1", "2", "desc", "alpha", "store",
+                "d",
+            ]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(o.by.as_deref(), Some(&b"w_*"[..]));
+        assert!(!o.dontsort && o.desc && o.alpha);
+        assert_eq!((o.limit_start, o.limit_count), (1, 2));
+        assert_eq!(o.gets, argv(&["#"]));
+        assert_eq!(o.store.as_deref(), Some(&b"d"[..]));
+        assert!(
+            parse_opts(&argv(&["sort", "k", "by", "nosort"]), false)
+                .unwrap()
+                .dontsort
+        );
+        assert_eq!(
+            parse_opts(&argv(&["sort_ro", "k", "store", "d"]), true),
+            Err(SYNTAX_ERR)
+        );
+        assert_eq!(
+            parse_opts(&argv(&["sort", "k", "limit", "x", "1"]), false),
+            Err(NOT_INT)
+        );
+        assert_eq!(
+            parse_opts(&argv(&["sort", "k", "get"]), false),
+            Err(SYNTAX_ERR)
+        );
+    }
 }

@@ -19,6 +19,7 @@ pub mod lists;
 pub mod multi;
 pub mod server;
 pub mod sets;
+pub mod sort;
 pub mod strings;
 pub mod table;
 pub mod zsets;

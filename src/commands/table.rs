@@ -67,6 +67,9 @@ pub enum KeySpec {
         dest: u8,
         keynum_at: u8,
     },
+    /// SORT: the key at 1, plus the destination of the last STORE option (found by
+    /// skipping the other options' arguments, as Redis's sortGetKeys does).
+    Sort,
 }
 
 /// Indexes of a command's key arguments, in argument order.
@@ -142,6 +145,15 @@ impl KeySpec {
                     step: 1,
                 }
             }
+            KeySpec::Sort => {
+                let dest = sort_store_position(args);
+                KeyPositions {
+                    fixed: (argc > 1).then_some(1),
+                    next: dest.unwrap_or(0),
+                    end: dest.map_or(0, |d| d + 1),
+                    step: 1,
+                }
+            }
         }
     }
 
@@ -153,8 +165,33 @@ impl KeySpec {
             KeySpec::Range { first, last, step } => (first as i64, last as i64, step as i64),
             KeySpec::Keynum { dest: 0, .. } => (0, 0, 0),
             KeySpec::Keynum { dest, .. } => (dest as i64, dest as i64, 1),
+            KeySpec::Sort => (1, 1, 1),
         }
     }
+}
+
+/// The argument index of SORT's last STORE destination, skipping LIMIT's two
+/// arguments and GET's / BY's one so a pattern named "store" is not mistaken for it.
+fn sort_store_position(args: &super::Args) -> Option<usize> {
+    let mut dest = None;
+    let mut i = 2;
+    while i < args.len() {
+        let skip = if args.is(i, "limit") {
+            2
+        } else if args.is(i, "get") || args.is(i, "by") {
+            1
+        } else if args.is(i, "store") {
+            // Redis does not skip STORE's argument here either.
+            if i + 1 < args.len() {
+                dest = Some(i + 1);
+            }
+            0
+        } else {
+            0
+        };
+        i += skip + 1;
+    }
+    dest
 }
 
 /// How partial replies of a split command combine.
@@ -239,6 +276,7 @@ fn build() -> CommandTable {
         super::zsets::COMMANDS,
         super::bitops::COMMANDS,
         super::multi::COMMANDS,
+        super::sort::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

@@ -239,6 +239,7 @@ fn build() -> CommandTable {
         super::zsets::COMMANDS,
         super::bitops::COMMANDS,
         super::multi::COMMANDS,
+        super::blocking::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

@@ -54,7 +54,15 @@ macro_rules! bcmd {
         CommandSpec {
             group: $group,
             acl: $acl,
-            ..cmd!($name, $arity, $flags, $keys, Kind::Global($f), $since, $summary)
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                $keys,
+                Kind::Global($f),
+                $since,
+                $summary
+            )
         }
     };
 }
@@ -385,7 +393,14 @@ fn reply(w: &mut ReplyWriter, req: &Request, outcome: Try) {
 /// One atomic try over the keys in argument order, under `op`'s locks: one hop per run
 /// of consecutive keys on the same shard, stopping at the first key that exists.
 async fn try_pop(op: &MultiShardOp, cell: &Rc<ShardCell>, db: usize, req: &Request) -> Try {
-    if let (PopKind::Move { from_front, to_front }, Some(dst)) = (req.kind, &req.dst) {
+    if let (
+        PopKind::Move {
+            from_front,
+            to_front,
+        },
+        Some(dst),
+    ) = (req.kind, &req.dst)
+    {
         return try_move(op, cell, db, &req.keys[0], dst, from_front, to_front).await;
     }
     let kind = req.kind;
@@ -643,10 +658,7 @@ mod tests {
     fn timeouts_parse_like_redis() {
         assert_eq!(parse_timeout(b"0"), Ok(None));
         assert_eq!(parse_timeout(b"0.0001"), Ok(None));
-        assert_eq!(
-            parse_timeout(b"1.5"),
-            Ok(Some(Duration::from_millis(1500)))
-        );
+        assert_eq!(parse_timeout(b"1.5"), Ok(Some(Duration::from_millis(1500))));
         assert_eq!(parse_timeout(b"-1"), Err("ERR timeout is negative"));
         assert_eq!(
             parse_timeout(b"abc"),

@@ -314,9 +314,14 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
     let mut reg: Option<Registration> = None;
     loop {
         let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock_keys).await;
-        let outcome = try_pop(&op, &cell, db, &req).await;
+        let outcome = try_pop(&op, &cell, db, &req, reg.is_some()).await;
         let in_multi = g.session.multi.is_some() || g.session.exec_owner.is_some();
         if !matches!(outcome, Try::Empty) || in_multi {
+            // Done before the release signals the keys, so the next client in line
+            // is the one woken.
+            if let Some(r) = reg.as_ref() {
+                r.state.finish();
+            }
             op.release(&cell).await;
             drop(reg);
             return reply(&mut g.w(), &req, outcome);
@@ -391,8 +396,16 @@ fn reply(w: &mut ReplyWriter, req: &Request, outcome: Try) {
 }
 
 /// One atomic try over the keys in argument order, under `op`'s locks: one hop per run
-/// of consecutive keys on the same shard, stopping at the first key that exists.
-async fn try_pop(op: &MultiShardOp, cell: &Rc<ShardCell>, db: usize, req: &Request) -> Try {
+/// of consecutive keys on the same shard, stopping at the first key that exists. A
+/// `retry` (after a wake-up) passes over keys of another type: Redis serves blocked
+/// clients only from keys of their type.
+async fn try_pop(
+    op: &MultiShardOp,
+    cell: &Rc<ShardCell>,
+    db: usize,
+    req: &Request,
+    retry: bool,
+) -> Try {
     if let (
         PopKind::Move {
             from_front,
@@ -401,7 +414,8 @@ async fn try_pop(op: &MultiShardOp, cell: &Rc<ShardCell>, db: usize, req: &Reque
         Some(dst),
     ) = (req.kind, &req.dst)
     {
-        return try_move(op, cell, db, &req.keys[0], dst, from_front, to_front).await;
+        let sides = (from_front, to_front);
+        return try_move(op, cell, db, (&req.keys[0], dst), sides, retry).await;
     }
     let kind = req.kind;
     let mut i = 0;
@@ -419,6 +433,7 @@ async fn try_pop(op: &MultiShardOp, cell: &Rc<ShardCell>, db: usize, req: &Reque
                     match pop_key(&mut d.dbs[db], &key, now, kind) {
                         Ok(None) => continue,
                         Ok(Some(p)) => return Try::Served(key, p),
+                        Err(()) if retry => continue,
                         Err(()) => return Try::WrongType,
                     }
                 }
@@ -474,10 +489,9 @@ async fn try_move(
     op: &MultiShardOp,
     cell: &Rc<ShardCell>,
     db: usize,
-    src: &[u8],
-    dst: &[u8],
-    from_front: bool,
-    to_front: bool,
+    (src, dst): (&[u8], &[u8]),
+    (from_front, to_front): (bool, bool),
+    retry: bool,
 ) -> Try {
     let d = dst.to_vec();
     let dst_ok = op
@@ -497,6 +511,7 @@ async fn try_move(
                 None => Ok(None),
                 Some(Value::List(_)) if !dst_ok => Err(()),
                 Some(Value::List(_)) => pop_key(dbr, &s, now, PopKind::List { front: from_front }),
+                Some(_) if retry => Ok(None),
                 Some(_) => Err(()),
             }
         })
@@ -581,6 +596,7 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         *self.shared.blocked.borrow_mut() = None;
+        self.state.finish();
         let cell = self.cell.clone();
         let db = self.db;
         let groups = by_shard(&cell, &self.keys);
@@ -592,6 +608,8 @@ impl Drop for Registration {
                     let mut d = c.data.borrow_mut();
                     for k in &ks {
                         d.blocked.remove(db, k, &st);
+                        // A wake-up it got but did not use passes to the next client.
+                        d.blocked.signal(db, k);
                     }
                 })
                 .await;

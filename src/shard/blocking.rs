@@ -24,6 +24,8 @@ pub const UNBLOCK_ERROR: u8 = 2;
 pub struct BlockState {
     pub client_id: u64,
     woken: AtomicBool,
+    /// Served, timed out or gone: wake-ups go to the next client in line.
+    done: AtomicBool,
     unblock: AtomicU8,
     waker: Mutex<Option<Waker>>,
 }
@@ -33,6 +35,7 @@ impl BlockState {
         Arc::new(BlockState {
             client_id,
             woken: AtomicBool::new(false),
+            done: AtomicBool::new(false),
             unblock: AtomicU8::new(UNBLOCK_NONE),
             waker: Mutex::new(None),
         })
@@ -55,6 +58,15 @@ impl BlockState {
     pub fn unblock(&self, mode: u8) {
         self.unblock.store(mode, Ordering::SeqCst);
         self.wake_task();
+    }
+
+    /// It stops waiting: later wake-ups pass it over.
+    pub fn finish(&self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::SeqCst)
     }
 
     pub fn unblock_mode(&self) -> u8 {
@@ -111,14 +123,16 @@ impl Blocked {
         }
     }
 
-    /// A write to `key`: wake every client blocked on it, longest-blocked first. They
-    /// stay registered (keeping their place) until served, timed out or gone.
+    /// A write to `key`: wake the longest-blocked client still waiting on it. It
+    /// retries; once it is served (or stops waiting) its release signals the key
+    /// again, which wakes the next one, so clients are served in the order they
+    /// blocked. Clients stay registered (keeping their place) until they stop.
     pub fn signal(&mut self, db: usize, key: &[u8]) {
         if self.by_key.is_empty() {
             return;
         }
         if let Some(q) = self.by_key.get(&(db, key.to_vec())) {
-            for s in q {
+            if let Some(s) = q.iter().find(|s| !s.is_done()) {
                 s.wake();
             }
         }
@@ -152,8 +166,11 @@ mod tests {
         assert!(!a.take_woken());
         b.signal(0, b"k");
         assert!(a.take_woken());
-        assert!(c.take_woken());
+        assert!(!c.take_woken());
+        a.finish();
+        b.signal(0, b"k");
         assert!(!a.take_woken());
+        assert!(c.take_woken());
         b.remove(0, b"k", &a);
         b.remove(0, b"k", &c);
         assert!(b.is_empty());

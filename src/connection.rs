@@ -688,10 +688,8 @@ impl Connection {
             };
             run(&mut ctx);
             let failed = target.get(before) == Some(&b'-');
-            if !failed
-                && !(data.watches.is_empty() && data.blocked.is_empty())
-                && spec.has(flags::WRITE)
-            {
+            let watched = !(data.watches.is_empty() && data.blocked.is_empty());
+            if !failed && watched && spec.has(flags::WRITE) {
                 for p in spec.keys.positions(args) {
                     data.watches.touch(db as usize, args.get(p));
                     data.blocked.signal(db as usize, args.get(p));

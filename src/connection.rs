@@ -541,7 +541,9 @@ impl Connection {
             return;
         }
         // A blocking command may wait for long: watch the socket meanwhile, so a
-        // client that goes away stops waiting (dropping the command unregisters it).
+        // client that goes away stops waiting. The command is told (its client is
+        // marked killed and unblocked) rather than dropped, as it may hold key locks.
+        let shared = ctx.session.shared.clone();
         let mut tmp = vec![0u8; READ_CHUNK];
         let (mut got, mut closed) = (0, false);
         {
@@ -549,22 +551,22 @@ impl Connection {
             let mut rd = Box::pin(self.stream.read(&mut tmp));
             let mut reading = true;
             std::future::poll_fn(|cx| {
-                if std::future::Future::poll(fut.as_mut(), cx).is_ready() {
-                    return std::task::Poll::Ready(());
-                }
                 if reading {
                     if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
                         reading = false;
                         match r {
                             Ok(0) | Err(_) => {
                                 closed = true;
-                                return std::task::Poll::Ready(());
+                                shared.killed.set(true);
+                                if let Some(st) = shared.blocked.borrow().as_ref() {
+                                    st.unblock(crate::shard::blocking::UNBLOCK_TIMEOUT);
+                                }
                             }
                             Ok(n) => got = n,
                         }
                     }
                 }
-                std::task::Poll::Pending
+                std::future::Future::poll(fut.as_mut(), cx)
             })
             .await;
         }

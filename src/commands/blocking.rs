@@ -333,6 +333,10 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
         op.set_read_only();
         op.release(&cell).await;
         let Some(r) = reg.as_ref() else { return };
+        if g.session.shared.killed.get() {
+            // The client went away (or was killed) while we tried: stop here.
+            return;
+        }
         match wait(&r.state, deadline).await {
             WaitEnd::Woken => continue,
             WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => {
@@ -553,7 +557,7 @@ fn push_one(data: &mut ShardData, db: usize, key: &[u8], v: &[u8], front: bool) 
 }
 
 /// A client's registration as blocked on its keys. Dropping it (served, timed out,
-/// unblocked, or the connection went away mid-wait) removes it from every shard.
+/// unblocked, or the connection went away) removes it from every shard.
 struct Registration {
     cell: Rc<ShardCell>,
     db: usize,

@@ -38,6 +38,9 @@ pub struct ClientShared {
     pub killed: Cell<bool>,
     pub no_evict: Cell<bool>,
     pub multi_count: Cell<i64>,
+    /// While the client waits in a blocking command: its wake-up state, which
+    /// CLIENT UNBLOCK uses.
+    pub blocked: RefCell<Option<std::sync::Arc<crate::shard::blocking::BlockState>>>,
 }
 
 impl ClientShared {
@@ -53,6 +56,9 @@ impl ClientShared {
         let mut flags = String::new();
         if self.no_evict.get() {
             flags.push('e');
+        }
+        if self.blocked.borrow().is_some() {
+            flags.push('b');
         }
         if flags.is_empty() {
             flags.push('N');

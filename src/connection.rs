@@ -83,6 +83,9 @@ pub struct Connection {
     now: u64,
     /// The last command looked up: pipelines mostly repeat one command.
     last_cmd: Option<(u16, &'static commands::CommandSpec)>,
+    /// Input read while a blocking command waited (to notice the client leaving);
+    /// parsed once the command ends.
+    stash: Vec<u8>,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -119,6 +122,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         killed: Default::default(),
         no_evict: Default::default(),
         multi_count: std::cell::Cell::new(-1),
+        blocked: Default::default(),
     });
     let authenticated = cell.data.borrow().config.requirepass().is_none();
     cell.data.borrow_mut().stats.total_connections += 1;
@@ -147,6 +151,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         pipe: Pipeline::new(shards),
         now,
         last_cmd: None,
+        stash: Vec::new(),
     };
     conn.run().await;
     commands::multi::unwatch_all(&mut conn.session).await;
@@ -240,7 +245,7 @@ impl Connection {
     /// Parses and runs every complete command in the buffer.
     async fn process_input(&mut self) {
         let limits = self.limits();
-        let buf = std::mem::take(&mut self.buf);
+        let mut buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
         while self.start < self.end && !self.session.close_after_reply {
             // Redis's tighter limits for clients that have not authenticated yet.
@@ -260,6 +265,9 @@ impl Connection {
                         self.dispatch(Args::new(&inline, &spans)).await;
                     } else {
                         self.dispatch(Args::new(&buf[cmd_start..], &spans)).await;
+                    }
+                    if !self.stash.is_empty() {
+                        self.absorb_stash(&mut buf);
                     }
                 }
                 Ok(None) => break,
@@ -516,15 +524,69 @@ impl Connection {
 
     async fn run_global(&mut self, idx: u16, f: commands::GlobalFn, args: &Args<'_>) {
         let before = self.out.len();
-        let write = commands::table().specs[idx as usize].has(flags::WRITE);
+        let spec = &commands::table().specs[idx as usize];
+        let write = spec.has(flags::WRITE);
+        let may_block = spec.has(flags::BLOCKING)
+            && self.session.multi.is_none()
+            && self.session.exec_owner.is_none();
         let mut ctx = GlobalCtx {
             session: &mut self.session,
             args: args.to_vecs(),
             out: &mut self.out,
             write,
         };
-        f(&mut ctx).await;
+        if !may_block {
+            f(&mut ctx).await;
+            self.record_local_call(idx, before);
+            return;
+        }
+        // A blocking command may wait for long: watch the socket meanwhile, so a
+        // client that goes away stops waiting. The command is told (its client is
+        // marked killed and unblocked) rather than dropped, as it may hold key locks.
+        let shared = ctx.session.shared.clone();
+        let mut tmp = vec![0u8; READ_CHUNK];
+        let (mut got, mut closed) = (0, false);
+        {
+            let mut fut = f(&mut ctx);
+            let mut rd = Box::pin(self.stream.read(&mut tmp));
+            let mut reading = true;
+            std::future::poll_fn(|cx| {
+                if reading {
+                    if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
+                        reading = false;
+                        match r {
+                            Ok(0) | Err(_) => {
+                                closed = true;
+                                shared.killed.set(true);
+                                if let Some(st) = shared.blocked.borrow().as_ref() {
+                                    st.unblock(crate::shard::blocking::UNBLOCK_TIMEOUT);
+                                }
+                            }
+                            Ok(n) => got = n,
+                        }
+                    }
+                }
+                std::future::Future::poll(fut.as_mut(), cx)
+            })
+            .await;
+        }
+        self.stash.extend_from_slice(&tmp[..got]);
+        if closed {
+            self.session.close_after_reply = true;
+            return;
+        }
         self.record_local_call(idx, before);
+    }
+
+    /// Appends input read during a blocking command to the unparsed input.
+    fn absorb_stash(&mut self, buf: &mut Vec<u8>) {
+        let need = self.end + self.stash.len();
+        if buf.len() < need {
+            buf.resize(need, 0);
+        }
+        buf[self.end..need].copy_from_slice(&self.stash);
+        self.end = need;
+        self.stash.clear();
     }
 
     async fn route_keyed(
@@ -628,9 +690,11 @@ impl Connection {
             };
             run(&mut ctx);
             let failed = target.get(before) == Some(&b'-');
-            if !failed && !data.watches.is_empty() && spec.has(flags::WRITE) {
+            let watched = !(data.watches.is_empty() && data.blocked.is_empty());
+            if !failed && watched && spec.has(flags::WRITE) {
                 for p in spec.keys.positions(args) {
                     data.watches.touch(db as usize, args.get(p));
+                    data.blocked.signal(db as usize, args.get(p));
                 }
             }
         }

@@ -346,11 +346,50 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .await;
                 g.w().ok()
             }
+            "unblock" if argc == 3 || argc == 4 => client_unblock(g).await,
             "getname" | "setname" | "info" | "kill" | "reply" | "no-evict" | "pause"
-            | "unpause" | "help" => arity_err(g, &sub),
+            | "unpause" | "help" | "unblock" => arity_err(g, &sub),
             _ => g.unknown_subcommand("CLIENT"),
         }
     })
+}
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends a blocking command of another client, as
+/// if it timed out or with an error. :1 if that client was blocked.
+async fn client_unblock(g: &mut GlobalCtx<'_>) {
+    use crate::shard::blocking::{UNBLOCK_ERROR, UNBLOCK_TIMEOUT};
+    let Some(id) = parse_i64(&g.args[2]) else {
+        return g.w().error(NOT_INT);
+    };
+    let mode = if g.args.len() == 3 || g.is(3, "timeout") {
+        UNBLOCK_TIMEOUT
+    } else if g.is(3, "error") {
+        UNBLOCK_ERROR
+    } else {
+        return g
+            .w()
+            .error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
+    };
+    let found = g
+        .session
+        .cell
+        .call_all(move |c| {
+            let clients = c.clients.borrow();
+            let Some(client) = clients.get(id as u64) else {
+                return false;
+            };
+            let state = client.blocked.borrow();
+            match state.as_ref() {
+                Some(s) if s.unblock_mode() == 0 => {
+                    s.unblock(mode);
+                    true
+                }
+                _ => false,
+            }
+        })
+        .await;
+    let n = found.into_iter().any(|f| f) as i64;
+    g.w().integer(n)
 }
 
 async fn client_list(g: &mut GlobalCtx<'_>) {

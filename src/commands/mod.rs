@@ -11,6 +11,7 @@
 //!   INFO ...); it is a barrier in the pipeline.
 
 pub mod bitops;
+pub mod blocking;
 pub mod client;
 pub mod config_cmd;
 pub mod hashes;

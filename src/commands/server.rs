@@ -130,6 +130,8 @@ fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 left[lo].swap(&mut right[0]);
                 d.watches.touch_db(Some(a));
                 d.watches.touch_db(Some(b));
+                // Keys of the swapped dbs may now hold what blocked clients wait for.
+                d.blocked.signal_all();
             })
             .await;
         }
@@ -151,6 +153,7 @@ struct ShardReport {
     keyspace: Vec<(usize, usize, usize)>,
     expired: u64,
     clients: usize,
+    blocked_clients: usize,
 }
 
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -202,6 +205,12 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         .collect(),
                     expired: d.dbs.iter().map(|db| db.expired_count).sum(),
                     clients: c.clients.borrow().len(),
+                    blocked_clients: c
+                        .clients
+                        .borrow()
+                        .iter()
+                        .filter(|x| x.blocked.borrow().is_some())
+                        .count(),
                 }
             })
             .await;
@@ -302,9 +311,10 @@ fn info_server(cell: &crate::shard::ShardCell, out: &mut String) {
 
 fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
     let n: usize = reports.iter().map(|r| r.clients).sum();
+    let blocked: usize = reports.iter().map(|r| r.blocked_clients).sum();
     let _ = write!(
         out,
-        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:0\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
+        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{blocked}\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
         maxclients
     );
 }

@@ -277,6 +277,7 @@ fn build() -> CommandTable {
         super::bitops::COMMANDS,
         super::multi::COMMANDS,
         super::sort::COMMANDS,
+        super::blocking::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

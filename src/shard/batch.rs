@@ -192,11 +192,12 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut
         // INFO errorstats / total_error_replies count errors produced on any shard.
         data.stats
             .record_error(crate::connection::error_prefix(&reply.out[before..]));
-    } else if !data.watches.is_empty()
+    } else if !(data.watches.is_empty() && data.blocked.is_empty())
         && table().specs[c.cmd as usize].has(crate::commands::table::flags::WRITE)
     {
         for k in batch.keys_of(i) {
             data.watches.touch(c.db as usize, k);
+            data.blocked.signal(c.db as usize, k);
         }
     }
     reply.ends.push(reply.out.len() as u32);

@@ -1,6 +1,7 @@
 //! A shard: one pinned core, the only thread that touches the keys of its slots.
 
 pub mod batch;
+pub mod blocking;
 pub mod fabric;
 pub mod locks;
 pub mod multi;
@@ -36,6 +37,8 @@ pub struct ShardData {
     pub active_expire: bool,
     /// Clients' WATCHes on this shard's keys.
     pub watches: watch::Watches,
+    /// Clients blocked (BLPOP ...) on this shard's keys.
+    pub blocked: blocking::Blocked,
     /// Collection encoding thresholds, refreshed on CONFIG SET.
     pub limits: crate::storage::limits::EncodingLimits,
     /// CLIENT PAUSE in force: (until unix ms, writes only).
@@ -108,6 +111,7 @@ pub fn new_shard_data(
         active_expire: true,
         pause: None,
         watches: watch::Watches::default(),
+        blocked: blocking::Blocked::default(),
     }
 }
 

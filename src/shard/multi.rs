@@ -99,6 +99,12 @@ impl MultiShardOp {
         }
     }
 
+    /// The operation turned out not to write (a blocking pop that found nothing):
+    /// its release then wakes nobody.
+    pub fn set_read_only(&mut self) {
+        self.write = false;
+    }
+
     pub fn shards(&self) -> &[usize] {
         &self.shards
     }
@@ -156,6 +162,7 @@ impl MultiShardOp {
                     let mut d = c.data.borrow_mut();
                     for (db, k) in &keys {
                         d.watches.touch(*db as usize, k);
+                        d.blocked.signal(*db as usize, k);
                     }
                 }
                 c.locks.borrow_mut().release(txn)

@@ -1,0 +1,691 @@
+//! Blocking pops (Redis's blocked.c with the B* commands of t_list.c and t_zset.c):
+//! BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP.
+//!
+//! Each is an async coordinator at home. It tries the non-blocking pop atomically over
+//! its keys (locked with `MultiShardOp`, wherever they live); if every key is empty it
+//! registers the client on each key's shard (`shard::blocking`), releases the locks
+//! and sleeps until a write to one of the keys wakes it, its timeout passes, or CLIENT
+//! UNBLOCK ends it. A woken client retries and keeps its place in the queues.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use super::strings::cmd;
+use super::table::{flags::*, CommandSpec, KeySpec, Kind};
+use super::{parse_f64, parse_i64, GlobalCtx, SYNTAX_ERR, WRONGTYPE};
+use crate::clients::ClientShared;
+use crate::protocol::reply::ReplyWriter;
+use crate::shard::blocking::{BlockState, UNBLOCK_ERROR, UNBLOCK_NONE};
+use crate::shard::multi::MultiShardOp;
+use crate::shard::{ShardCell, ShardData};
+use crate::storage::list::ListValue;
+use crate::storage::zset::Member;
+use crate::storage::{Db, Value, NO_EXPIRE};
+
+type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// Keys from argument 1 to the one before the timeout.
+const K_ALL_BUT_LAST: KeySpec = KeySpec::Range {
+    first: 1,
+    last: -2,
+    step: 1,
+};
+const K12: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 2,
+    step: 1,
+};
+/// BLMPOP / BZMPOP: the timeout, then a key count and that many keys.
+const K_MPOP: KeySpec = KeySpec::Keynum {
+    dest: 0,
+    keynum_at: 2,
+};
+
+const L_ACL: &[&str] = &["@write", "@list", "@slow", "@blocking"];
+const Z_FAST_ACL: &[&str] = &["@write", "@sortedset", "@fast", "@blocking"];
+const Z_SLOW_ACL: &[&str] = &["@write", "@sortedset", "@slow", "@blocking"];
+
+macro_rules! bcmd {
+    ($name:expr, $arity:expr, $flags:expr, $keys:expr, $f:expr, $group:expr, $acl:expr, $since:expr, $summary:expr) => {
+        CommandSpec {
+            group: $group,
+            acl: $acl,
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                $keys,
+                Kind::Global($f),
+                $since,
+                $summary
+            )
+        }
+    };
+}
+
+#[rustfmt::skip]
+pub static COMMANDS: &[CommandSpec] = &[
+    bcmd!("blpop", -3, WRITE | NOSCRIPT | BLOCKING, K_ALL_BUT_LAST, blpop, "list", L_ACL, "2.0.0", "Remove and get the first element in a list, or block until one is available"),
+    bcmd!("brpop", -3, WRITE | NOSCRIPT | BLOCKING, K_ALL_BUT_LAST, brpop, "list", L_ACL, "2.0.0", "Remove and get the last element in a list, or block until one is available"),
+    bcmd!("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, K12, brpoplpush, "list", L_ACL, "2.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available"),
+    bcmd!("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, K12, blmove, "list", L_ACL, "6.2.0", "Pop an element from a list, push it to another list and return it; or block until one is available"),
+    bcmd!("blmpop", -5, WRITE | BLOCKING | MOVABLE_KEYS, K_MPOP, blmpop, "list", L_ACL, "7.0.0", "Pop elements from a list, or block until one is available"),
+    bcmd!("bzpopmin", -3, WRITE | NOSCRIPT | FAST | BLOCKING, K_ALL_BUT_LAST, bzpopmin, "sorted-set", Z_FAST_ACL, "5.0.0", "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available"),
+    bcmd!("bzpopmax", -3, WRITE | NOSCRIPT | FAST | BLOCKING, K_ALL_BUT_LAST, bzpopmax, "sorted-set", Z_FAST_ACL, "5.0.0", "Remove and return the member with the highest score from one or more sorted sets, or block until one is available"),
+    bcmd!("bzmpop", -5, WRITE | BLOCKING | MOVABLE_KEYS, K_MPOP, bzmpop, "sorted-set", Z_SLOW_ACL, "7.0.0", "Remove and return members with scores in a sorted set or block until one is available"),
+];
+
+/// What one try pops.
+#[derive(Clone, Copy)]
+enum PopKind {
+    /// BLPOP / BRPOP: one element, replied [key, element].
+    List { front: bool },
+    /// BLMPOP: up to `count` elements, replied [key, [elements]].
+    ListMany { front: bool, count: usize },
+    /// BLMOVE / BRPOPLPUSH: one element moved to `dst`, replied as a bulk.
+    Move { from_front: bool, to_front: bool },
+    /// BZPOPMIN / BZPOPMAX: [key, member, score].
+    ZSet { max: bool },
+    /// BZMPOP: [key, [[member, score], ...]].
+    ZSetMany { max: bool, count: usize },
+}
+
+/// A parsed blocking command.
+struct Request {
+    keys: Vec<Vec<u8>>,
+    /// BLMOVE / BRPOPLPUSH's destination.
+    dst: Option<Vec<u8>>,
+    kind: PopKind,
+    /// None: wait forever.
+    timeout: Option<Duration>,
+}
+
+/// What popping gave.
+enum Popped {
+    One(Vec<u8>),
+    Many(Vec<Vec<u8>>),
+    Scored(Vec<(Member, f64)>),
+}
+
+/// The outcome of one try over all keys.
+enum Try {
+    Empty,
+    WrongType,
+    Served(Vec<u8>, Popped),
+}
+
+/// Parses a blocking timeout in seconds as Redis's getTimeoutFromObjectOrReply does.
+fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, &'static str> {
+    let secs = parse_f64(arg).ok_or("ERR timeout is not a float or out of range")?;
+    let ms = secs * 1000.0;
+    if !ms.is_finite() || ms >= i64::MAX as f64 {
+        return Err("ERR timeout is out of range");
+    }
+    // Redis truncates to whole milliseconds; 0 (or under 1ms) waits forever.
+    let ms = ms as i64;
+    if ms < 0 {
+        return Err("ERR timeout is negative");
+    }
+    Ok((ms > 0).then(|| Duration::from_millis(ms as u64)))
+}
+
+fn parse_side(a: &[u8]) -> Option<bool> {
+    if a.eq_ignore_ascii_case(b"left") {
+        Some(true)
+    } else if a.eq_ignore_ascii_case(b"right") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// BLMPOP / BZMPOP: timeout numkeys key... WHERE [COUNT n]. `side` parses WHERE.
+fn parse_mpop(
+    args: &[Vec<u8>],
+    side: fn(&[u8]) -> Option<bool>,
+) -> Result<(Vec<Vec<u8>>, bool, usize), &'static str> {
+    let numkeys = match parse_i64(&args[2]) {
+        Some(n) if n > 0 => n as usize,
+        _ => return Err("ERR numkeys should be greater than 0"),
+    };
+    let where_idx = numkeys
+        .checked_add(3)
+        .filter(|&i| i < args.len())
+        .ok_or(SYNTAX_ERR)?;
+    let which = side(&args[where_idx]).ok_or(SYNTAX_ERR)?;
+    let mut count = None;
+    let mut j = where_idx + 1;
+    while j < args.len() {
+        if count.is_none() && args[j].eq_ignore_ascii_case(b"count") && j + 1 < args.len() {
+            match parse_i64(&args[j + 1]) {
+                Some(n) if n > 0 => count = Some(n as usize),
+                _ => return Err("ERR count should be greater than 0"),
+            }
+            j += 2;
+        } else {
+            return Err(SYNTAX_ERR);
+        }
+    }
+    Ok((args[3..where_idx].to_vec(), which, count.unwrap_or(1)))
+}
+
+fn zside(a: &[u8]) -> Option<bool> {
+    if a.eq_ignore_ascii_case(b"min") {
+        Some(false)
+    } else if a.eq_ignore_ascii_case(b"max") {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+fn blpop<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(bpop(g, PopKind::List { front: true }))
+}
+
+fn brpop<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(bpop(g, PopKind::List { front: false }))
+}
+
+fn bzpopmin<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(bpop(g, PopKind::ZSet { max: false }))
+}
+
+fn bzpopmax<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(bpop(g, PopKind::ZSet { max: true }))
+}
+
+/// BLPOP / BRPOP / BZPOPMIN / BZPOPMAX key [key ...] timeout.
+async fn bpop(g: &mut GlobalCtx<'_>, kind: PopKind) {
+    let timeout = match parse_timeout(&g.args[g.args.len() - 1]) {
+        Ok(t) => t,
+        Err(e) => return g.error(e),
+    };
+    let keys = g.args[1..g.args.len() - 1].to_vec();
+    let req = Request {
+        keys,
+        dst: None,
+        kind,
+        timeout,
+    };
+    run(g, req).await
+}
+
+fn brpoplpush<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let timeout = match parse_timeout(&g.args[3]) {
+            Ok(t) => t,
+            Err(e) => return g.error(e),
+        };
+        let req = Request {
+            keys: vec![g.args[1].clone()],
+            dst: Some(g.args[2].clone()),
+            kind: PopKind::Move {
+                from_front: false,
+                to_front: true,
+            },
+            timeout,
+        };
+        run(g, req).await
+    })
+}
+
+fn blmove<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let (Some(from_front), Some(to_front)) = (parse_side(&g.args[3]), parse_side(&g.args[4]))
+        else {
+            return g.error(SYNTAX_ERR);
+        };
+        let timeout = match parse_timeout(&g.args[5]) {
+            Ok(t) => t,
+            Err(e) => return g.error(e),
+        };
+        let req = Request {
+            keys: vec![g.args[1].clone()],
+            dst: Some(g.args[2].clone()),
+            kind: PopKind::Move {
+                from_front,
+                to_front,
+            },
+            timeout,
+        };
+        run(g, req).await
+    })
+}
+
+fn blmpop<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(mpop(g, true))
+}
+
+fn bzmpop<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(mpop(g, false))
+}
+
+async fn mpop(g: &mut GlobalCtx<'_>, list: bool) {
+    let timeout = match parse_timeout(&g.args[1]) {
+        Ok(t) => t,
+        Err(e) => return g.error(e),
+    };
+    let side = if list { parse_side } else { zside };
+    let (keys, which, count) = match parse_mpop(&g.args, side) {
+        Ok(p) => p,
+        Err(e) => return g.error(e),
+    };
+    let kind = if list {
+        PopKind::ListMany {
+            front: which,
+            count,
+        }
+    } else {
+        PopKind::ZSetMany { max: which, count }
+    };
+    let req = Request {
+        keys,
+        dst: None,
+        kind,
+        timeout,
+    };
+    run(g, req).await
+}
+
+/// How a wait ended.
+enum WaitEnd {
+    Woken,
+    TimedOut,
+    /// CLIENT UNBLOCK with this mode.
+    Unblocked(u8),
+}
+
+/// The blocking loop shared by every command: try, else wait and retry.
+async fn run(g: &mut GlobalCtx<'_>, req: Request) {
+    let cell = g.session.cell.clone();
+    let db = g.session.db;
+    let deadline = req.timeout.map(|t| Instant::now() + t);
+    let mut lock_keys: Vec<Vec<u8>> = Vec::with_capacity(req.keys.len() + 1);
+    for k in req.keys.iter().chain(req.dst.iter()) {
+        if !lock_keys.contains(k) {
+            lock_keys.push(k.clone());
+        }
+    }
+    let mut reg: Option<Registration> = None;
+    loop {
+        let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock_keys).await;
+        let outcome = try_pop(&op, &cell, db, &req, reg.is_some()).await;
+        let in_multi = g.session.multi.is_some() || g.session.exec_owner.is_some();
+        if !matches!(outcome, Try::Empty) || in_multi {
+            // Done before the release signals the keys, so the next client in line
+            // is the one woken.
+            if let Some(r) = reg.as_ref() {
+                r.state.finish();
+            }
+            op.release(&cell).await;
+            drop(reg);
+            return reply(&mut g.w(), &req, outcome);
+        }
+        if reg.is_none() {
+            reg = Some(Registration::register(&op, &cell, db, &req.keys, &g.session.shared).await);
+        }
+        // Nothing was written: releasing must not wake anyone (ourselves included).
+        op.set_read_only();
+        op.release(&cell).await;
+        let Some(r) = reg.as_ref() else { return };
+        if g.session.shared.killed.get() {
+            // The client went away (or was killed) while we tried: stop here.
+            return;
+        }
+        match wait(&r.state, deadline).await {
+            WaitEnd::Woken => continue,
+            WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => {
+                drop(reg);
+                return g.w().null_array();
+            }
+            WaitEnd::Unblocked(mode) => {
+                drop(reg);
+                if mode == UNBLOCK_ERROR {
+                    return g.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                }
+                return g.w().null_array();
+            }
+        }
+    }
+}
+
+/// Writes the reply of a try that ended the command (served, wrong type, or nothing
+/// inside MULTI, where a command never blocks).
+fn reply(w: &mut ReplyWriter, req: &Request, outcome: Try) {
+    match outcome {
+        Try::WrongType => w.error(WRONGTYPE),
+        Try::Empty if matches!(req.kind, PopKind::Move { .. }) => w.null(),
+        Try::Empty => w.null_array(),
+        Try::Served(key, popped) => match (req.kind, popped) {
+            (PopKind::Move { .. }, Popped::One(v)) => w.bulk(&v),
+            (PopKind::List { .. }, Popped::One(v)) => {
+                w.array_len(2);
+                w.bulk(&key);
+                w.bulk(&v);
+            }
+            (_, Popped::Many(items)) => {
+                w.array_len(2);
+                w.bulk(&key);
+                w.array_len(items.len());
+                for i in &items {
+                    w.bulk(i);
+                }
+            }
+            (PopKind::ZSet { .. }, Popped::Scored(items)) => {
+                w.array_len(1 + 2 * items.len());
+                w.bulk(&key);
+                for (m, s) in &items {
+                    w.bulk(m);
+                    w.double(*s);
+                }
+            }
+            (_, Popped::Scored(items)) => {
+                w.array_len(2);
+                w.bulk(&key);
+                w.array_len(items.len());
+                for (m, s) in &items {
+                    w.array_len(2);
+                    w.bulk(m);
+                    w.double(*s);
+                }
+            }
+            (_, Popped::One(v)) => w.bulk(&v),
+        },
+    }
+}
+
+/// One atomic try over the keys in argument order, under `op`'s locks: one hop per run
+/// of consecutive keys on the same shard, stopping at the first key that exists. A
+/// `retry` (after a wake-up) passes over keys of another type: Redis serves blocked
+/// clients only from keys of their type.
+async fn try_pop(
+    op: &MultiShardOp,
+    cell: &Rc<ShardCell>,
+    db: usize,
+    req: &Request,
+    retry: bool,
+) -> Try {
+    if let (
+        PopKind::Move {
+            from_front,
+            to_front,
+        },
+        Some(dst),
+    ) = (req.kind, &req.dst)
+    {
+        let sides = (from_front, to_front);
+        return try_move(op, cell, db, (&req.keys[0], dst), sides, retry).await;
+    }
+    let kind = req.kind;
+    let mut i = 0;
+    while i < req.keys.len() {
+        let shard = cell.shard_of(&req.keys[i]);
+        let mut j = i + 1;
+        while j < req.keys.len() && cell.shard_of(&req.keys[j]) == shard {
+            j += 1;
+        }
+        let run: Vec<Vec<u8>> = req.keys[i..j].to_vec();
+        let r = op
+            .on(cell, shard, move |d| {
+                let now = crate::util::now_ms();
+                for key in run {
+                    match pop_key(&mut d.dbs[db], &key, now, kind) {
+                        Ok(None) => continue,
+                        Ok(Some(p)) => return Try::Served(key, p),
+                        Err(()) if retry => continue,
+                        Err(()) => return Try::WrongType,
+                    }
+                }
+                Try::Empty
+            })
+            .await;
+        if !matches!(r, Try::Empty) {
+            return r;
+        }
+        i = j;
+    }
+    Try::Empty
+}
+
+/// Pops from one key as `kind` says: Ok(None) if it is missing, Err(()) if it holds
+/// another type. Removes the key when it empties.
+fn pop_key(db: &mut Db, key: &[u8], now: u64, kind: PopKind) -> Result<Option<Popped>, ()> {
+    let Some(e) = db.get(key, now) else {
+        return Ok(None);
+    };
+    let (popped, emptied) = match (&mut e.value, kind) {
+        (Value::List(l), PopKind::List { front }) => {
+            let v = l.pop(front);
+            (v.map(Popped::One), l.is_empty())
+        }
+        (Value::List(l), PopKind::ListMany { front, count }) => {
+            let mut items = Vec::with_capacity(count.min(l.len()));
+            while items.len() < count {
+                match l.pop(front) {
+                    Some(v) => items.push(v),
+                    None => break,
+                }
+            }
+            (Some(Popped::Many(items)), l.is_empty())
+        }
+        (Value::ZSet(z), PopKind::ZSet { max }) => {
+            (Some(Popped::Scored(z.pop(max, 1))), z.is_empty())
+        }
+        (Value::ZSet(z), PopKind::ZSetMany { max, count }) => {
+            (Some(Popped::Scored(z.pop(max, count))), z.is_empty())
+        }
+        _ => return Err(()),
+    };
+    if emptied {
+        db.remove(key);
+    }
+    Ok(popped)
+}
+
+/// BLMOVE's try: the source decides whether to block (a wrong-typed destination only
+/// matters once there is something to move), then the element moves atomically.
+async fn try_move(
+    op: &MultiShardOp,
+    cell: &Rc<ShardCell>,
+    db: usize,
+    (src, dst): (&[u8], &[u8]),
+    (from_front, to_front): (bool, bool),
+    retry: bool,
+) -> Try {
+    let d = dst.to_vec();
+    let dst_ok = op
+        .on(cell, cell.shard_of(dst), move |data| {
+            match data.dbs[db].get(&d, crate::util::now_ms()) {
+                None => true,
+                Some(e) => matches!(e.value, Value::List(_)),
+            }
+        })
+        .await;
+    let s = src.to_vec();
+    let popped = op
+        .on(cell, cell.shard_of(src), move |data| {
+            let dbr = &mut data.dbs[db];
+            let now = crate::util::now_ms();
+            match dbr.get(&s, now).map(|e| &e.value) {
+                None => Ok(None),
+                Some(Value::List(_)) if !dst_ok => Err(()),
+                Some(Value::List(_)) => pop_key(dbr, &s, now, PopKind::List { front: from_front }),
+                Some(_) if retry => Ok(None),
+                Some(_) => Err(()),
+            }
+        })
+        .await;
+    let v = match popped {
+        Ok(None) => return Try::Empty,
+        Err(()) => return Try::WrongType,
+        Ok(Some(Popped::One(v))) => v,
+        Ok(Some(_)) => return Try::Empty,
+    };
+    let d = dst.to_vec();
+    let v = op
+        .on(cell, cell.shard_of(dst), move |data| {
+            push_one(data, db, &d, &v, to_front);
+            v
+        })
+        .await;
+    Try::Served(src.to_vec(), Popped::One(v))
+}
+
+/// Pushes one element, creating the list if missing (the type was checked before).
+fn push_one(data: &mut ShardData, db: usize, key: &[u8], v: &[u8], front: bool) {
+    let limits = data.limits;
+    let dbr = &mut data.dbs[db];
+    if let Some(e) = dbr.get(key, crate::util::now_ms()) {
+        if let Value::List(l) = &mut e.value {
+            l.push(v, front);
+        }
+        return;
+    }
+    let mut l = ListValue::new(&limits);
+    l.push(v, front);
+    dbr.insert(
+        key,
+        Value::List(Box::new(l)),
+        NO_EXPIRE,
+        crate::util::lru_clock(),
+    );
+}
+
+/// A client's registration as blocked on its keys. Dropping it (served, timed out,
+/// unblocked, or the connection went away) removes it from every shard.
+struct Registration {
+    cell: Rc<ShardCell>,
+    db: usize,
+    keys: Vec<Vec<u8>>,
+    state: Arc<BlockState>,
+    shared: Rc<ClientShared>,
+}
+
+impl Registration {
+    /// Registers on every key's shard while `op` holds the keys, so no write can slip
+    /// between the empty try and the registration.
+    async fn register(
+        op: &MultiShardOp,
+        cell: &Rc<ShardCell>,
+        db: usize,
+        keys: &[Vec<u8>],
+        shared: &Rc<ClientShared>,
+    ) -> Registration {
+        let state = BlockState::new(shared.id);
+        for (shard, ks) in by_shard(cell, keys) {
+            let st = state.clone();
+            op.on(cell, shard, move |d| {
+                for k in ks {
+                    d.blocked.add(db, k, st.clone());
+                }
+            })
+            .await;
+        }
+        *shared.blocked.borrow_mut() = Some(state.clone());
+        Registration {
+            cell: cell.clone(),
+            db,
+            keys: keys.to_vec(),
+            state,
+            shared: shared.clone(),
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        *self.shared.blocked.borrow_mut() = None;
+        self.state.finish();
+        let cell = self.cell.clone();
+        let db = self.db;
+        let groups = by_shard(&cell, &self.keys);
+        let state = self.state.clone();
+        crate::runtime::spawn_detached(async move {
+            for (shard, ks) in groups {
+                let st = state.clone();
+                cell.tell(shard, move |c| {
+                    let mut d = c.data.borrow_mut();
+                    for k in &ks {
+                        d.blocked.remove(db, k, &st);
+                        // A wake-up it got but did not use passes to the next client.
+                        d.blocked.signal(db, k);
+                    }
+                })
+                .await;
+            }
+        });
+    }
+}
+
+/// Keys grouped by owning shard, duplicates dropped.
+fn by_shard(cell: &ShardCell, keys: &[Vec<u8>]) -> Vec<(usize, Vec<Vec<u8>>)> {
+    let mut out: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    for k in keys {
+        let s = cell.shard_of(k);
+        let pos = match out.iter().position(|(x, _)| *x == s) {
+            Some(p) => p,
+            None => {
+                out.push((s, Vec::new()));
+                out.len() - 1
+            }
+        };
+        if !out[pos].1.contains(k) {
+            out[pos].1.push(k.clone());
+        }
+    }
+    out
+}
+
+/// Sleeps until `state` is woken or unblocked, or `deadline` passes.
+async fn wait(state: &BlockState, deadline: Option<Instant>) -> WaitEnd {
+    let mut timer = deadline.map(|d| {
+        Box::pin(crate::runtime::sleep(
+            d.saturating_duration_since(Instant::now()),
+        ))
+    });
+    std::future::poll_fn(move |cx| {
+        for attempt in 0..2 {
+            let mode = state.unblock_mode();
+            if mode != UNBLOCK_NONE {
+                return Poll::Ready(WaitEnd::Unblocked(mode));
+            }
+            if state.take_woken() {
+                return Poll::Ready(WaitEnd::Woken);
+            }
+            // Set the waker, then look again: a wake in between is not lost.
+            if attempt == 0 {
+                state.set_waker(cx.waker());
+            }
+        }
+        if let Some(t) = timer.as_mut() {
+            if t.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(WaitEnd::TimedOut);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_parse_like_redis() {
+        assert_eq!(parse_timeout(b"0"), Ok(None));
+        assert_eq!(parse_timeout(b"0.0001"), Ok(None));
+        assert_eq!(parse_timeout(b"1.5"), Ok(Some(Duration::from_millis(1500))));
+        assert_eq!(parse_timeout(b"-1"), Err("ERR timeout is negative"));
+        assert_eq!(
+            parse_timeout(b"abc"),
+            Err("ERR timeout is not a float or out of range")
+        );
+        assert!(parse_timeout(b"1e300").is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! Black-box tests of the blocking pops against a 2-shard server: a client blocked on
+//! keys of both shards is woken by a push from another client, timeouts, BLMOVE
+//! across shards, fairness, CLIENT UNBLOCK, and MULTI never blocking.
+
+mod common;
+use common::*;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+
+fn q<T: redis::FromRedisValue>(c: &mut Connection, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs a command on a fresh connection in a thread: the blocked client.
+fn spawn_blocked(
+    s: &Server,
+    args: &[&str],
+) -> (u64, thread::JoinHandle<redis::RedisResult<Value>>) {
+    let mut c = s.client();
+    let id: u64 = q(&mut c, &["CLIENT", "ID"]);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let h = thread::spawn(move || {
+        let mut cmd = redis::cmd(&args[0]);
+        for a in &args[1..] {
+            cmd.arg(a);
+        }
+        cmd.query::<Value>(&mut c)
+    });
+    (id, h)
+}
+
+/// Waits until `n` clients are blocked.
+fn wait_blocked(c: &mut Connection, n: usize) {
+    let start = Instant::now();
+    loop {
+        let info: String = q(c, &["INFO", "clients"]);
+        if info.contains(&format!("blocked_clients:{n}\r\n")) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{info}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn bulk(s: &str) -> Value {
+    Value::BulkString(s.as_bytes().to_vec())
+}
+
+#[test]
+fn blpop_woken_by_push_on_either_shard() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    for target in [KEY_SHARD0, KEY_SHARD1] {
+        let (_, h) = spawn_blocked(&s, &["BLPOP", KEY_SHARD0, KEY_SHARD1, "0"]);
+        wait_blocked(&mut c, 1);
+        let _: i64 = q(&mut c, &["RPUSH", target, "v"]);
+        let got = h.join().unwrap().unwrap();
+        assert_eq!(got, Value::Array(vec![bulk(target), bulk("v")]));
+        wait_blocked(&mut c, 0);
+    }
+    // Served at once when a key already holds elements: the first non-empty key wins.
+    let _: i64 = q(&mut c, &["RPUSH", KEY_SHARD1, "a", "b"]);
+    let v: Vec<String> = q(&mut c, &["BRPOP", KEY_SHARD0, KEY_SHARD1, "1"]);
+    assert_eq!(v, vec![KEY_SHARD1.to_string(), "b".into()]);
+}
+
+#[test]
+fn timeouts_and_argument_errors() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let start = Instant::now();
+    let v: Value = q(&mut c, &["BLPOP", KEY_SHARD0, KEY_SHARD1, "0.2"]);
+    assert_eq!(v, Value::Nil);
+    assert!(start.elapsed() >= Duration::from_millis(150));
+    let v: Value = q(&mut c, &["BZPOPMIN", KEY_SHARD0, "0.05"]);
+    assert_eq!(v, Value::Nil);
+    for (t, msg) in [
+        ("-1", "timeout is negative"),
+        ("x", "timeout is not a float"),
+    ] {
+        let e = redis::cmd("BLPOP")
+            .arg("k")
+            .arg(t)
+            .query::<Value>(&mut c)
+            .unwrap_err();
+        assert!(e.to_string().contains(msg), "{e}");
+    }
+    let _: () = q(&mut c, &["SET", KEY_SHARD1, "str"]);
+    let e = redis::cmd("BLPOP")
+        .arg(KEY_SHARD0)
+        .arg(KEY_SHARD1)
+        .arg(0)
+        .query::<Value>(&mut c)
+        .unwrap_err();
+    assert_eq!(e.code(), Some("WRONGTYPE"));
+}
+
+#[test]
+fn blmove_across_shards() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let (_, h) = spawn_blocked(
+        &s,
+        &["BLMOVE", KEY_SHARD0, KEY_SHARD1, "LEFT", "RIGHT", "0"],
+    );
+    wait_blocked(&mut c, 1);
+    let _: i64 = q(&mut c, &["RPUSH", KEY_SHARD0, "x"]);
+    assert_eq!(h.join().unwrap().unwrap(), bulk("x"));
+    let l: Vec<String> = q(&mut c, &["LRANGE", KEY_SHARD1, "0", "-1"]);
+    assert_eq!(l, vec!["x"]);
+    let n: i64 = q(&mut c, &["EXISTS", KEY_SHARD0]);
+    assert_eq!(n, 0);
+    let v: Value = q(&mut c, &["BRPOPLPUSH", KEY_SHARD0, KEY_SHARD1, "0.05"]);
+    assert_eq!(v, Value::Nil);
+}
+
+#[test]
+fn longest_blocked_client_is_served_first() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let (_, first) = spawn_blocked(&s, &["BLPOP", KEY_SHARD1, "0"]);
+    wait_blocked(&mut c, 1);
+    let (_, second) = spawn_blocked(&s, &["BLPOP", KEY_SHARD1, "0"]);
+    wait_blocked(&mut c, 2);
+    let _: i64 = q(&mut c, &["RPUSH", KEY_SHARD1, "1"]);
+    let got = first.join().unwrap().unwrap();
+    assert_eq!(got, Value::Array(vec![bulk(KEY_SHARD1), bulk("1")]));
+    wait_blocked(&mut c, 1);
+    let _: i64 = q(&mut c, &["RPUSH", KEY_SHARD1, "2"]);
+    let got = second.join().unwrap().unwrap();
+    assert_eq!(got, Value::Array(vec![bulk(KEY_SHARD1), bulk("2")]));
+}
+
+#[test]
+fn sorted_set_pops() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let (_, h) = spawn_blocked(
+        &s,
+        &[
+            "BZMPOP", "0", "2", KEY_SHARD0, KEY_SHARD1, "MAX", "COUNT", "5",
+        ],
+    );
+    wait_blocked(&mut c, 1);
+    let _: i64 = q(&mut c, &["ZADD", KEY_SHARD1, "1", "a", "2", "b"]);
+    let got = h.join().unwrap().unwrap();
+    let pair = |m: &str, s: &str| Value::Array(vec![bulk(m), bulk(s)]);
+    assert_eq!(
+        got,
+        Value::Array(vec![
+            bulk(KEY_SHARD1),
+            Value::Array(vec![pair("b", "2"), pair("a", "1")])
+        ])
+    );
+    let _: i64 = q(&mut c, &["ZADD", KEY_SHARD0, "3", "m"]);
+    let v: Vec<String> = q(&mut c, &["BZPOPMIN", KEY_SHARD1, KEY_SHARD0, "0"]);
+    assert_eq!(v, vec![KEY_SHARD0.to_string(), "m".into(), "3".into()]);
+}
+
+#[test]
+fn client_unblock_and_disconnect() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let (id, h) = spawn_blocked(&s, &["BLPOP", KEY_SHARD0, KEY_SHARD1, "0"]);
+    wait_blocked(&mut c, 1);
+    let n: i64 = q(&mut c, &["CLIENT", "UNBLOCK", &id.to_string(), "ERROR"]);
+    assert_eq!(n, 1);
+    let e = h.join().unwrap().unwrap_err();
+    assert_eq!(e.code(), Some("UNBLOCKED"));
+    let n: i64 = q(&mut c, &["CLIENT", "UNBLOCK", &id.to_string()]);
+    assert_eq!(n, 0);
+
+    let (id, h) = spawn_blocked(&s, &["BLPOP", KEY_SHARD0, "0"]);
+    wait_blocked(&mut c, 1);
+    let n: i64 = q(&mut c, &["CLIENT", "UNBLOCK", &id.to_string(), "TIMEOUT"]);
+    assert_eq!(n, 1);
+    assert_eq!(h.join().unwrap().unwrap(), Value::Nil);
+
+    // A blocked client that disconnects leaves no waiter to swallow a push.
+    let mut raw = s.raw();
+    use std::io::Write;
+    raw.write_all(b"*3\r\n$5\r\nBLPOP\r\n$3\r\nbar\r\n$1\r\n0\r\n")
+        .unwrap();
+    wait_blocked(&mut c, 1);
+    drop(raw);
+    wait_blocked(&mut c, 0);
+    let _: i64 = q(&mut c, &["RPUSH", KEY_SHARD0, "kept"]);
+    let l: Vec<String> = q(&mut c, &["LRANGE", KEY_SHARD0, "0", "-1"]);
+    assert_eq!(l, vec!["kept"]);
+}
+
+#[test]
+fn multi_never_blocks() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["MULTI"]);
+    let _: String = q(&mut c, &["BLPOP", KEY_SHARD0, KEY_SHARD1, "0"]);
+    let _: String = q(
+        &mut c,
+        &["BLMOVE", KEY_SHARD0, KEY_SHARD1, "LEFT", "LEFT", "0"],
+    );
+    let v: Value = q(&mut c, &["EXEC"]);
+    assert_eq!(v, Value::Array(vec![Value::Nil, Value::Nil]));
+}

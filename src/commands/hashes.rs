@@ -484,25 +484,10 @@ fn hscan(ctx: &mut ExecCtx) {
             out.array_len(0);
         },
         |h, out| {
-            let mut count = 10usize;
-            let mut pattern: Option<&[u8]> = None;
-            let mut i = 3;
-            while i < args.len() {
-                let more = i + 1 < args.len();
-                if args.is(i, "count") && more {
-                    match parse_i64(args.get(i + 1)) {
-                        Some(n) if n >= 1 => count = n as usize,
-                        Some(_) => return out.error(SYNTAX_ERR),
-                        None => return out.error(NOT_INT),
-                    }
-                } else if args.is(i, "match") && more {
-                    let p = args.get(i + 1);
-                    pattern = (p != b"*").then_some(p);
-                } else {
-                    return out.error(SYNTAX_ERR);
-                }
-                i += 2;
-            }
+            let (count, pattern) = match super::parse_scan_opts(&args) {
+                Ok(o) => o,
+                Err(e) => return out.error(e),
+            };
             let mut found: Vec<(&[u8], &[u8])> = Vec::new();
             let next = h.scan(cursor, count, |f, v| {
                 if pattern.is_none_or(|p| glob_match(p, f, false)) {

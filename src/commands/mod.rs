@@ -257,6 +257,31 @@ impl GlobalCtx<'_> {
     }
 }
 
+/// HSCAN / SSCAN / ZSCAN options from argument 3 on: (COUNT, MATCH pattern), where a
+/// MATCH of `*` is no filter. Errors are Redis's texts.
+pub fn parse_scan_opts<'a>(args: &Args<'a>) -> Result<(usize, Option<&'a [u8]>), &'static str> {
+    let mut count = 10usize;
+    let mut pattern = None;
+    let mut i = 3;
+    while i < args.len() {
+        let more = i + 1 < args.len();
+        if args.is(i, "count") && more {
+            match parse_i64(args.get(i + 1)) {
+                None => return Err(NOT_INT),
+                Some(n) if n < 1 => return Err(SYNTAX_ERR),
+                Some(n) => count = n as usize,
+            }
+        } else if args.is(i, "match") && more {
+            let p = args.get(i + 1);
+            pattern = (p != b"*").then_some(p);
+        } else {
+            return Err(SYNTAX_ERR);
+        }
+        i += 2;
+    }
+    Ok((count, pattern))
+}
+
 /// Parses an argument as Redis's string2ll / getLongLongFromObject: the canonical
 /// decimal form of an i64 ("01", "+1", "-0" and spaces are rejected).
 #[inline]

@@ -546,25 +546,10 @@ fn sscan(ctx: &mut ExecCtx) {
         Ok(Some(s)) => s,
     };
     // Options are parsed after the key lookup, as Redis's scanGenericCommand does.
-    let mut count = 10usize;
-    let mut pattern: Option<&[u8]> = None;
-    let mut i = 3;
-    while i < args.len() {
-        let more = i + 1 < args.len();
-        if args.is(i, "count") && more {
-            match parse_i64(args.get(i + 1)) {
-                None => return out.error(NOT_INT),
-                Some(n) if n < 1 => return out.error(SYNTAX_ERR),
-                Some(n) => count = n as usize,
-            }
-        } else if args.is(i, "match") && more {
-            let p = args.get(i + 1);
-            pattern = (p != b"*").then_some(p);
-        } else {
-            return out.error(SYNTAX_ERR);
-        }
-        i += 2;
-    }
+    let (count, pattern) = match super::parse_scan_opts(&args) {
+        Ok(o) => o,
+        Err(e) => return out.error(e),
+    };
     let mut found: Vec<MemberRef> = Vec::new();
     let next = set.scan(cursor, count, |m| {
         if pattern.is_none_or(|p| m.with_bytes(|b| glob_match(p, b, false))) {

@@ -1686,25 +1686,10 @@ fn zscan(ctx: &mut ExecCtx) {
         Found::WrongType => return out.error(WRONGTYPE),
         Found::ZSet(z) => z,
     };
-    let mut count = 10usize;
-    let mut pattern: Option<&[u8]> = None;
-    let mut i = 3;
-    while i < args.len() {
-        let more = i + 1 < args.len();
-        if args.is(i, "count") && more {
-            match parse_i64(args.get(i + 1)) {
-                None => return out.error(NOT_INT),
-                Some(n) if n < 1 => return out.error(SYNTAX_ERR),
-                Some(n) => count = n as usize,
-            }
-        } else if args.is(i, "match") && more {
-            let p = args.get(i + 1);
-            pattern = (p != b"*").then_some(p);
-        } else {
-            return out.error(SYNTAX_ERR);
-        }
-        i += 2;
-    }
+    let (count, pattern) = match super::parse_scan_opts(&args) {
+        Ok(o) => o,
+        Err(e) => return out.error(e),
+    };
     let mut found: Vec<(&[u8], f64)> = Vec::new();
     let next = z.scan(cursor, count, |m, s| {
         if pattern.is_none_or(|p| glob_match(p, m, false)) {

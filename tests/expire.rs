@@ -10,27 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use resp::*;
-use tessera::slot::SlotTable;
 
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 const NX_CONFLICT: &str = "ERR NX and XX, GT or LT options at the same time are not compatible";
-
-fn shard(key: &str) -> usize {
-    SlotTable::new(2).shard_of_key(key.as_bytes())
-}
-
-fn setup() -> (Server, Raw) {
-    let s = Server::start(2);
-    let c = Raw::connect(s.port);
-    (s, c)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 fn in_range(r: R, lo: i64, hi: i64) {
     let n = r.int();

@@ -9,29 +9,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use common::*;
 use resp::*;
-use tessera::slot::SlotTable;
 
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 const SYNTAX: &str = "ERR syntax error";
 const DB_RANGE: &str = "ERR DB index is out of range";
 const SAME: &str = "ERR source and destination objects are the same";
-
-fn shard(key: &str) -> usize {
-    SlotTable::new(2).shard_of_key(key.as_bytes())
-}
-
-fn setup() -> (Server, Raw) {
-    let s = Server::start(2);
-    let c = Raw::connect(s.port);
-    (s, c)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 fn sorted(r: R) -> Vec<String> {
     let mut v: Vec<String> = r.items().iter().map(R::text).collect();

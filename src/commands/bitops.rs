@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use super::table::K1;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
 use super::{parse_i64, read_str, ExecCtx, GlobalCtx, WrongType, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::ReplyWriter;
@@ -16,11 +17,6 @@ use crate::storage::{StrValue, Value, NO_EXPIRE};
 
 type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
-const K1: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 1,
-    step: 1,
-};
 /// BITOP's destination and source keys (argument 1 is the operation).
 const K_BITOP: KeySpec = KeySpec::Range {
     first: 2,

@@ -15,6 +15,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use super::strings::cmd;
+use super::table::K12;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
 use super::{parse_f64, parse_i64, GlobalCtx, SYNTAX_ERR, WRONGTYPE};
 use crate::clients::ClientShared;
@@ -32,11 +33,6 @@ type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 const K_ALL_BUT_LAST: KeySpec = KeySpec::Range {
     first: 1,
     last: -2,
-    step: 1,
-};
-const K12: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 2,
     step: 1,
 };
 /// BLMPOP / BZMPOP: the timeout, then a key count and that many keys.

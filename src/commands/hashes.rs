@@ -1,7 +1,8 @@
 //! Hash commands (Redis's t_hash.c): HSET and friends, counters, whole-hash reads,
 //! HRANDFIELD and HSCAN. Every command has one key, so all run on its owning shard.
 
-use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
+use super::table::K1;
+use super::table::{flags::*, CommandSpec, Cross, Kind};
 use super::{parse_f64, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::{format_long_double_human, Protocol, ReplyWriter};
 use crate::storage::hash::HashValue;
@@ -9,11 +10,6 @@ use crate::storage::limits::EncodingLimits;
 use crate::storage::{Entry, Rng, Value, NO_EXPIRE};
 use crate::util::glob::glob_match;
 
-const K1: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 1,
-    step: 1,
-};
 const HASH: &[&str] = &["@hash"];
 
 macro_rules! cmd {

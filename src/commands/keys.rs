@@ -5,6 +5,7 @@ use std::pin::Pin;
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
+use super::table::{K1, K12, K_ALL};
 use super::{
     parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR,
 };
@@ -13,24 +14,9 @@ use crate::storage::dump;
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 use crate::util::glob::glob_match;
 
-const K1: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 1,
-    step: 1,
-};
 const K2: KeySpec = KeySpec::Range {
     first: 2,
     last: 2,
-    step: 1,
-};
-const K12: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 2,
-    step: 1,
-};
-const K_ALL: KeySpec = KeySpec::Range {
-    first: 1,
-    last: -1,
     step: 1,
 };
 

@@ -10,6 +10,7 @@ use std::pin::Pin;
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
+use super::table::{K1, K12};
 use super::{parse_i64, ExecCtx, GlobalCtx, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::ReplyWriter;
 use crate::shard::multi::MultiShardOp;
@@ -17,16 +18,6 @@ use crate::storage::limits::EncodingLimits;
 use crate::storage::list::ListValue;
 use crate::storage::{Db, Entry, Value, NO_EXPIRE};
 
-const K1: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 1,
-    step: 1,
-};
-const K12: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 2,
-    step: 1,
-};
 /// A key count at argument 1, then that many keys.
 const K_MPOP: KeySpec = KeySpec::Keynum {
     dest: 0,

@@ -14,6 +14,7 @@ use std::rc::Rc;
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
+use super::table::{K1, K12, K_ALL};
 use super::{parse_i64, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::ReplyWriter;
 use crate::shard::multi::MultiShardOp;
@@ -25,21 +26,6 @@ use crate::util::glob::glob_match;
 
 type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
-const K1: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 1,
-    step: 1,
-};
-const K12: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 2,
-    step: 1,
-};
-const K_ALL: KeySpec = KeySpec::Range {
-    first: 1,
-    last: -1,
-    step: 1,
-};
 /// A key count at argument 1, then that many keys.
 const K_AFTER_NUMKEYS: KeySpec = KeySpec::Keynum {
     dest: 0,

@@ -1,7 +1,8 @@
 //! String commands (Redis's t_string.c): GET/SET and friends, counters, ranges, LCS,
 //! and the multi-key MGET / MSET / MSETNX.
 
-use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
+use super::table::{flags::*, CommandSpec, Cross, Kind, Merge};
+use super::table::{K1, K12, K_ALL, K_PAIRS};
 use super::{
     parse_f64, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, WrongType, NOT_FLOAT, NOT_INT,
     OVERFLOW, SYNTAX_ERR, WRONGTYPE,
@@ -9,26 +10,6 @@ use super::{
 use crate::protocol::reply::{format_long_double_human, ReplyWriter};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 
-const K1: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 1,
-    step: 1,
-};
-const K_ALL: KeySpec = KeySpec::Range {
-    first: 1,
-    last: -1,
-    step: 1,
-};
-const K_PAIRS: KeySpec = KeySpec::Range {
-    first: 1,
-    last: -1,
-    step: 2,
-};
-const K12: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 2,
-    step: 1,
-};
 pub(crate) const STR: &[&str] = &["@string"];
 
 macro_rules! cmd {

@@ -72,6 +72,28 @@ pub enum KeySpec {
     Sort,
 }
 
+/// The key positions most commands use.
+pub const K1: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 1,
+    step: 1,
+};
+pub const K12: KeySpec = KeySpec::Range {
+    first: 1,
+    last: 2,
+    step: 1,
+};
+pub const K_ALL: KeySpec = KeySpec::Range {
+    first: 1,
+    last: -1,
+    step: 1,
+};
+pub const K_PAIRS: KeySpec = KeySpec::Range {
+    first: 1,
+    last: -1,
+    step: 2,
+};
+
 /// Indexes of a command's key arguments, in argument order.
 #[derive(Debug, Clone)]
 pub struct KeyPositions {

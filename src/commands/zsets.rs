@@ -9,6 +9,7 @@ use std::pin::Pin;
 use hashbrown::{HashMap, HashSet};
 
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
+use super::table::{K1, K12};
 use super::{parse_i64, Args, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{format_double_g17, Protocol, ReplyWriter};
@@ -22,16 +23,6 @@ use crate::storage::zset::{
 use crate::storage::{Entry, Value, NO_EXPIRE};
 use crate::util::glob::glob_match;
 
-const K1: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 1,
-    step: 1,
-};
-const K12: KeySpec = KeySpec::Range {
-    first: 1,
-    last: 2,
-    step: 1,
-};
 /// `numkeys key...` right after the name (ZUNION, ZMPOP, ZINTERCARD ...).
 const K_NUM: KeySpec = KeySpec::Keynum {
     dest: 0,

@@ -306,3 +306,23 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("no free port")
 }
+
+/// The shard of `key` on a 2-shard server.
+pub fn shard(key: &str) -> usize {
+    tessera::slot::SlotTable::new(2).shard_of_key(key.as_bytes())
+}
+
+/// A 2-shard server and a raw client connected to it.
+pub fn setup() -> (crate::common::Server, Raw) {
+    let s = crate::common::Server::start(2);
+    let c = Raw::connect(s.port);
+    (s, c)
+}
+
+/// Wall-clock unix milliseconds, to compare with EXPIRETIME-style replies.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use super::lists::parse_side;
 use super::strings::cmd;
 use super::table::K12;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
@@ -127,16 +128,6 @@ fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, &'static str> {
         return Err("ERR timeout is negative");
     }
     Ok((ms > 0).then(|| Duration::from_millis(ms as u64)))
-}
-
-fn parse_side(a: &[u8]) -> Option<bool> {
-    if a.eq_ignore_ascii_case(b"left") {
-        Some(true)
-    } else if a.eq_ignore_ascii_case(b"right") {
-        Some(false)
-    } else {
-        None
-    }
 }
 
 /// BLMPOP / BZMPOP: timeout numkeys key... WHERE [COUNT n]. `side` parses WHERE.

@@ -516,7 +516,7 @@ fn lpos(ctx: &mut ExecCtx) {
 }
 
 /// LEFT / RIGHT → from/to the head?
-fn parse_side(a: &[u8]) -> Option<bool> {
+pub(crate) fn parse_side(a: &[u8]) -> Option<bool> {
     if a.eq_ignore_ascii_case(b"left") {
         Some(true)
     } else if a.eq_ignore_ascii_case(b"right") {

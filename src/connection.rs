@@ -694,7 +694,12 @@ impl Connection {
             if !failed && watched && spec.has(flags::WRITE) {
                 for p in spec.keys.positions(args) {
                     data.watches.touch(db as usize, args.get(p));
-                    data.blocked.signal(db as usize, args.get(p));
+                    crate::shard::blocking::signal_key(
+                        &cell.locks,
+                        &mut data,
+                        db as usize,
+                        args.get(p),
+                    );
                 }
             }
         }

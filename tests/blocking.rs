@@ -209,3 +209,44 @@ fn multi_never_blocks() {
     let v: Value = q(&mut c, &["EXEC"]);
     assert_eq!(v, Value::Array(vec![Value::Nil, Value::Nil]));
 }
+
+/// Redis serves blocked clients right after the command that fed their key, before
+/// its reply: once RPUSH returns, a chain of BLMOVEs (and a circle of BRPOPLPUSHes)
+/// has run to the end. Both shards' keys are tried.
+#[test]
+fn chained_moves_finish_before_the_push_replies() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    for tag in ["{a}", "{b}", "{c}", "{d}"] {
+        let (l1, l2, l3) = (format!("l1{tag}"), format!("l2{tag}"), format!("l3{tag}"));
+        let (_, h1) = spawn_blocked(&s, &["BLMOVE", &l1, &l2, "RIGHT", "LEFT", "0"]);
+        wait_blocked(&mut c, 1);
+        let (_, h2) = spawn_blocked(&s, &["BLMOVE", &l2, &l3, "LEFT", "RIGHT", "0"]);
+        wait_blocked(&mut c, 2);
+        let _: i64 = q(&mut c, &["RPUSH", &l1, "foo"]);
+        let empty: Vec<String> = Vec::new();
+        assert_eq!(q::<Vec<String>>(&mut c, &["LRANGE", &l1, "0", "-1"]), empty);
+        assert_eq!(q::<Vec<String>>(&mut c, &["LRANGE", &l2, "0", "-1"]), empty);
+        assert_eq!(
+            q::<Vec<String>>(&mut c, &["LRANGE", &l3, "0", "-1"]),
+            ["foo"]
+        );
+        assert_eq!(h1.join().unwrap().unwrap(), bulk("foo"));
+        assert_eq!(h2.join().unwrap().unwrap(), bulk("foo"));
+
+        let (_, h1) = spawn_blocked(&s, &["BRPOPLPUSH", &l1, &l2, "0"]);
+        wait_blocked(&mut c, 1);
+        let (_, h2) = spawn_blocked(&s, &["BRPOPLPUSH", &l2, &l1, "0"]);
+        wait_blocked(&mut c, 2);
+        let _: i64 = q(&mut c, &["DEL", &l3]);
+        let _: i64 = q(&mut c, &["RPUSH", &l1, "bar"]);
+        assert_eq!(
+            q::<Vec<String>>(&mut c, &["LRANGE", &l1, "0", "-1"]),
+            ["bar"]
+        );
+        assert_eq!(q::<Vec<String>>(&mut c, &["LRANGE", &l2, "0", "-1"]), empty);
+        assert_eq!(h1.join().unwrap().unwrap(), bulk("bar"));
+        assert_eq!(h2.join().unwrap().unwrap(), bulk("bar"));
+        let _: i64 = q(&mut c, &["DEL", &l1]);
+    }
+}

@@ -21,7 +21,8 @@ use super::table::{flags::*, CommandSpec, KeySpec, Kind};
 use super::{parse_f64, parse_i64, GlobalCtx, SYNTAX_ERR, WRONGTYPE};
 use crate::clients::ClientShared;
 use crate::protocol::reply::ReplyWriter;
-use crate::shard::blocking::{BlockState, UNBLOCK_ERROR, UNBLOCK_NONE};
+use crate::protocol::Protocol;
+use crate::shard::blocking::{BlockState, LocalServe, ServedReply, UNBLOCK_ERROR, UNBLOCK_NONE};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::{ShardCell, ShardData};
 use crate::storage::list::ListValue;
@@ -77,7 +78,7 @@ pub static COMMANDS: &[CommandSpec] = &[
 ];
 
 /// What one try pops.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum PopKind {
     /// BLPOP / BRPOP: one element, replied [key, element].
     List { front: bool },
@@ -281,6 +282,8 @@ async fn mpop(g: &mut GlobalCtx<'_>, list: bool) {
 
 /// How a wait ended.
 enum WaitEnd {
+    /// A shard served it in place: here is the reply.
+    Served(Vec<u8>),
     Woken,
     TimedOut,
     /// CLIENT UNBLOCK with this mode.
@@ -313,8 +316,17 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
             drop(reg);
             return reply(&mut g.w(), &req, outcome);
         }
-        if reg.is_none() {
-            reg = Some(Registration::register(&op, &cell, db, &req.keys, &g.session.shared).await);
+        match reg.as_ref() {
+            // Still ours to act for while the locks are held: a push now finds the
+            // keys held and only wakes us.
+            Some(r) => r.state.unclaim(),
+            None => {
+                let local = local_serve(&cell, &req, g.session.proto);
+                reg = Some(
+                    Registration::register(&op, &cell, db, &req.keys, &g.session.shared, local)
+                        .await,
+                );
+            }
         }
         // Nothing was written: releasing must not wake anyone (ourselves included).
         op.set_read_only();
@@ -325,6 +337,11 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
             return;
         }
         match wait(&r.state, deadline).await {
+            WaitEnd::Served(bytes) => {
+                drop(reg);
+                g.out.extend_from_slice(&bytes);
+                return;
+            }
             WaitEnd::Woken => continue,
             WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => {
                 drop(reg);
@@ -344,11 +361,15 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
 /// Writes the reply of a try that ended the command (served, wrong type, or nothing
 /// inside MULTI, where a command never blocks).
 fn reply(w: &mut ReplyWriter, req: &Request, outcome: Try) {
+    reply_kind(w, req.kind, outcome)
+}
+
+fn reply_kind(w: &mut ReplyWriter, kind: PopKind, outcome: Try) {
     match outcome {
         Try::WrongType => w.error(WRONGTYPE),
-        Try::Empty if matches!(req.kind, PopKind::Move { .. }) => w.null(),
+        Try::Empty if matches!(kind, PopKind::Move { .. }) => w.null(),
         Try::Empty => w.null_array(),
-        Try::Served(key, popped) => match (req.kind, popped) {
+        Try::Served(key, popped) => match (kind, popped) {
             (PopKind::Move { .. }, Popped::One(v)) => w.bulk(&v),
             (PopKind::List { .. }, Popped::One(v)) => {
                 w.array_len(2);
@@ -523,6 +544,91 @@ async fn try_move(
     Try::Served(src.to_vec(), Popped::One(v))
 }
 
+/// How the shard owning a ready key serves this client in place (see
+/// `shard::blocking::signal_key`). A BLMOVE between shards has none: it retries.
+fn local_serve(cell: &ShardCell, req: &Request, proto: Protocol) -> Option<Box<dyn LocalServe>> {
+    if let Some(dst) = &req.dst {
+        if cell.shard_of(dst) != cell.shard_of(&req.keys[0]) {
+            return None;
+        }
+    }
+    Some(Box::new(LocalPop {
+        kind: req.kind,
+        dst: req.dst.clone(),
+        proto,
+    }))
+}
+
+#[derive(Debug)]
+struct LocalPop {
+    kind: PopKind,
+    dst: Option<Vec<u8>>,
+    proto: Protocol,
+}
+
+impl LocalServe for LocalPop {
+    fn also_writes(&self) -> Option<&[u8]> {
+        self.dst.as_deref()
+    }
+
+    fn serve(&self, data: &mut ShardData, db: usize, key: &[u8]) -> Option<ServedReply> {
+        let now = crate::util::now_ms();
+        let mut out = Vec::new();
+        let mut w = ReplyWriter::new(&mut out, self.proto);
+        if let (
+            PopKind::Move {
+                from_front,
+                to_front,
+            },
+            Some(dst),
+        ) = (self.kind, &self.dst)
+        {
+            if !matches!(
+                data.dbs[db].get(key, now).map(|e| &e.value),
+                Some(Value::List(_))
+            ) {
+                return None;
+            }
+            let dst_ok = match data.dbs[db].get(dst, now) {
+                None => true,
+                Some(e) => matches!(e.value, Value::List(_)),
+            };
+            if !dst_ok {
+                // Redis answers the receiver WRONGTYPE and leaves the source alone.
+                w.error(WRONGTYPE);
+                return Some(ServedReply {
+                    reply: out,
+                    pushed: None,
+                });
+            }
+            let Ok(Some(Popped::One(v))) = pop_key(
+                &mut data.dbs[db],
+                key,
+                now,
+                PopKind::List { front: from_front },
+            ) else {
+                return None;
+            };
+            push_one(data, db, dst, &v, to_front);
+            w.bulk(&v);
+            return Some(ServedReply {
+                reply: out,
+                pushed: Some(dst.clone()),
+            });
+        }
+        match pop_key(&mut data.dbs[db], key, now, self.kind) {
+            Ok(Some(p)) => {
+                reply_kind(&mut w, self.kind, Try::Served(key.to_vec(), p));
+                Some(ServedReply {
+                    reply: out,
+                    pushed: None,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Pushes one element, creating the list if missing (the type was checked before).
 fn push_one(data: &mut ShardData, db: usize, key: &[u8], v: &[u8], front: bool) {
     let limits = data.limits;
@@ -562,8 +668,9 @@ impl Registration {
         db: usize,
         keys: &[Vec<u8>],
         shared: &Rc<ClientShared>,
+        local: Option<Box<dyn LocalServe>>,
     ) -> Registration {
-        let state = BlockState::new(shared.id);
+        let state = BlockState::with_local_serve(shared.id, local);
         for (shard, ks) in by_shard(cell, keys) {
             let st = state.clone();
             op.on(cell, shard, move |d| {
@@ -600,7 +707,7 @@ impl Drop for Registration {
                     for k in &ks {
                         d.blocked.remove(db, k, &st);
                         // A wake-up it got but did not use passes to the next client.
-                        d.blocked.signal(db, k);
+                        crate::shard::blocking::signal_key(&c.locks, &mut d, db, k);
                     }
                 })
                 .await;
@@ -635,23 +742,38 @@ async fn wait(state: &BlockState, deadline: Option<Instant>) -> WaitEnd {
             d.saturating_duration_since(Instant::now()),
         ))
     });
+    let mut timed_out = false;
+    // Every way out but a serve takes the claim first: while a shard holds it, that
+    // shard is serving this client, and its delivery (or its unclaim) wakes us again.
     std::future::poll_fn(move |cx| {
-        for attempt in 0..2 {
-            let mode = state.unblock_mode();
-            if mode != UNBLOCK_NONE {
-                return Poll::Ready(WaitEnd::Unblocked(mode));
+        if !timed_out {
+            if let Some(t) = timer.as_mut() {
+                timed_out = t.as_mut().poll(cx).is_ready();
             }
-            if state.take_woken() {
-                return Poll::Ready(WaitEnd::Woken);
+        }
+        for attempt in 0..2 {
+            if let Some(bytes) = state.take_served() {
+                return Poll::Ready(WaitEnd::Served(bytes));
+            }
+            let mode = state.unblock_mode();
+            let end = if mode != UNBLOCK_NONE {
+                Some(WaitEnd::Unblocked(mode))
+            } else if state.is_woken() {
+                Some(WaitEnd::Woken)
+            } else if timed_out {
+                Some(WaitEnd::TimedOut)
+            } else {
+                None
+            };
+            if let Some(end) = end {
+                if state.try_claim() {
+                    state.take_woken();
+                    return Poll::Ready(end);
+                }
             }
             // Set the waker, then look again: a wake in between is not lost.
             if attempt == 0 {
                 state.set_waker(cx.waker());
-            }
-        }
-        if let Some(t) = timer.as_mut() {
-            if t.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(WaitEnd::TimedOut);
             }
         }
         Poll::Pending

@@ -197,7 +197,7 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut
     {
         for k in batch.keys_of(i) {
             data.watches.touch(c.db as usize, k);
-            data.blocked.signal(c.db as usize, k);
+            super::blocking::signal_key(&cell.locks, &mut data, c.db as usize, k);
         }
     }
     reply.ends.push(reply.out.len() as u32);

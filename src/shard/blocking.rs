@@ -4,13 +4,40 @@
 //!
 //! A client blocked on several keys is registered on every shard that owns one of
 //! them, so its state is shared between threads: atomics and a mutex-held waker.
+//!
+//! Serving order is Redis's (handleClientsBlockedOnKeys): a client whose whole serve
+//! runs on the shard that received the push is served right there, before the
+//! writing command's reply leaves, so `RPUSH` followed by `LRANGE` sees every chained
+//! BLMOVE done. A serve that needs another shard (BLMOVE across shards) or keys that
+//! another operation holds falls back to waking the client, which retries under locks.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
 use hashbrown::HashMap;
+
+use super::locks::KeyLocks;
+use super::ShardData;
+
+/// What a served client gets: its reply, and the key its serve pushed to (BLMOVE's
+/// destination), which may in turn serve the clients blocked on it.
+pub struct ServedReply {
+    pub reply: Vec<u8>,
+    pub pushed: Option<Vec<u8>>,
+}
+
+/// A blocked command that can be served on the shard that owns the ready key.
+pub trait LocalServe: Send + Sync + Debug {
+    /// Another key the serve writes (BLMOVE's destination): it must not be locked.
+    fn also_writes(&self) -> Option<&[u8]>;
+    /// Serves from `key`, or None if `key` holds nothing this client takes (missing,
+    /// or another type: Redis leaves such clients blocked).
+    fn serve(&self, data: &mut ShardData, db: usize, key: &[u8]) -> Option<ServedReply>;
+}
 
 /// Why a blocked client stopped waiting, other than a write or its timeout.
 pub const UNBLOCK_NONE: u8 = 0;
@@ -28,17 +55,59 @@ pub struct BlockState {
     done: AtomicBool,
     unblock: AtomicU8,
     waker: Mutex<Option<Waker>>,
+    /// Held by whoever acts for the client now: a shard serving it, or the client
+    /// itself while it retries or stops. Only the holder may pop for it.
+    claimed: AtomicBool,
+    /// How a shard serves it in place; None: always wake it to retry.
+    local: Option<Box<dyn LocalServe>>,
+    /// The reply a shard served it with.
+    served: Mutex<Option<Vec<u8>>>,
 }
 
 impl BlockState {
     pub fn new(client_id: u64) -> Arc<BlockState> {
+        BlockState::with_local_serve(client_id, None)
+    }
+
+    pub fn with_local_serve(client_id: u64, local: Option<Box<dyn LocalServe>>) -> Arc<BlockState> {
         Arc::new(BlockState {
             client_id,
             woken: AtomicBool::new(false),
             done: AtomicBool::new(false),
             unblock: AtomicU8::new(UNBLOCK_NONE),
             waker: Mutex::new(None),
+            claimed: AtomicBool::new(false),
+            local,
+            served: Mutex::new(None),
         })
+    }
+
+    /// Takes the right to act for the client; false if someone else has it.
+    pub fn try_claim(&self) -> bool {
+        self.claimed
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Gives the claim back (the serve or retry found nothing) and lets the client
+    /// look at its state again.
+    pub fn unclaim(&self) {
+        self.claimed.store(false, Ordering::SeqCst);
+        self.wake_task();
+    }
+
+    /// Hands the client its reply; it stops waiting.
+    fn deliver(&self, reply: Vec<u8>) {
+        if let Ok(mut g) = self.served.lock() {
+            *g = Some(reply);
+        }
+        self.finish();
+        self.wake_task();
+    }
+
+    /// The reply a shard served it with, if any.
+    pub fn take_served(&self) -> Option<Vec<u8>> {
+        self.served.lock().ok().and_then(|mut g| g.take())
     }
 
     fn wake_task(&self) {
@@ -76,6 +145,11 @@ impl BlockState {
     /// Whether it was woken since the last call (and clears the flag).
     pub fn take_woken(&self) -> bool {
         self.woken.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether it was woken, leaving the flag set.
+    pub fn is_woken(&self) -> bool {
+        self.woken.load(Ordering::SeqCst)
     }
 
     /// Records the task to wake. Callers re-check the flags afterwards, so a wake
@@ -138,12 +212,72 @@ impl Blocked {
         }
     }
 
+    /// The clients still waiting on `key`, in the order they blocked.
+    fn waiting(&self, db: usize, key: &[u8]) -> Vec<Arc<BlockState>> {
+        match self.by_key.get(&(db, key.to_vec())) {
+            Some(q) => q.iter().filter(|s| !s.is_done()).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// FLUSHDB / FLUSHALL / SWAPDB and the like: wake everyone (they retry and find
     /// out for themselves).
     pub fn signal_all(&mut self) {
         for q in self.by_key.values() {
             for s in q {
                 s.wake();
+            }
+        }
+    }
+}
+
+/// A write to `key` on this shard: serve its blocked clients in the order they
+/// blocked, in place where possible, and follow the keys those serves push to.
+pub fn signal_key(locks: &RefCell<KeyLocks>, data: &mut ShardData, db: usize, key: &[u8]) {
+    if data.blocked.is_empty() {
+        return;
+    }
+    let mut ready: VecDeque<Vec<u8>> = VecDeque::new();
+    ready.push_back(key.to_vec());
+    while let Some(key) = ready.pop_front() {
+        for st in data.blocked.waiting(db, &key) {
+            if !data.dbs[db].contains(&key, crate::util::now_ms()) {
+                break;
+            }
+            let Some(local) = st.local.as_deref() else {
+                st.wake();
+                break;
+            };
+            let held = {
+                let l = locks.borrow();
+                !l.is_idle()
+                    && (l.blocks(db as u8, &key, None)
+                        || local
+                            .also_writes()
+                            .is_some_and(|k| l.blocks(db as u8, k, None)))
+            };
+            if held {
+                // Whoever holds the keys releases them with a signal; the client
+                // retries then, under the locks.
+                st.wake();
+                break;
+            }
+            if !st.try_claim() {
+                // Another shard serves it, or it retries or stops by itself right now.
+                // The flag makes it look again should that come to nothing.
+                st.wake();
+                continue;
+            }
+            match local.serve(data, db, &key) {
+                Some(served) => {
+                    data.watches.touch(db, &key);
+                    if let Some(p) = served.pushed {
+                        data.watches.touch(db, &p);
+                        ready.push_back(p);
+                    }
+                    st.deliver(served.reply);
+                }
+                None => st.unclaim(),
             }
         }
     }

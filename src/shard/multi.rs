@@ -158,14 +158,15 @@ impl MultiShardOp {
         let (txn, write) = (self.txn, self.write);
         for (s, keys) in self.shards.into_iter().zip(self.keys) {
             cell.tell(s, move |c| {
+                // Locks go first: the clients the signals serve in place need the keys.
+                c.locks.borrow_mut().release(txn);
                 if write {
                     let mut d = c.data.borrow_mut();
                     for (db, k) in &keys {
                         d.watches.touch(*db as usize, k);
-                        d.blocked.signal(*db as usize, k);
+                        super::blocking::signal_key(&c.locks, &mut d, *db as usize, k);
                     }
                 }
-                c.locks.borrow_mut().release(txn)
             })
             .await;
         }

@@ -93,6 +93,7 @@ enum PopKind {
 }
 
 /// A parsed blocking command.
+#[derive(Clone)]
 struct Request {
     keys: Vec<Vec<u8>>,
     /// BLMOVE / BRPOPLPUSH's destination.
@@ -302,7 +303,26 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
         }
     }
     let mut reg: Option<Registration> = None;
+    let in_txn = g.session.multi.is_some() || g.session.exec_owner.is_some();
+    let home = single_shard(&cell, &lock_keys).filter(|_| !in_txn);
     loop {
+        if let Some(shard) = home {
+            match one_hop(&cell, shard, db, &req, &mut reg, &g.session.shared).await {
+                Hop::Done(outcome) => {
+                    drop(reg);
+                    return reply(&mut g.w(), &req, outcome);
+                }
+                Hop::Blocked => {
+                    let Some(r) = reg.as_ref() else { return };
+                    match wait_end(g, r, deadline).await {
+                        Some(()) => return drop(reg),
+                        None => continue,
+                    }
+                }
+                // Another operation holds a key: take the locked path this time.
+                Hop::Locked => {}
+            }
+        }
         let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock_keys).await;
         let outcome = try_pop(&op, &cell, db, &req, reg.is_some()).await;
         let in_multi = g.session.multi.is_some() || g.session.exec_owner.is_some();
@@ -332,30 +352,165 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
         op.set_read_only();
         op.release(&cell).await;
         let Some(r) = reg.as_ref() else { return };
-        if g.session.shared.killed.get() {
-            // The client went away (or was killed) while we tried: stop here.
-            return;
+        match wait_end(g, r, deadline).await {
+            Some(()) => return drop(reg),
+            None => continue,
         }
-        match wait(&r.state, deadline).await {
-            WaitEnd::Served(bytes) => {
-                drop(reg);
-                g.out.extend_from_slice(&bytes);
-                return;
-            }
-            WaitEnd::Woken => continue,
-            WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => {
-                drop(reg);
-                return g.w().null_array();
-            }
-            WaitEnd::Unblocked(mode) => {
-                drop(reg);
-                if mode == UNBLOCK_ERROR {
-                    return g.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
-                }
-                return g.w().null_array();
+    }
+}
+
+/// Waits while blocked. Some(()) when the command is over (its reply written), None
+/// when it was woken and should try again.
+async fn wait_end(
+    g: &mut GlobalCtx<'_>,
+    r: &Registration,
+    deadline: Option<Instant>,
+) -> Option<()> {
+    if g.session.shared.killed.get() {
+        // The client went away (or was killed) while we tried: stop here.
+        return Some(());
+    }
+    match wait(&r.state, deadline).await {
+        WaitEnd::Served(bytes) => g.out.extend_from_slice(&bytes),
+        WaitEnd::Woken => return None,
+        WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => g.w().null_array(),
+        WaitEnd::Unblocked(mode) => {
+            if mode == UNBLOCK_ERROR {
+                g.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+            } else {
+                g.w().null_array();
             }
         }
     }
+    Some(())
+}
+
+/// The one shard holding every key, if there is one.
+fn single_shard(cell: &ShardCell, keys: &[Vec<u8>]) -> Option<usize> {
+    let first = cell.shard_of(keys.first()?);
+    keys.iter()
+        .all(|k| cell.shard_of(k) == first)
+        .then_some(first)
+}
+
+/// What one hop to the keys' shard did.
+enum Hop {
+    /// Served, wrong type: the command is over.
+    Done(Try),
+    /// Nothing to pop: the client is registered there and waits.
+    Blocked,
+    /// A key is locked by another operation.
+    Locked,
+}
+
+/// Every key on one shard: try, and register if there is nothing, in a single message
+/// that runs atomically there (no key locks needed). Most blocking pops take this way.
+async fn one_hop(
+    cell: &Rc<ShardCell>,
+    shard: usize,
+    db: usize,
+    req: &Request,
+    reg: &mut Option<Registration>,
+    shared: &Rc<ClientShared>,
+) -> Hop {
+    let retry = reg.is_some();
+    let state = match reg.as_ref() {
+        Some(r) => r.state.clone(),
+        None => BlockState::with_local_serve(shared.id, local_serve(cell, req, shared.proto.get())),
+    };
+    let st = state.clone();
+    let r = req.clone();
+    let hop = cell
+        .call(shard, move |c| {
+            {
+                let locks = c.locks.borrow();
+                let held = !locks.is_idle()
+                    && r.keys
+                        .iter()
+                        .chain(r.dst.iter())
+                        .any(|k| locks.blocks(db as u8, k, None));
+                if held {
+                    // A retry keeps its claim: the locked path acts for it next.
+                    return Hop::Locked;
+                }
+            }
+            let mut d = c.data.borrow_mut();
+            let outcome = try_here(&mut d, db, &r, retry);
+            match outcome {
+                Try::Empty => {
+                    if retry {
+                        st.unclaim();
+                    } else {
+                        for k in &r.keys {
+                            d.blocked.add(db, k.clone(), st.clone());
+                        }
+                    }
+                    Hop::Blocked
+                }
+                Try::Served(ref key, _) => {
+                    st.finish();
+                    d.watches.touch(db, key);
+                    if let Some(dst) = &r.dst {
+                        d.watches.touch(db, dst);
+                        crate::shard::blocking::signal_key(&c.locks, &mut d, db, dst);
+                    }
+                    Hop::Done(outcome)
+                }
+                Try::WrongType => {
+                    st.finish();
+                    Hop::Done(outcome)
+                }
+            }
+        })
+        .await;
+    if matches!(hop, Hop::Blocked) && reg.is_none() {
+        *reg = Some(Registration::registered(cell, db, &req.keys, state, shared));
+    }
+    hop
+}
+
+/// `try_pop` for keys that all live on this shard, run synchronously here.
+fn try_here(d: &mut ShardData, db: usize, req: &Request, retry: bool) -> Try {
+    let now = crate::util::now_ms();
+    if let (
+        PopKind::Move {
+            from_front,
+            to_front,
+        },
+        Some(dst),
+    ) = (req.kind, &req.dst)
+    {
+        let src = &req.keys[0];
+        let dbr = &mut d.dbs[db];
+        let dst_ok = match dbr.get(dst, now) {
+            None => true,
+            Some(e) => matches!(e.value, Value::List(_)),
+        };
+        let popped = match dbr.get(src, now).map(|e| &e.value) {
+            None => Ok(None),
+            Some(Value::List(_)) if !dst_ok => Err(()),
+            Some(Value::List(_)) => pop_key(dbr, src, now, PopKind::List { front: from_front }),
+            Some(_) if retry => Ok(None),
+            Some(_) => Err(()),
+        };
+        return match popped {
+            Ok(Some(Popped::One(v))) => {
+                push_one(d, db, dst, &v, to_front);
+                Try::Served(src.clone(), Popped::One(v))
+            }
+            Ok(_) => Try::Empty,
+            Err(()) => Try::WrongType,
+        };
+    }
+    for key in &req.keys {
+        match pop_key(&mut d.dbs[db], key, now, req.kind) {
+            Ok(None) => continue,
+            Ok(Some(p)) => return Try::Served(key.clone(), p),
+            Err(()) if retry => continue,
+            Err(()) => return Try::WrongType,
+        }
+    }
+    Try::Empty
 }
 
 /// Writes the reply of a try that ended the command (served, wrong type, or nothing
@@ -660,6 +815,24 @@ struct Registration {
 }
 
 impl Registration {
+    /// A registration `one_hop` already made on the keys' shard.
+    fn registered(
+        cell: &Rc<ShardCell>,
+        db: usize,
+        keys: &[Vec<u8>],
+        state: Arc<BlockState>,
+        shared: &Rc<ClientShared>,
+    ) -> Registration {
+        *shared.blocked.borrow_mut() = Some(state.clone());
+        Registration {
+            cell: cell.clone(),
+            db,
+            keys: keys.to_vec(),
+            state,
+            shared: shared.clone(),
+        }
+    }
+
     /// Registers on every key's shard while `op` holds the keys, so no write can slip
     /// between the empty try and the registration.
     async fn register(

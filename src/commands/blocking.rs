@@ -280,7 +280,7 @@ async fn mpop(g: &mut GlobalCtx<'_>, list: bool) {
 }
 
 /// How a wait ended.
-enum WaitEnd {
+pub(crate) enum WaitEnd {
     Woken,
     TimedOut,
     /// CLIENT UNBLOCK with this mode.
@@ -314,7 +314,8 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
             return reply(&mut g.w(), &req, outcome);
         }
         if reg.is_none() {
-            reg = Some(Registration::register(&op, &cell, db, &req.keys, &g.session.shared).await);
+            let shared = &g.session.shared;
+            reg = Some(Registration::register(&op, &cell, db, &req.keys, shared, false).await);
         }
         // Nothing was written: releasing must not wake anyone (ourselves included).
         op.set_read_only();
@@ -545,25 +546,26 @@ fn push_one(data: &mut ShardData, db: usize, key: &[u8], v: &[u8], front: bool) 
 
 /// A client's registration as blocked on its keys. Dropping it (served, timed out,
 /// unblocked, or the connection went away) removes it from every shard.
-struct Registration {
+pub(crate) struct Registration {
     cell: Rc<ShardCell>,
     db: usize,
     keys: Vec<Vec<u8>>,
-    state: Arc<BlockState>,
+    pub(crate) state: Arc<BlockState>,
     shared: Rc<ClientShared>,
 }
 
 impl Registration {
     /// Registers on every key's shard while `op` holds the keys, so no write can slip
-    /// between the empty try and the registration.
-    async fn register(
+    /// between the empty try and the registration. `broadcast`: see `BlockState`.
+    pub(crate) async fn register(
         op: &MultiShardOp,
         cell: &Rc<ShardCell>,
         db: usize,
         keys: &[Vec<u8>],
         shared: &Rc<ClientShared>,
+        broadcast: bool,
     ) -> Registration {
-        let state = BlockState::new(shared.id);
+        let state = BlockState::with_mode(shared.id, broadcast);
         for (shard, ks) in by_shard(cell, keys) {
             let st = state.clone();
             op.on(cell, shard, move |d| {
@@ -629,7 +631,7 @@ fn by_shard(cell: &ShardCell, keys: &[Vec<u8>]) -> Vec<(usize, Vec<Vec<u8>>)> {
 }
 
 /// Sleeps until `state` is woken or unblocked, or `deadline` passes.
-async fn wait(state: &BlockState, deadline: Option<Instant>) -> WaitEnd {
+pub(crate) async fn wait(state: &BlockState, deadline: Option<Instant>) -> WaitEnd {
     let mut timer = deadline.map(|d| {
         Box::pin(crate::runtime::sleep(
             d.saturating_duration_since(Instant::now()),

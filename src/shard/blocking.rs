@@ -28,16 +28,25 @@ pub struct BlockState {
     done: AtomicBool,
     unblock: AtomicU8,
     waker: Mutex<Option<Waker>>,
+    /// Woken by every write to its keys, not in turn: stream readers (XREAD) each
+    /// wait for their own IDs, so one being served does not serve the others.
+    broadcast: bool,
 }
 
 impl BlockState {
     pub fn new(client_id: u64) -> Arc<BlockState> {
+        Self::with_mode(client_id, false)
+    }
+
+    /// A state that every write to its keys wakes (see `broadcast`).
+    pub fn with_mode(client_id: u64, broadcast: bool) -> Arc<BlockState> {
         Arc::new(BlockState {
             client_id,
             woken: AtomicBool::new(false),
             done: AtomicBool::new(false),
             unblock: AtomicU8::new(UNBLOCK_NONE),
             waker: Mutex::new(None),
+            broadcast,
         })
     }
 
@@ -132,8 +141,14 @@ impl Blocked {
             return;
         }
         if let Some(q) = self.by_key.get(&(db, key.to_vec())) {
-            if let Some(s) = q.iter().find(|s| !s.is_done()) {
-                s.wake();
+            let mut woke_one = false;
+            for s in q.iter().filter(|s| !s.is_done()) {
+                if s.broadcast {
+                    s.wake();
+                } else if !woke_one {
+                    s.wake();
+                    woke_one = true;
+                }
             }
         }
     }

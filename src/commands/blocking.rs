@@ -575,6 +575,18 @@ impl Registration {
             })
             .await;
         }
+        Registration::adopt(cell, db, keys, state, shared)
+    }
+
+    /// Takes over a registration already made on the keys' shard (by a command that
+    /// tried and registered in one hop).
+    pub(crate) fn adopt(
+        cell: &Rc<ShardCell>,
+        db: usize,
+        keys: &[Vec<u8>],
+        state: Arc<BlockState>,
+        shared: &Rc<ClientShared>,
+    ) -> Registration {
         *shared.blocked.borrow_mut() = Some(state.clone());
         Registration {
             cell: cell.clone(),

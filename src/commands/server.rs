@@ -84,6 +84,8 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         op.on_each(&cell, move |d| {
             d.dbs[db].clear();
             d.watches.touch_db(Some(db));
+            // Blocked XREADGROUP clients learn that their stream is gone.
+            d.blocked.signal_all();
         })
         .await;
         op.release(&cell).await;
@@ -101,6 +103,8 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         op.on_each(&cell, |d| {
             d.dbs.iter_mut().for_each(|db| db.clear());
             d.watches.touch_db(None);
+            // Blocked XREADGROUP clients learn that their stream is gone.
+            d.blocked.signal_all();
         })
         .await;
         op.release(&cell).await;

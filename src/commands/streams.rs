@@ -20,7 +20,7 @@ use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1};
 use super::{parse_i64, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::{Protocol, ReplyWriter};
-use crate::shard::blocking::{UNBLOCK_ERROR, UNBLOCK_NONE};
+use crate::shard::blocking::{BlockState, UNBLOCK_ERROR, UNBLOCK_NONE};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::{ShardCell, ShardData};
 use crate::storage::stream::{
@@ -383,7 +383,10 @@ fn xadd(ctx: &mut ExecCtx) {
     let id = match a.id {
         None => s.next_auto_id(now),
         Some((id, true)) => Some(id),
-        Some((id, false)) if id.ms == s.last_id.ms => s.last_id.incr(),
+        Some((id, false)) if id.ms == s.last_id.ms => {
+            let seq = s.last_id.seq.checked_add(1);
+            seq.map(|seq| StreamId::new(id.ms, seq))
+        }
         Some((id, false)) => Some(id),
     };
     let Some(id) = id.filter(|id| *id > s.last_id) else {
@@ -1454,9 +1457,43 @@ async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
         }
     }
     let deadline = req.block.flatten().map(|d| Instant::now() + d);
+    let in_multi = g.session.multi.is_some() || g.session.exec_owner.is_some();
     let mut from: Vec<ReadFrom> = Vec::new();
     let mut reg: Option<Registration> = None;
+    if !in_multi {
+        match fast_try(g, &req, &lock_keys).await {
+            None => {}
+            Some(Fast::Done(outcome)) => return reply_outcome(g, outcome),
+            Some(Fast::Blocked(f, state)) => {
+                from = f;
+                let shared = &g.session.shared;
+                reg = Some(Registration::adopt(&cell, db, &lock_keys, state, shared));
+            }
+        }
+    }
+    let mut waiting = reg.is_some();
     loop {
+        if waiting {
+            let Some(r) = reg.as_ref() else { return };
+            if g.session.shared.killed.get() {
+                return;
+            }
+            match wait(&r.state, deadline).await {
+                WaitEnd::Woken => {}
+                WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => {
+                    drop(reg);
+                    return g.w().null_array();
+                }
+                WaitEnd::Unblocked(mode) => {
+                    drop(reg);
+                    if mode == UNBLOCK_ERROR {
+                        return g.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                    }
+                    return g.w().null_array();
+                }
+            }
+        }
+        waiting = true;
         let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock_keys).await;
         let retry = reg.is_some();
         if !retry {
@@ -1477,54 +1514,104 @@ async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
             retry,
         };
         let outcome = serve(&op, &cell, db, &req.keys, &from, &spec).await;
-        let in_multi = g.session.multi.is_some() || g.session.exec_owner.is_some();
-        let served = !matches!(outcome, Outcome::Nothing { .. });
-        let wrote = match &outcome {
-            Outcome::Nothing { wrote } => *wrote,
-            _ => group_cmd,
-        };
-        if served || req.block.is_none() || in_multi {
+        let served = matches!(outcome, Outcome::Served(_));
+        if !served || !group_cmd {
+            op.set_read_only();
+        }
+        if !matches!(outcome, Outcome::Nothing) || req.block.is_none() || in_multi {
             if let Some(r) = reg.as_ref() {
                 r.state.finish();
             }
-            if !wrote {
-                op.set_read_only();
-            }
             op.release(&cell).await;
             drop(reg);
-            return match outcome {
-                Outcome::Nothing { .. } => g.w().null_array(),
-                Outcome::Error(e) => g.error(&e),
-                Outcome::Served(parts) => write_served(&mut g.w(), parts),
-            };
+            return reply_outcome(g, outcome);
         }
         if reg.is_none() {
             let shared = &g.session.shared;
             reg = Some(Registration::register(&op, &cell, db, &lock_keys, shared, true).await);
         }
-        if !wrote {
-            op.set_read_only();
-        }
         op.release(&cell).await;
-        let Some(r) = reg.as_ref() else { return };
-        if g.session.shared.killed.get() {
-            return;
-        }
-        match wait(&r.state, deadline).await {
-            WaitEnd::Woken => continue,
-            WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => {
-                drop(reg);
-                return g.w().null_array();
-            }
-            WaitEnd::Unblocked(mode) => {
-                drop(reg);
-                if mode == UNBLOCK_ERROR {
-                    return g.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
-                }
-                return g.w().null_array();
-            }
-        }
     }
+}
+
+fn reply_outcome(g: &mut GlobalCtx<'_>, outcome: Outcome) {
+    match outcome {
+        Outcome::Nothing => g.w().null_array(),
+        Outcome::Error(e) => g.error(&e),
+        Outcome::Served(parts) => write_served(&mut g.w(), parts),
+    }
+}
+
+/// What the one-hop first try gave.
+enum Fast {
+    Done(Outcome),
+    /// Nothing yet: registered as blocked (with the resolved IDs).
+    Blocked(Vec<ReadFrom>, Arc<BlockState>),
+}
+
+/// The first try when every key is on one shard and none is locked: check, serve,
+/// and register as blocked in one hop, so a write sent right after the command
+/// finds the client already waiting. None: take the locking path.
+async fn fast_try(g: &GlobalCtx<'_>, req: &ReadReq, lock_keys: &[Vec<u8>]) -> Option<Fast> {
+    let cell = &g.session.cell;
+    let shard = cell.shard_of(lock_keys.first()?);
+    if lock_keys.iter().any(|k| cell.shard_of(k) != shard) {
+        return None;
+    }
+    let db = g.session.db;
+    let keys = req.keys.clone();
+    let ids = req.from.clone();
+    let lock_keys = lock_keys.to_vec();
+    let block = req.block.is_some();
+    let state = BlockState::with_mode(g.session.shared.id, true);
+    let spec = ServeSpec {
+        group: req.group.clone(),
+        noack: req.noack,
+        count: req.count,
+        proto: g.proto(),
+        retry: false,
+    };
+    cell.call(shard, move |c| {
+        {
+            let locks = c.locks.borrow();
+            if !locks.is_idle() && lock_keys.iter().any(|k| locks.blocks(db as u8, k, None)) {
+                return None;
+            }
+        }
+        let mut d = c.data.borrow_mut();
+        let now = crate::util::now_ms();
+        let group = spec.group.as_ref().map(|(g, _)| g.as_slice());
+        let checked = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (i, check_key(&mut d.dbs[db], k, group, now)))
+            .collect();
+        let from = match combine(checked, &ids) {
+            Ok(f) => f,
+            Err(e) => return Some(Fast::Done(Outcome::Error(e))),
+        };
+        let items = keys.iter().cloned().zip(from.iter().copied()).collect();
+        match serve_items(&mut d, db, items, &spec, now) {
+            Err(e) => Some(Fast::Done(Outcome::Error(e))),
+            Ok(parts) if !parts.is_empty() => {
+                if spec.group.is_some() {
+                    for k in &lock_keys {
+                        d.watches.touch(db, k);
+                        d.blocked.signal(db, k);
+                    }
+                }
+                Some(Fast::Done(Outcome::Served(parts)))
+            }
+            Ok(_) if !block => Some(Fast::Done(Outcome::Nothing)),
+            Ok(_) => {
+                for k in lock_keys {
+                    d.blocked.add(db, k, state.clone());
+                }
+                Some(Fast::Blocked(from, state))
+            }
+        }
+    })
+    .await
 }
 
 /// Writes the served keys: RESP2 `[[key, entries] ...]`, RESP3 `{key: entries}`.
@@ -1575,10 +1662,19 @@ async fn resolve(
         checked.extend(r);
     }
     checked.sort_by_key(|(i, _)| *i);
-    let mut out = Vec::with_capacity(req.keys.len());
+    combine(checked, &req.from)
+}
+
+/// Merges the per-key checks (in argument order) with the parsed ID arguments: the
+/// first error wins, a key's own check before its ID; `$` becomes the last ID.
+fn combine(
+    checked: Vec<(usize, Result<StreamId, String>)>,
+    ids: &[Result<ReadFrom, &'static str>],
+) -> Result<Vec<ReadFrom>, String> {
+    let mut out = Vec::with_capacity(ids.len());
     for (i, last) in checked {
         let last = last?;
-        match req.from[i] {
+        match ids[i] {
             Err(e) => return Err(e.to_string()),
             Ok(ReadFrom::Last) => out.push(ReadFrom::After(last)),
             Ok(f) => out.push(f),
@@ -1617,8 +1713,7 @@ struct ServeSpec {
 }
 
 enum Outcome {
-    /// Nothing to serve; `wrote` if a consumer was created on the way.
-    Nothing { wrote: bool },
+    Nothing,
     Served(Vec<Vec<u8>>),
     Error(String),
 }
@@ -1654,21 +1749,7 @@ async fn serve(
         let sp = spec.clone();
         let r = op
             .on(cell, shard, move |d| {
-                let now = crate::util::now_ms();
-                let mut got = Vec::new();
-                for (k, f) in items {
-                    match serve_key(d, db, &k, f, &sp, now) {
-                        KeyServe::Skip => {}
-                        KeyServe::Data(b) => {
-                            got.push(b);
-                            if sp.retry {
-                                break;
-                            }
-                        }
-                        KeyServe::Error(e) => return Err(e),
-                    }
-                }
-                Ok(got)
+                serve_items(d, db, items, &sp, crate::util::now_ms())
             })
             .await;
         match r {
@@ -1680,11 +1761,34 @@ async fn serve(
         }
     }
     if parts.is_empty() {
-        // A first XREADGROUP try may have created consumers even with nothing new.
-        Outcome::Nothing { wrote: false }
+        Outcome::Nothing
     } else {
         Outcome::Served(parts)
     }
+}
+
+/// Serves keys of this shard in order (after a wake-up, only the first with data).
+fn serve_items(
+    d: &mut ShardData,
+    db: usize,
+    items: Vec<(Vec<u8>, ReadFrom)>,
+    spec: &ServeSpec,
+    now: u64,
+) -> Result<Vec<Vec<u8>>, String> {
+    let mut got = Vec::new();
+    for (k, f) in items {
+        match serve_key(d, db, &k, f, spec, now) {
+            KeyServe::Skip => {}
+            KeyServe::Data(b) => {
+                got.push(b);
+                if spec.retry {
+                    break;
+                }
+            }
+            KeyServe::Error(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// Serves one key: its `[key, entries]` reply part (RESP3: `key entries`).

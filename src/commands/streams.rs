@@ -213,13 +213,16 @@ fn as_stream(entry: Option<&mut Entry>) -> Result<Option<&mut StreamValue>, ()> 
 fn write_parts<'c, 'a>(
     ctx: &'c mut ExecCtx<'a>,
     key: &[u8],
-) -> (Result<Option<&'c mut StreamValue>, ()>, &'c mut ReplyWriter<'a>) {
+) -> (
+    Result<Option<&'c mut StreamValue>, ()>,
+    &'c mut ReplyWriter<'a>,
+) {
     let now = ctx.now;
     let lru = ctx.lru();
-    let e = ctx.data.dbs[ctx.db].get(key, now).map(|e| {
+    let mut e = ctx.data.dbs[ctx.db].get(key, now);
+    if let Some(e) = e.as_deref_mut() {
         e.lru = lru;
-        e
-    });
+    }
     (as_stream(e), &mut ctx.out)
 }
 
@@ -319,7 +322,9 @@ fn parse_add_trim(ctx: &ExecCtx, xadd: bool) -> Result<AddTrim, &'static str> {
     }
     a.id_at = i;
     if a.limit > 0 && a.rule.is_none() {
-        return Err("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy");
+        return Err(
+            "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy",
+        );
     }
     if !xadd && a.rule.is_none() {
         return Err("ERR syntax error, XTRIM must be called with a trimming strategy");
@@ -376,9 +381,8 @@ fn xadd(ctx: &mut ExecCtx) {
         return out.error(WRONGTYPE);
     };
     if s.last_id == StreamId::MAX {
-        return out.error(
-            "ERR The stream has exhausted the last possible ID, unable to add more items",
-        );
+        return out
+            .error("ERR The stream has exhausted the last possible ID, unable to add more items");
     }
     let id = match a.id {
         None => s.next_auto_id(now),
@@ -530,14 +534,14 @@ fn xsetid(ctx: &mut ExecCtx) {
         Ok(Some(s)) => s,
     };
     if id < s.max_deleted_id {
-        return out.error(
-            "ERR The ID specified in XSETID is smaller than current max_deleted_entry_id",
-        );
+        return out
+            .error("ERR The ID specified in XSETID is smaller than current max_deleted_entry_id");
     }
     if !s.is_empty() {
         if id < s.last_valid_id() {
-            return out
-                .error("ERR The ID specified in XSETID is smaller than the target stream top item");
+            return out.error(
+                "ERR The ID specified in XSETID is smaller than the target stream top item",
+            );
         }
         if entries_added != -1 && s.len() > entries_added as u64 {
             return out.error(
@@ -893,7 +897,11 @@ fn pending_summary(out: &mut ReplyWriter, g: &ConsumerGroup) {
     };
     reply_id(out, *first);
     reply_id(out, *last);
-    let busy: Vec<_> = g.consumers.iter().filter(|(_, c)| !c.pel.is_empty()).collect();
+    let busy: Vec<_> = g
+        .consumers
+        .iter()
+        .filter(|(_, c)| !c.pel.is_empty())
+        .collect();
     out.array_len(busy.len());
     for (name, c) in busy {
         out.array_len(2);
@@ -1206,7 +1214,10 @@ fn xinfo(ctx: &mut ExecCtx) {
             let mut full = false;
             let mut count: i64 = 10;
             if argc > 3 {
-                if (argc != 4 && argc != 6) || !args.is(3, "full") || (argc == 6 && !args.is(4, "count")) {
+                if (argc != 4 && argc != 6)
+                    || !args.is(3, "full")
+                    || (argc == 6 && !args.is(4, "count"))
+                {
                     let msg = format!(
                         "ERR unknown subcommand or wrong number of arguments for '{}'. Try XINFO HELP.",
                         String::from_utf8_lossy(args.get(1))
@@ -1382,8 +1393,7 @@ fn parse_read(args: &[Vec<u8>], group_cmd: bool) -> Result<ReadReq, String> {
         let more = args.len() - i - 1;
         if is(i, "block") && more > 0 {
             i += 1;
-            let ms = parse_i64(&args[i])
-                .ok_or("ERR timeout is not an integer or out of range")?;
+            let ms = parse_i64(&args[i]).ok_or("ERR timeout is not an integer or out of range")?;
             if ms < 0 {
                 return Err("ERR timeout is negative".into());
             }

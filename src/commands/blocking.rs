@@ -606,6 +606,8 @@ impl Drop for Registration {
         let db = self.db;
         let groups = by_shard(&cell, &self.keys);
         let state = self.state.clone();
+        // Broadcast waiters were all woken by the write itself: nothing to pass on.
+        let pass_on = !state.is_broadcast();
         crate::runtime::spawn_detached(async move {
             for (shard, ks) in groups {
                 let st = state.clone();
@@ -614,7 +616,9 @@ impl Drop for Registration {
                     for k in &ks {
                         d.blocked.remove(db, k, &st);
                         // A wake-up it got but did not use passes to the next client.
-                        d.blocked.signal(db, k);
+                        if pass_on {
+                            d.blocked.signal(db, k);
+                        }
                     }
                 })
                 .await;

@@ -74,6 +74,11 @@ impl BlockState {
         self.done.store(true, Ordering::SeqCst);
     }
 
+    /// Woken by every write rather than in turn (see `broadcast`).
+    pub fn is_broadcast(&self) -> bool {
+        self.broadcast
+    }
+
     pub fn is_done(&self) -> bool {
         self.done.load(Ordering::SeqCst)
     }

@@ -282,7 +282,7 @@ async fn mpop(g: &mut GlobalCtx<'_>, list: bool) {
 }
 
 /// How a wait ended.
-enum WaitEnd {
+pub(crate) enum WaitEnd {
     /// A shard served it in place: here is the reply.
     Served(Vec<u8>),
     Woken,
@@ -341,10 +341,11 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
             // keys held and only wakes us.
             Some(r) => r.state.unclaim(),
             None => {
+                let shared = &g.session.shared;
                 let local = local_serve(&cell, &req, g.session.proto);
+                let state = BlockState::with_local_serve(shared.id, local);
                 reg = Some(
-                    Registration::register(&op, &cell, db, &req.keys, &g.session.shared, local)
-                        .await,
+                    Registration::register_state(&op, &cell, db, &req.keys, shared, state).await,
                 );
             }
         }
@@ -464,7 +465,7 @@ async fn one_hop(
         })
         .await;
     if matches!(hop, Hop::Blocked) && reg.is_none() {
-        *reg = Some(Registration::registered(cell, db, &req.keys, state, shared));
+        *reg = Some(Registration::adopt(cell, db, &req.keys, state, shared));
     }
     hop
 }
@@ -806,44 +807,38 @@ fn push_one(data: &mut ShardData, db: usize, key: &[u8], v: &[u8], front: bool) 
 
 /// A client's registration as blocked on its keys. Dropping it (served, timed out,
 /// unblocked, or the connection went away) removes it from every shard.
-struct Registration {
+pub(crate) struct Registration {
     cell: Rc<ShardCell>,
     db: usize,
     keys: Vec<Vec<u8>>,
-    state: Arc<BlockState>,
+    pub(crate) state: Arc<BlockState>,
     shared: Rc<ClientShared>,
 }
 
 impl Registration {
-    /// A registration `one_hop` already made on the keys' shard.
-    fn registered(
-        cell: &Rc<ShardCell>,
-        db: usize,
-        keys: &[Vec<u8>],
-        state: Arc<BlockState>,
-        shared: &Rc<ClientShared>,
-    ) -> Registration {
-        *shared.blocked.borrow_mut() = Some(state.clone());
-        Registration {
-            cell: cell.clone(),
-            db,
-            keys: keys.to_vec(),
-            state,
-            shared: shared.clone(),
-        }
-    }
-
     /// Registers on every key's shard while `op` holds the keys, so no write can slip
-    /// between the empty try and the registration.
-    async fn register(
+    /// between the empty try and the registration. `broadcast`: see `BlockState`.
+    pub(crate) async fn register(
         op: &MultiShardOp,
         cell: &Rc<ShardCell>,
         db: usize,
         keys: &[Vec<u8>],
         shared: &Rc<ClientShared>,
-        local: Option<Box<dyn LocalServe>>,
+        broadcast: bool,
     ) -> Registration {
-        let state = BlockState::with_local_serve(shared.id, local);
+        let state = BlockState::with_mode(shared.id, broadcast);
+        Registration::register_state(op, cell, db, keys, shared, state).await
+    }
+
+    /// `register` with a state made by the caller.
+    pub(crate) async fn register_state(
+        op: &MultiShardOp,
+        cell: &Rc<ShardCell>,
+        db: usize,
+        keys: &[Vec<u8>],
+        shared: &Rc<ClientShared>,
+        state: Arc<BlockState>,
+    ) -> Registration {
         for (shard, ks) in by_shard(cell, keys) {
             let st = state.clone();
             op.on(cell, shard, move |d| {
@@ -853,6 +848,18 @@ impl Registration {
             })
             .await;
         }
+        Registration::adopt(cell, db, keys, state, shared)
+    }
+
+    /// Takes over a registration already made on the keys' shard (by a command that
+    /// tried and registered in one hop).
+    pub(crate) fn adopt(
+        cell: &Rc<ShardCell>,
+        db: usize,
+        keys: &[Vec<u8>],
+        state: Arc<BlockState>,
+        shared: &Rc<ClientShared>,
+    ) -> Registration {
         *shared.blocked.borrow_mut() = Some(state.clone());
         Registration {
             cell: cell.clone(),
@@ -872,6 +879,8 @@ impl Drop for Registration {
         let db = self.db;
         let groups = by_shard(&cell, &self.keys);
         let state = self.state.clone();
+        // Broadcast waiters were all woken by the write itself: nothing to pass on.
+        let pass_on = !state.is_broadcast();
         crate::runtime::spawn_detached(async move {
             for (shard, ks) in groups {
                 let st = state.clone();
@@ -880,7 +889,9 @@ impl Drop for Registration {
                     for k in &ks {
                         d.blocked.remove(db, k, &st);
                         // A wake-up it got but did not use passes to the next client.
-                        crate::shard::blocking::signal_key(&c.locks, &mut d, db, k);
+                        if pass_on {
+                            crate::shard::blocking::signal_key(&c.locks, &mut d, db, k);
+                        }
                     }
                 })
                 .await;
@@ -909,7 +920,7 @@ fn by_shard(cell: &ShardCell, keys: &[Vec<u8>]) -> Vec<(usize, Vec<Vec<u8>>)> {
 }
 
 /// Sleeps until `state` is woken or unblocked, or `deadline` passes.
-async fn wait(state: &BlockState, deadline: Option<Instant>) -> WaitEnd {
+pub(crate) async fn wait(state: &BlockState, deadline: Option<Instant>) -> WaitEnd {
     let mut timer = deadline.map(|d| {
         Box::pin(crate::runtime::sleep(
             d.saturating_duration_since(Instant::now()),

@@ -535,7 +535,10 @@ fn dump_cmd(ctx: &mut ExecCtx) {
             let mut b = [0u8; 24];
             dump::dump_string(s.bytes(&mut b), &mut payload);
         }
-        other => payload = dump::dump(&other.to_dump()),
+        other => match other.to_dump() {
+            Some(d) => payload = dump::dump(&d),
+            None => return out.error("ERR DUMP is not supported for stream values"),
+        },
     }
     out.bulk(&payload);
 }

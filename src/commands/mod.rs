@@ -21,6 +21,7 @@ pub mod multi;
 pub mod server;
 pub mod sets;
 pub mod sort;
+pub mod streams;
 pub mod strings;
 pub mod table;
 pub mod zsets;

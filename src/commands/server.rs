@@ -84,6 +84,8 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         op.on_each(&cell, move |d| {
             d.dbs[db].clear();
             d.watches.touch_db(Some(db));
+            // Blocked XREADGROUP clients learn that their stream is gone.
+            d.blocked.signal_all();
         })
         .await;
         op.release(&cell).await;
@@ -101,6 +103,8 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         op.on_each(&cell, |d| {
             d.dbs.iter_mut().for_each(|db| db.clear());
             d.watches.touch_db(None);
+            // Blocked XREADGROUP clients learn that their stream is gone.
+            d.blocked.signal_all();
         })
         .await;
         op.release(&cell).await;
@@ -602,7 +606,7 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                             format!(
                                 "Value at:0x0 refcount:1 encoding:{} serializedlength:{} lru:{} lru_seconds_idle:{}",
                                 e.value.encoding(),
-                                crate::storage::dump::dump(&e.value.to_dump()).len(),
+                                e.value.to_dump().map_or(0, |d| crate::storage::dump::dump(&d).len()),
                                 e.lru & 0xFF_FFFF,
                                 crate::util::lru_clock().saturating_sub(e.lru)
                             )

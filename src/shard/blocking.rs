@@ -62,14 +62,31 @@ pub struct BlockState {
     local: Option<Box<dyn LocalServe>>,
     /// The reply a shard served it with.
     served: Mutex<Option<Vec<u8>>>,
+    /// Woken by every write to its keys, not in turn: stream readers (XREAD) each
+    /// wait for their own IDs, so one being served does not serve the others.
+    broadcast: bool,
 }
 
 impl BlockState {
     pub fn new(client_id: u64) -> Arc<BlockState> {
-        BlockState::with_local_serve(client_id, None)
+        BlockState::build(client_id, false, None)
     }
 
+    /// A state that every write to its keys wakes (see `broadcast`).
+    pub fn with_mode(client_id: u64, broadcast: bool) -> Arc<BlockState> {
+        BlockState::build(client_id, broadcast, None)
+    }
+
+    /// A state a shard can serve in place (see `LocalServe`).
     pub fn with_local_serve(client_id: u64, local: Option<Box<dyn LocalServe>>) -> Arc<BlockState> {
+        BlockState::build(client_id, false, local)
+    }
+
+    fn build(
+        client_id: u64,
+        broadcast: bool,
+        local: Option<Box<dyn LocalServe>>,
+    ) -> Arc<BlockState> {
         Arc::new(BlockState {
             client_id,
             woken: AtomicBool::new(false),
@@ -79,14 +96,18 @@ impl BlockState {
             claimed: AtomicBool::new(false),
             local,
             served: Mutex::new(None),
+            broadcast,
         })
     }
 
-    /// Takes the right to act for the client; false if someone else has it.
+    /// Takes the right to act for the client; false if someone else has it. Only a
+    /// client that shards serve in place needs one.
     pub fn try_claim(&self) -> bool {
-        self.claimed
-            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+        self.local.is_none()
+            || self
+                .claimed
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
     }
 
     /// Gives the claim back (the serve or retry found nothing) and lets the client
@@ -132,6 +153,11 @@ impl BlockState {
     /// It stops waiting: later wake-ups pass it over.
     pub fn finish(&self) {
         self.done.store(true, Ordering::SeqCst);
+    }
+
+    /// Woken by every write rather than in turn (see `broadcast`).
+    pub fn is_broadcast(&self) -> bool {
+        self.broadcast
     }
 
     pub fn is_done(&self) -> bool {
@@ -206,8 +232,14 @@ impl Blocked {
             return;
         }
         if let Some(q) = self.by_key.get(&(db, key.to_vec())) {
-            if let Some(s) = q.iter().find(|s| !s.is_done()) {
-                s.wake();
+            let mut woke_one = false;
+            for s in q.iter().filter(|s| !s.is_done()) {
+                if s.broadcast {
+                    s.wake();
+                } else if !woke_one {
+                    s.wake();
+                    woke_one = true;
+                }
             }
         }
     }
@@ -240,14 +272,26 @@ pub fn signal_key(locks: &RefCell<KeyLocks>, data: &mut ShardData, db: usize, ke
     let mut ready: VecDeque<Vec<u8>> = VecDeque::new();
     ready.push_back(key.to_vec());
     while let Some(key) = ready.pop_front() {
+        // Clients are served in turn until one must be woken to retry (it passes the
+        // turn on when it is done); broadcast waiters are all woken regardless.
+        let mut in_turn = true;
         for st in data.blocked.waiting(db, &key) {
-            if !data.dbs[db].contains(&key, crate::util::now_ms()) {
-                break;
+            if st.broadcast {
+                st.wake();
+                continue;
+            }
+            if !in_turn {
+                continue;
             }
             let Some(local) = st.local.as_deref() else {
                 st.wake();
-                break;
+                in_turn = false;
+                continue;
             };
+            if !data.dbs[db].contains(&key, crate::util::now_ms()) {
+                in_turn = false;
+                continue;
+            }
             let held = {
                 let l = locks.borrow();
                 !l.is_idle()
@@ -260,7 +304,8 @@ pub fn signal_key(locks: &RefCell<KeyLocks>, data: &mut ShardData, db: usize, ke
                 // Whoever holds the keys releases them with a signal; the client
                 // retries then, under the locks.
                 st.wake();
-                break;
+                in_turn = false;
+                continue;
             }
             if !st.try_claim() {
                 // Another shard serves it, or it retries or stops by itself right now.

@@ -14,6 +14,8 @@ pub struct EncodingLimits {
     pub set_max_intset_entries: i64,
     pub zset_max_listpack_entries: i64,
     pub zset_max_listpack_value: i64,
+    pub stream_node_max_bytes: i64,
+    pub stream_node_max_entries: i64,
 }
 
 impl EncodingLimits {
@@ -27,6 +29,8 @@ impl EncodingLimits {
             set_max_intset_entries: get("set-max-intset-entries", 512),
             zset_max_listpack_entries: get("zset-max-listpack-entries", 128),
             zset_max_listpack_value: get("zset-max-listpack-value", 64),
+            stream_node_max_bytes: get("stream-node-max-bytes", 4096),
+            stream_node_max_entries: get("stream-node-max-entries", 100),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod keyspace;
 pub mod limits;
 pub mod list;
 pub mod set;
+pub mod stream;
 pub mod value;
 pub mod zset;
 

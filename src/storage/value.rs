@@ -6,6 +6,7 @@ use super::hash::HashValue;
 use super::limits::EncodingLimits;
 use super::list::ListValue;
 use super::set::SetValue;
+use super::stream::StreamValue;
 use super::zset::ZSetValue;
 
 /// Longest string kept inline in the value itself (no heap allocation).
@@ -192,6 +193,7 @@ pub enum Value {
     Hash(Box<HashValue>),
     Set(Box<SetValue>),
     ZSet(Box<ZSetValue>),
+    Stream(Box<StreamValue>),
 }
 
 impl Value {
@@ -202,6 +204,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -212,6 +215,7 @@ impl Value {
             Value::Hash(v) => v.encoding(),
             Value::Set(v) => v.encoding(),
             Value::ZSet(v) => v.encoding(),
+            Value::Stream(v) => v.encoding(),
         }
     }
 
@@ -222,18 +226,21 @@ impl Value {
             Value::Hash(v) => v.heap_size(),
             Value::Set(v) => v.heap_size(),
             Value::ZSet(v) => v.heap_size(),
+            Value::Stream(v) => v.heap_size(),
         }
     }
 
-    /// The DUMP representation of any value.
-    pub fn to_dump(&self) -> DumpValue {
-        match self {
+    /// The DUMP representation of a value; None for streams, which DUMP does not
+    /// serialize yet.
+    pub fn to_dump(&self) -> Option<DumpValue> {
+        Some(match self {
             Value::Str(s) => DumpValue::Str(s.to_vec()),
             Value::List(v) => v.to_dump(),
             Value::Hash(v) => v.to_dump(),
             Value::Set(v) => v.to_dump(),
             Value::ZSet(v) => v.to_dump(),
-        }
+            Value::Stream(_) => return None,
+        })
     }
 
     /// A value from a RESTOREd payload, in the encoding `limits` call for.

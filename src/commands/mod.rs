@@ -15,6 +15,7 @@ pub mod blocking;
 pub mod client;
 pub mod config_cmd;
 pub mod hashes;
+pub mod hll;
 pub mod keys;
 pub mod lists;
 pub mod multi;

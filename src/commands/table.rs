@@ -70,6 +70,9 @@ pub enum KeySpec {
     /// SORT: the key at 1, plus the destination of the last STORE option (found by
     /// skipping the other options' arguments, as Redis's sortGetKeys does).
     Sort,
+    /// GEORADIUS*: the key at 1, plus the destination of the last STORE / STOREDIST
+    /// option from argument 5 on (Redis's georadiusGetKeys).
+    GeoStore,
 }
 
 /// The key positions most commands use.
@@ -176,6 +179,15 @@ impl KeySpec {
                     step: 1,
                 }
             }
+            KeySpec::GeoStore => {
+                let dest = geo_store_position(args);
+                KeyPositions {
+                    fixed: (argc > 1).then_some(1),
+                    next: dest.unwrap_or(0),
+                    end: dest.map_or(0, |d| d + 1),
+                    step: 1,
+                }
+            }
         }
     }
 
@@ -187,7 +199,7 @@ impl KeySpec {
             KeySpec::Range { first, last, step } => (first as i64, last as i64, step as i64),
             KeySpec::Keynum { dest: 0, .. } => (0, 0, 0),
             KeySpec::Keynum { dest, .. } => (dest as i64, dest as i64, 1),
-            KeySpec::Sort => (1, 1, 1),
+            KeySpec::Sort | KeySpec::GeoStore => (1, 1, 1),
         }
     }
 }
@@ -212,6 +224,20 @@ fn sort_store_position(args: &super::Args) -> Option<usize> {
             0
         };
         i += skip + 1;
+    }
+    dest
+}
+
+/// The argument index of GEORADIUS's last STORE / STOREDIST destination.
+fn geo_store_position(args: &super::Args) -> Option<usize> {
+    let mut dest = None;
+    let mut i = 5;
+    while i + 1 < args.len() {
+        if args.is(i, "store") || args.is(i, "storedist") {
+            dest = Some(i + 1);
+            i += 1;
+        }
+        i += 1;
     }
     dest
 }
@@ -301,6 +327,8 @@ fn build() -> CommandTable {
         super::sort::COMMANDS,
         super::blocking::COMMANDS,
         super::streams::COMMANDS,
+        super::hll::COMMANDS,
+        super::geo::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

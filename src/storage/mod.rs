@@ -1,6 +1,7 @@
 //! Keyspace, slot tables, value encodings, expiry and the DUMP/RESTORE format.
 pub mod dump;
 pub mod hash;
+pub mod hll;
 pub mod key;
 pub mod keyspace;
 pub mod limits;

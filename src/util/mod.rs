@@ -1,5 +1,6 @@
 //! Small shared helpers.
 pub mod crc16;
+pub mod geohash;
 pub mod glob;
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -370,6 +370,11 @@ impl Connection {
             self.reject(Some(idx), "NOAUTH Authentication required.");
             return;
         }
+        if let Some(busy) = crate::scripting::busy_error() {
+            if !spec.has(flags::ALLOW_BUSY) {
+                return self.reject(Some(idx), busy);
+            }
+        }
         if self.session.multi.is_some() {
             if spec.name == "exec" {
                 self.flush().await;
@@ -839,7 +844,7 @@ impl Connection {
 }
 
 /// Combines the per-key replies of a split command into the reply the client expects.
-fn merge_replies<'a>(
+pub(crate) fn merge_replies<'a>(
     merge: Merge,
     pieces: impl Iterator<Item = &'a [u8]> + Clone,
     count: usize,

@@ -300,6 +300,7 @@ fn build() -> CommandTable {
         super::multi::COMMANDS,
         super::sort::COMMANDS,
         super::blocking::COMMANDS,
+        super::scripting::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

@@ -39,7 +39,15 @@ macro_rules! scmd {
         CommandSpec {
             group: "scripting",
             acl: &["@scripting"],
-            ..cmd!($name, $arity, $flags, $keys, Kind::Global($f), $since, $summary)
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                $keys,
+                Kind::Global($f),
+                $since,
+                $summary
+            )
         }
     };
 }
@@ -81,7 +89,10 @@ fn fcall_ro<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 }
 
 /// KEYS and ARGV of `<cmd> <script|sha|name> numkeys key... arg...`.
-fn split_keys(g: &GlobalCtx<'_>, bad_count: &str) -> Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), String> {
+/// A script's KEYS and ARGV.
+type KeysArgs = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+fn split_keys(g: &GlobalCtx<'_>, bad_count: &str) -> Result<KeysArgs, String> {
     let Some(n) = super::parse_i64(g.arg(2)) else {
         return Err(bad_count.to_string());
     };
@@ -127,7 +138,16 @@ async fn run_fcall(g: &mut GlobalCtx<'_>, ro: bool) {
         Err(e) => return g.error(&e),
     };
     let name = String::from_utf8_lossy(g.arg(1)).into_owned();
-    run_script(g, Target::Function(name.clone()), name, false, keys, args, ro).await
+    run_script(
+        g,
+        Target::Function(name.clone()),
+        name,
+        false,
+        keys,
+        args,
+        ro,
+    )
+    .await
 }
 
 /// Receives the VM's next event.
@@ -183,14 +203,12 @@ async fn run_script(
 ) {
     let cell = g.session.cell.clone();
     let owner = LockOwner {
-        id: g
-            .session
-            .exec_owner
-            .unwrap_or_else(|| cell.next_txn_id()),
+        id: g.session.exec_owner.unwrap_or_else(|| cell.next_txn_id()),
         write: true,
     };
     let op = MultiShardOp::lock_all(owner, &cell).await;
     let threshold_ms = cell.data.borrow().config.busy_reply_threshold();
+    let oom = out_of_memory(&cell);
     let (etx, mut erx) = futures_channel::mpsc::unbounded();
     let (rtx, rrx) = std::sync::mpsc::channel();
     scripting::start_running(Running {
@@ -206,6 +224,7 @@ async fn run_script(
         args,
         client_proto: g.session.proto,
         ro_cmd: ro,
+        oom,
         threshold_ms,
         events: etx,
         replies: rrx,
@@ -216,13 +235,19 @@ async fn run_script(
     let mut wrote = false;
     loop {
         match next_event(&mut erx).await {
-            Some(Event::Call { argv, resp3, ro }) => {
+            Some(Event::Call {
+                argv,
+                resp3,
+                ro,
+                allow_oom,
+            }) => {
                 fake.proto = if resp3 {
                     Protocol::Resp3
                 } else {
                     Protocol::Resp2
                 };
-                let reply = call(&mut fake, argv, ro, now, &mut wrote).await;
+                let deny_oom = oom && !allow_oom;
+                let reply = call(&mut fake, argv, ro, deny_oom, now, &mut wrote).await;
                 let _ = rtx.send(reply);
             }
             Some(Event::Done(reply)) => {
@@ -237,6 +262,23 @@ async fn run_script(
     }
     scripting::stop_running();
     op.release(&cell).await;
+}
+
+const OOM_ERR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// Used memory (the resident set, as INFO reports it) is above a set maxmemory.
+fn out_of_memory(cell: &ShardCell) -> bool {
+    let max = cell.data.borrow().config.maxmemory();
+    if max == 0 {
+        return false;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    pages * 4096 > max
 }
 
 fn error_reply(proto: Protocol, msg: &str) -> Vec<u8> {
@@ -264,11 +306,16 @@ async fn call(
     fake: &mut Session,
     argv: Vec<Vec<u8>>,
     ro: bool,
+    deny_oom: bool,
     now: u64,
     wrote: &mut bool,
 ) -> Vec<u8> {
     let proto = fake.proto;
     let Some((idx, spec)) = super::lookup(&argv[0]) else {
+        // CLUSTER is not implemented; Redis refuses its subcommands in scripts.
+        if argv[0].eq_ignore_ascii_case(b"cluster") {
+            return error_reply(proto, "ERR This Redis command is not allowed from script");
+        }
         return error_reply(proto, "ERR Unknown Redis command called from script");
     };
     if !spec.arity_ok(argv.len()) {
@@ -281,6 +328,10 @@ async fn call(
         return error_reply(proto, "ERR This Redis command is not allowed from script");
     }
     let write = spec.has(WRITE);
+    // Only until the script's first write: after that it cannot stop half-way.
+    if deny_oom && !*wrote && spec.has(DENYOOM) {
+        return error_reply(proto, OOM_ERR);
+    }
     if write {
         if ro {
             return error_reply(
@@ -314,7 +365,10 @@ async fn call(
         Kind::Keyed(run, cross) => {
             let (buf, spans) = owned_args(&argv);
             let args = Args::new(&buf, &spans);
-            let mut shards = spec.keys.positions(&args).map(|p| cell.shard_of(args.get(p)));
+            let mut shards = spec
+                .keys
+                .positions(&args)
+                .map(|p| cell.shard_of(args.get(p)));
             let first = shards.next().unwrap_or(cell.id);
             if shards.all(|s| s == first) {
                 let keys: Vec<usize> = spec.keys.positions(&args).collect();
@@ -333,7 +387,18 @@ async fn call(
             } else {
                 match cross {
                     Cross::Split { one, stride, merge } => {
-                        out = split(&cell, idx, one, stride as usize, merge, fake, &argv, now, write).await;
+                        out = split(
+                            &cell,
+                            idx,
+                            one,
+                            stride as usize,
+                            merge,
+                            fake,
+                            &argv,
+                            now,
+                            write,
+                        )
+                        .await;
                     }
                     Cross::Coordinator(f) => {
                         run_global(fake, f, argv, write, &mut out).await;
@@ -432,7 +497,7 @@ async fn split(
     write: bool,
 ) -> Vec<u8> {
     let proto = fake.proto;
-    if (argv.len() - 1) % stride != 0 {
+    if !(argv.len() - 1).is_multiple_of(stride) {
         let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
         return error_reply(
             proto,
@@ -651,9 +716,7 @@ fn function<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             }
         }
         match sub.as_str() {
-            "help" if sub_arity(g, "function", "help", 2) => {
-                reply_help(&mut g.w(), FUNCTION_HELP)
-            }
+            "help" if sub_arity(g, "function", "help", 2) => reply_help(&mut g.w(), FUNCTION_HELP),
             "load" if sub_arity(g, "function", "load", -3) => function_load(g).await,
             "delete" if sub_arity(g, "function", "delete", 3) => {
                 let name = String::from_utf8_lossy(g.arg(2)).into_owned();
@@ -687,13 +750,19 @@ fn function<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 }
 
 async fn function_load(g: &mut GlobalCtx<'_>) {
+    if out_of_memory(&g.session.cell) {
+        return g.error(OOM_ERR);
+    }
     let argc = g.args.len();
     let mut replace = false;
     for i in 2..argc - 1 {
         if g.is(i, "replace") {
             replace = true;
         } else {
-            let msg = format!("ERR Unknown option given: {}", String::from_utf8_lossy(g.arg(i)));
+            let msg = format!(
+                "ERR Unknown option given: {}",
+                String::from_utf8_lossy(g.arg(i))
+            );
             return g.error(&msg);
         }
     }
@@ -711,6 +780,9 @@ async fn function_load(g: &mut GlobalCtx<'_>) {
 }
 
 async fn function_restore(g: &mut GlobalCtx<'_>) {
+    if out_of_memory(&g.session.cell) {
+        return g.error(OOM_ERR);
+    }
     if g.args.len() > 4 {
         return syntax_error(g, "FUNCTION");
     }
@@ -722,7 +794,9 @@ async fn function_restore(g: &mut GlobalCtx<'_>) {
         } else if g.is(3, "flush") {
             Policy::Flush
         } else {
-            return g.error("ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.");
+            return g.error(
+                "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+            );
         }
     } else {
         Policy::Append
@@ -809,9 +883,13 @@ fn function_list(g: &mut GlobalCtx<'_>) {
 }
 
 fn function_stats(g: &mut GlobalCtx<'_>) {
-    let running = scripting::running()
-        .as_ref()
-        .map(|r| (r.name.clone(), r.command.clone(), r.start.elapsed().as_millis() as i64));
+    let running = scripting::running().as_ref().map(|r| {
+        (
+            r.name.clone(),
+            r.command.clone(),
+            r.start.elapsed().as_millis() as i64,
+        )
+    });
     let (libs, funcs) = functions::counts();
     let mut w = g.w();
     w.map_len(2);

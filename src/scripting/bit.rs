@@ -61,16 +61,26 @@ pub fn open(lua: &Lua) -> Result<Table> {
     t.set("band", fold(lua, "band", |a, b| a & b)?)?;
     t.set("bor", fold(lua, "bor", |a, b| a | b)?)?;
     t.set("bxor", fold(lua, "bxor", |a, b| a ^ b)?)?;
-    t.set("lshift", shift(lua, "lshift", |x, n| ((x as u32) << n) as i32)?)?;
-    t.set("rshift", shift(lua, "rshift", |x, n| ((x as u32) >> n) as i32)?)?;
+    t.set(
+        "lshift",
+        shift(lua, "lshift", |x, n| ((x as u32) << n) as i32)?,
+    )?;
+    t.set(
+        "rshift",
+        shift(lua, "rshift", |x, n| ((x as u32) >> n) as i32)?,
+    )?;
     t.set("arshift", shift(lua, "arshift", |x, n| x >> n)?)?;
-    t.set("rol", shift(lua, "rol", |x, n| (x as u32).rotate_left(n) as i32)?)?;
-    t.set("ror", shift(lua, "ror", |x, n| (x as u32).rotate_right(n) as i32)?)?;
+    t.set(
+        "rol",
+        shift(lua, "rol", |x, n| (x as u32).rotate_left(n) as i32)?,
+    )?;
+    t.set(
+        "ror",
+        shift(lua, "ror", |x, n| (x as u32).rotate_right(n) as i32)?,
+    )?;
     t.set(
         "bswap",
-        lua.create_function(|_, args: MultiValue| {
-            Ok(arg(&args, 0, "bswap")?.swap_bytes() as f64)
-        })?,
+        lua.create_function(|_, args: MultiValue| Ok(arg(&args, 0, "bswap")?.swap_bytes() as f64))?,
     )?;
     t.set(
         "tohex",

@@ -78,7 +78,9 @@ pub fn open(lua: &Lua) -> Result<Table> {
         lua.create_function(move |_, v: Option<f64>| {
             if let Some(n) = v {
                 if !(1.0..=2147483647.0).contains(&n) {
-                    return err("bad argument #1 (expected integer between 1 and 2147483647)".into());
+                    return err(
+                        "bad argument #1 (expected integer between 1 and 2147483647)".into(),
+                    );
                 }
                 get(&s).set(n as u32);
             }
@@ -99,9 +101,18 @@ pub fn open(lua: &Lua) -> Result<Table> {
             Ok(get(&s).get())
         })
     };
-    t.set("encode_invalid_numbers", bool_setting(|s| &s.encode_invalid_numbers)?)?;
-    t.set("decode_invalid_numbers", bool_setting(|s| &s.decode_invalid_numbers)?)?;
-    t.set("encode_keep_buffer", lua.create_function(|_, v: Value| Ok(v))?)?;
+    t.set(
+        "encode_invalid_numbers",
+        bool_setting(|s| &s.encode_invalid_numbers)?,
+    )?;
+    t.set(
+        "decode_invalid_numbers",
+        bool_setting(|s| &s.decode_invalid_numbers)?,
+    )?;
+    t.set(
+        "encode_keep_buffer",
+        lua.create_function(|_, v: Value| Ok(v))?,
+    )?;
     let s = st.clone();
     t.set(
         "encode_number_precision",
@@ -118,18 +129,24 @@ pub fn open(lua: &Lua) -> Result<Table> {
     let s = st;
     t.set(
         "encode_sparse_array",
-        lua.create_function(move |_, (c, r, safe): (Option<bool>, Option<u32>, Option<u32>)| {
-            if let Some(c) = c {
-                s.sparse_convert.set(c);
-            }
-            if let Some(r) = r {
-                s.sparse_ratio.set(r);
-            }
-            if let Some(x) = safe {
-                s.sparse_safe.set(x);
-            }
-            Ok((s.sparse_convert.get(), s.sparse_ratio.get(), s.sparse_safe.get()))
-        })?,
+        lua.create_function(
+            move |_, (c, r, safe): (Option<bool>, Option<u32>, Option<u32>)| {
+                if let Some(c) = c {
+                    s.sparse_convert.set(c);
+                }
+                if let Some(r) = r {
+                    s.sparse_ratio.set(r);
+                }
+                if let Some(x) = safe {
+                    s.sparse_safe.set(x);
+                }
+                Ok((
+                    s.sparse_convert.get(),
+                    s.sparse_ratio.get(),
+                    s.sparse_safe.get(),
+                ))
+            },
+        )?,
     )?;
     t.set("null", null())?;
     t.set("_NAME", "cjson")?;
@@ -325,7 +342,9 @@ impl Decoder<'_> {
                 self.pos += 4;
                 Ok(null())
             }
-            Some(c) if *c == b'-' || c.is_ascii_digit() || *c == b'i' || *c == b'n' => self.number(),
+            Some(c) if *c == b'-' || c.is_ascii_digit() || *c == b'i' || *c == b'n' => {
+                self.number()
+            }
             _ => self.fail("value"),
         }
     }
@@ -349,9 +368,10 @@ impl Decoder<'_> {
     }
 
     fn hex4(&mut self) -> Result<u32> {
-        let h = self.b.get(self.pos..self.pos + 4).and_then(|h| {
-            u32::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()
-        });
+        let h = self
+            .b
+            .get(self.pos..self.pos + 4)
+            .and_then(|h| u32::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
         match h {
             Some(v) => {
                 self.pos += 4;
@@ -390,7 +410,9 @@ impl Decoder<'_> {
                             {
                                 self.pos += 2;
                                 let lo = self.hex4()?;
-                                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF);
+                                cp = 0x10000
+                                    + ((cp - 0xD800) << 10)
+                                    + (lo.wrapping_sub(0xDC00) & 0x3FF);
                             }
                             let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
                             let mut buf = [0u8; 4];

@@ -36,7 +36,9 @@ struct Parser<'a> {
 }
 
 fn bad<T>() -> Result<T> {
-    Err(mlua::Error::RuntimeError("protocol error in command reply".into()))
+    Err(mlua::Error::RuntimeError(
+        "protocol error in command reply".into(),
+    ))
 }
 
 impl Parser<'_> {
@@ -51,7 +53,10 @@ impl Parser<'_> {
 
     fn int(&mut self) -> Result<i64> {
         let l = self.line()?;
-        match std::str::from_utf8(l).ok().and_then(|s| s.parse::<i64>().ok()) {
+        match std::str::from_utf8(l)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+        {
             Some(n) => Ok(n),
             None => bad(),
         }

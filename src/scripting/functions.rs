@@ -83,9 +83,11 @@ pub fn install(new: Vec<Library>, policy: Policy, restore: bool) -> Result<(), S
     }
     for lib in new {
         for f in &lib.functions {
-            let taken = next
-                .values()
-                .any(|l| l.functions.iter().any(|g| g.name.eq_ignore_ascii_case(&f.name)));
+            let taken = next.values().any(|l| {
+                l.functions
+                    .iter()
+                    .any(|g| g.name.eq_ignore_ascii_case(&f.name))
+            });
             if taken {
                 return Err(format!("ERR Function {} already exists", f.name));
             }
@@ -104,13 +106,13 @@ pub fn parse_metadata(code: &[u8]) -> Result<(String, usize), String> {
     }
     let end = code.iter().position(|&c| c == b'\n').unwrap_or(code.len());
     let line = String::from_utf8_lossy(&code[2..end]).into_owned();
-    let parts = split_args(&line);
-    let engine = parts.first().cloned().unwrap_or_default();
+    // The engine is everything up to the first space ("#! name=x" names engine '').
+    let (engine, params) = line.split_once(' ').unwrap_or((&line, ""));
     if !engine.eq_ignore_ascii_case("lua") {
         return Err(format!("ERR Engine '{engine}' not found"));
     }
     let mut name = None;
-    for p in parts.iter().skip(1) {
+    for p in split_args(params).iter() {
         if let Some(v) = p.strip_prefix("name=") {
             if name.is_some() {
                 return Err(

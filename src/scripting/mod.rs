@@ -192,6 +192,6 @@ mod tests {
         assert_eq!(format_g(1023.2, 14), "1023.2");
         assert_eq!(format_g(-5000.0, 14), "-5000");
         assert_eq!(format_g(1e-5, 14), "1e-05");
-        assert_eq!(format_g(3.141, 17), "3.141");
+        assert_eq!(format_g(1.25, 17), "1.25");
     }
 }

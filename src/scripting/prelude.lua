@@ -97,36 +97,43 @@ local constants = {
 for k, v in pairs(constants) do R[k] = v end
 
 -- Globals: drop what a script must not reach, make libraries readonly.
+local S = {}
+for k, v in pairs(G) do S[k] = v end
 for _, name in pairs({'print', 'loadfile', 'dofile', 'load', 'module', 'require',
                       'setfenv', 'newproxy', 'package', 'io', 'os'}) do
-  G[name] = nil
+  S[name] = nil
 end
-G.loadstring = function(s, name)
+S.loadstring = function(s, name)
   if type(s) == 'string' and s:byte(1) == 27 then
     return nil, 'binary chunks are not allowed'
   end
   return loadstring(s, name)
 end
-G.setmetatable = function(t, mt)
+S.setmetatable = function(t, mt)
   if RO[t] then error("Attempt to modify a readonly table", 2) end
   return setmetatable(t, mt)
 end
-G.rawset = function(t, k, v)
+S.rawset = function(t, k, v)
   if RO[t] then error("Attempt to modify a readonly table", 2) end
   return rawset(t, k, v)
 end
-G.pcall = function(...) return fix_pcall(pcall(...)) end
-G.string = readonly(string)
-G.table = readonly(table)
-G.math = readonly(math)
-G.coroutine = readonly(coroutine)
-G.cjson = readonly(prims.cjson)
-G.cmsgpack = readonly(prims.cmsgpack)
-G.bit = readonly(prims.bit)
-G.struct = readonly(prims.struct)
-G.redis = readonly(R)
+S.pcall = function(...) return fix_pcall(pcall(...)) end
+S.string = readonly(string)
+S.table = readonly(table)
+S.math = readonly(math)
+S.coroutine = readonly(coroutine)
+S.cjson = readonly(prims.cjson)
+S.cmsgpack = readonly(prims.cmsgpack)
+S.bit = readonly(prims.bit)
+S.struct = readonly(prims.struct)
+S.redis = readonly(R)
+-- The globals table itself stays empty, so every assignment to a global reaches
+-- __newindex; lookups go through to S, and from S to `missing`.
+for k in pairs(S) do G[k] = nil end
+S._G = G
 RO[G] = true
-setmetatable(G, {__index = missing, __newindex = ro_error, __metatable = META})
+setmetatable(S, {__index = missing})
+setmetatable(G, {__index = S, __newindex = ro_error, __metatable = META})
 
 -- Function libraries: their chunks see F, whose lookups go to the load API while
 -- FUNCTION LOAD runs them and to the globals when their functions run.
@@ -184,7 +191,7 @@ end
 local LR = setmetatable({register_function = register_function, log = R.log}, {__index = missing})
 for k, v in pairs(constants) do LR[k] = v end
 local LOAD_API = setmetatable({redis = readonly(LR)}, {__index = missing})
-local FM = {__index = G, __newindex = ro_error, __metatable = META}
+local FM = {__index = S, __newindex = ro_error, __metatable = META}
 local F = setmetatable({}, FM)
 RO[F] = true
 
@@ -192,7 +199,7 @@ local function load_library(chunk)
   setfenv(chunk, F)
   registered, loading, FM.__index = {}, true, LOAD_API
   local ok, err = pcall(chunk)
-  loading, FM.__index = false, G
+  loading, FM.__index = false, S
   local r = registered
   registered = nil
   return ok, err, r
@@ -216,4 +223,4 @@ local function run(f, a, b)
   return xpcall(function() return f(a, b) end, handler)
 end
 
-return run, load_library
+return run, load_library, S

@@ -97,7 +97,10 @@ fn arg_bytes(args: &MultiValue, i: usize) -> Result<Vec<u8>> {
         Some(v @ (Value::Integer(_) | Value::Number(_))) => {
             Ok(super::format_g(number(v).unwrap_or(0.0), 14).into_bytes())
         }
-        _ => err(format!("bad argument #{} to 'pack' (string expected)", i + 1)),
+        _ => err(format!(
+            "bad argument #{} to 'pack' (string expected)",
+            i + 1
+        )),
     }
 }
 
@@ -110,14 +113,20 @@ fn pack(args: &MultiValue) -> Result<Vec<u8>> {
             Item::Pad => out.push(0),
             Item::Int { size, .. } => {
                 let Some(n) = args.get(a).and_then(number) else {
-                    return err(format!("bad argument #{} to 'pack' (number expected)", a + 1));
+                    return err(format!(
+                        "bad argument #{} to 'pack' (number expected)",
+                        a + 1
+                    ));
                 };
                 a += 1;
                 put_int(&mut out, n as i64, size, little);
             }
             Item::Float | Item::Double => {
                 let Some(n) = args.get(a).and_then(number) else {
-                    return err(format!("bad argument #{} to 'pack' (number expected)", a + 1));
+                    return err(format!(
+                        "bad argument #{} to 'pack' (number expected)",
+                        a + 1
+                    ));
                 };
                 a += 1;
                 let bytes: Vec<u8> = match (matches!(item, Item::Float), little) {

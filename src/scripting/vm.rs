@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures_channel::{mpsc::UnboundedSender, oneshot};
 use mlua::{
-    ChunkMode, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value,
-    VmState,
+    ChunkMode, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState,
 };
 
 use super::convert::{err_table, lua_to_resp, resp_to_lua};
@@ -36,6 +35,8 @@ pub enum Event {
         argv: Vec<Vec<u8>>,
         resp3: bool,
         ro: bool,
+        /// The script may run deny-oom commands even when out of memory.
+        allow_oom: bool,
     },
     /// The script ended: its reply for the client.
     Done(Vec<u8>),
@@ -53,6 +54,8 @@ pub struct RunJob {
     pub client_proto: Protocol,
     /// EVAL_RO / EVALSHA_RO / FCALL_RO.
     pub ro_cmd: bool,
+    /// Used memory was above maxmemory when the script started.
+    pub oom: bool,
     pub threshold_ms: u64,
     pub events: UnboundedSender<Event>,
     pub replies: Receiver<Vec<u8>>,
@@ -162,6 +165,7 @@ struct RunState {
     fast_hook: Cell<bool>,
     resp3: Cell<bool>,
     ro: Cell<bool>,
+    allow_oom: Cell<bool>,
     link: RefCell<Option<Link>>,
     /// The error table of the last failed `redis.call`, with its marker number.
     pending: RefCell<Option<(u64, Value)>>,
@@ -178,6 +182,8 @@ pub struct Vm {
     lua: Lua,
     run: Function,
     load_library: Function,
+    /// Where the globals really live (KEYS and ARGV go here).
+    store: Table,
     epoch: u64,
     scripts: HashMap<String, (Function, u32)>,
     funcs: HashMap<String, FuncEntry>,
@@ -300,20 +306,20 @@ impl Vm {
             fast_hook: Cell::new(false),
             resp3: Cell::new(false),
             ro: Cell::new(false),
+            allow_oom: Cell::new(false),
             link: RefCell::new(None),
             pending: RefCell::new(None),
             err_seq: Cell::new(0),
         });
         let prims = Self::prims(&lua, &st)?;
-        let (run, load_library): (Function, Function) = lua
-            .load(PRELUDE)
-            .set_name("=[tessera]")
-            .call(prims)?;
+        let (run, load_library, store): (Function, Function, Table) =
+            lua.load(PRELUDE).set_name("=[tessera]").call(prims)?;
         install_hook(&lua, &st, HOOK_EVERY);
         Ok(Vm {
             lua,
             run,
             load_library,
+            store,
             epoch,
             scripts: HashMap::new(),
             funcs: HashMap::new(),
@@ -357,7 +363,9 @@ impl Vm {
                     .and_then(|n| n.parse::<u64>().ok());
                 let mut p = s.pending.borrow_mut();
                 match (n, p.as_ref()) {
-                    (Some(n), Some((m, _))) if n == *m => Ok(p.take().map_or(Value::Nil, |(_, v)| v)),
+                    (Some(n), Some((m, _))) if n == *m => {
+                        Ok(p.take().map_or(Value::Nil, |(_, v)| v))
+                    }
                     _ => Ok(Value::String(lua.create_string(&text)?)),
                 }
             })?,
@@ -500,7 +508,8 @@ impl Vm {
         self.st.start.set(Instant::now());
         let r: mlua::Result<(bool, Value, Value)> = self.load_library.call(chunk);
         self.st.mode.set(Mode::Idle);
-        let (ok, err, reg) = r.map_err(|e| format!("ERR Error registering functions: {}", error_text(&e)))?;
+        let (ok, err, reg) =
+            r.map_err(|e| format!("ERR Error registering functions: {}", error_text(&e)))?;
         if !ok {
             return Err(format!(
                 "ERR Error registering functions: {}",
@@ -579,6 +588,7 @@ impl Vm {
             args,
             client_proto,
             ro_cmd,
+            oom,
             threshold_ms,
             events,
             replies,
@@ -600,10 +610,14 @@ impl Vm {
         match resolved {
             Err(e) => w.error(&e),
             Ok((f, fl, name, mode)) => {
-                if fl & (flags::EVAL_COMPAT | flags::NO_WRITES) == 0 && ro_cmd {
+                let shebang = fl & flags::EVAL_COMPAT == 0;
+                if shebang && oom && fl & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 {
+                    w.error("OOM command not allowed when used memory > 'maxmemory'.");
+                } else if shebang && fl & flags::NO_WRITES == 0 && ro_cmd {
                     w.error("ERR Can not execute a script with write flag using *_ro command.");
                 } else {
                     let ro = ro_cmd || fl & flags::NO_WRITES != 0;
+                    self.st.allow_oom.set(fl & flags::ALLOW_OOM != 0);
                     *self.st.link.borrow_mut() = Some(Link {
                         events: events.clone(),
                         replies,
@@ -648,9 +662,8 @@ impl Vm {
         st.resp3.set(false);
         st.ro.set(ro);
         let result: mlua::Result<(bool, Value)> = if mode == Mode::Eval {
-            let g = lua.globals();
-            let _ = g.raw_set("KEYS", kt);
-            let _ = g.raw_set("ARGV", at);
+            let _ = self.store.raw_set("KEYS", kt);
+            let _ = self.store.raw_set("ARGV", at);
             self.run.call((f, Value::Nil, Value::Nil))
         } else {
             self.run.call((f, kt, at))
@@ -712,6 +725,7 @@ fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(V
         argv,
         resp3: st.resp3.get(),
         ro: st.ro.get(),
+        allow_oom: st.allow_oom.get(),
     });
     let reply = match sent {
         Ok(()) => link.replies.recv().ok(),

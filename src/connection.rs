@@ -141,6 +141,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
             multi: None,
             exec_owner: None,
             watched: Vec::new(),
+            in_script: false,
         },
         buf: vec![0; READ_CHUNK],
         start: 0,

@@ -188,6 +188,7 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         multi: None,
         exec_owner: Some(txn),
         watched: Vec::new(),
+        in_script: true,
     }
 }
 

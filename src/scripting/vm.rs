@@ -550,10 +550,9 @@ impl Vm {
         let (gen, libs) = functions::snapshot();
         self.funcs.clear();
         for lib in libs {
-            let Ok((name, skip)) = functions::parse_metadata(&lib.code) else {
+            let Ok((_, skip)) = functions::parse_metadata(&lib.code) else {
                 continue;
             };
-            let _ = name;
             let Ok(chunk) = self
                 .lua
                 .load(&lib.code[skip..])

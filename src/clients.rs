@@ -112,6 +112,8 @@ pub struct Session {
     pub exec_owner: Option<crate::shard::locks::TxnId>,
     /// Keys this client WATCHes: (db, key, flag set by any write to it, expired then).
     pub watched: Vec<WatchedKey>,
+    /// The fake client a Lua script's commands run as (Redis's CLIENT_SCRIPT).
+    pub in_script: bool,
 }
 
 /// A key under WATCH: any write to it on its shard sets `dirty`.

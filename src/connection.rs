@@ -141,6 +141,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
             multi: None,
             exec_owner: None,
             watched: Vec::new(),
+            in_script: false,
         },
         buf: vec![0; READ_CHUNK],
         start: 0,
@@ -369,6 +370,11 @@ impl Connection {
         if !self.session.authenticated && !spec.has(flags::NO_AUTH) {
             self.reject(Some(idx), "NOAUTH Authentication required.");
             return;
+        }
+        if let Some(busy) = crate::scripting::busy_error() {
+            if !spec.has(flags::ALLOW_BUSY) {
+                return self.reject(Some(idx), busy);
+            }
         }
         if self.session.multi.is_some() {
             if spec.name == "exec" {
@@ -844,7 +850,7 @@ impl Connection {
 }
 
 /// Combines the per-key replies of a split command into the reply the client expects.
-fn merge_replies<'a>(
+pub(crate) fn merge_replies<'a>(
     merge: Merge,
     pieces: impl Iterator<Item = &'a [u8]> + Clone,
     count: usize,

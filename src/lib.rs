@@ -7,6 +7,7 @@ pub mod config;
 pub mod connection;
 pub mod protocol;
 pub mod runtime;
+pub mod scripting;
 pub mod server;
 pub mod shard;
 pub mod slot;

@@ -65,6 +65,8 @@ struct SortOpts {
     desc: bool,
     alpha: bool,
     store: Option<Vec<u8>>,
+    /// Called from a Lua script, whose replies must be deterministic.
+    in_script: bool,
 }
 
 /// Parses SORT's options (argv[2..]) with Redis's precedence: the first bad option
@@ -359,6 +361,7 @@ async fn sort_generic(g: &mut GlobalCtx<'_>, readonly: bool) {
         Ok(o) => o,
         Err(e) => return g.error(e),
     };
+    o.in_script = g.session.in_script;
     let db = g.session.db;
     let cell = g.session.cell.clone();
     let src = g.args[1].clone();
@@ -405,9 +408,9 @@ async fn run_locked(
         })
         .await
         .map_err(|_| WRONGTYPE)?;
-    // A set has no order of its own: a stored result must not depend on the hash
-    // table's layout, so Redis sorts it alphabetically instead.
-    if o.dontsort && kind == SrcKind::Set && o.store.is_some() {
+    // A set has no order of its own: a stored result (or a script's reply) must not
+    // depend on the hash table's layout, so Redis sorts it alphabetically instead.
+    if o.dontsort && kind == SrcKind::Set && (o.store.is_some() || o.in_script) {
         o.dontsort = false;
         o.alpha = true;
         o.by = None;

@@ -329,6 +329,7 @@ fn build() -> CommandTable {
         super::streams::COMMANDS,
         super::hll::COMMANDS,
         super::geo::COMMANDS,
+        super::scripting::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

@@ -1,0 +1,921 @@
+//! Scripting commands (Redis's eval.c, function.c, script.c): EVAL, EVALSHA, EVAL_RO,
+//! EVALSHA_RO, FCALL, FCALL_RO, SCRIPT and FUNCTION.
+//!
+//! A script runs atomically across shards: the home task takes every shard's lock
+//! (MultiShardOp::lock_all, as EXEC does), hands the script to the shard's Lua VM
+//! (src/scripting), and serves its `redis.call`s: each command runs like a command of
+//! a fake client inside EXEC — keyed commands on the shard owning their keys, split
+//! or coordinated when they span shards — and its RESP reply goes back to the VM.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use futures_channel::mpsc::UnboundedReceiver;
+
+use super::keys::reply_help;
+use super::strings::cmd;
+use super::table::{flags::*, CommandSpec, KeySpec, Kind};
+use super::{Args, ClientCtx, Cross, ExecCtx, GlobalCtx, KeyedFn};
+use crate::clients::{ClientShared, ReplyMode, Session};
+use crate::protocol::parser::ArgSpan;
+use crate::protocol::reply::{Protocol, ReplyWriter};
+use crate::scripting::functions::{self, Policy};
+use crate::scripting::vm::{self, Event, Job, RunJob, Target};
+use crate::scripting::{self, Running};
+use crate::shard::locks::LockOwner;
+use crate::shard::multi::MultiShardOp;
+use crate::shard::ShardCell;
+
+type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+const NUMKEYS: KeySpec = KeySpec::Keynum {
+    dest: 0,
+    keynum_at: 2,
+};
+
+macro_rules! scmd {
+    ($name:expr, $arity:expr, $flags:expr, $keys:expr, $f:expr, $since:expr, $summary:expr) => {
+        CommandSpec {
+            group: "scripting",
+            acl: &["@scripting"],
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                $keys,
+                Kind::Global($f),
+                $since,
+                $summary
+            )
+        }
+    };
+}
+
+#[rustfmt::skip]
+pub static COMMANDS: &[CommandSpec] = &[
+    scmd!("eval", -3, NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | NO_MANDATORY_KEYS | STALE | MOVABLE_KEYS, NUMKEYS, eval, "2.6.0", "Execute a Lua script server side"),
+    scmd!("evalsha", -3, NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | NO_MANDATORY_KEYS | STALE | MOVABLE_KEYS, NUMKEYS, evalsha, "2.6.0", "Execute a Lua script server side"),
+    scmd!("eval_ro", -3, NOSCRIPT | SKIP_MONITOR | NO_MANDATORY_KEYS | STALE | READONLY | MOVABLE_KEYS, NUMKEYS, eval_ro, "7.0.0", "Execute a read-only Lua script server side"),
+    scmd!("evalsha_ro", -3, NOSCRIPT | SKIP_MONITOR | NO_MANDATORY_KEYS | STALE | READONLY | MOVABLE_KEYS, NUMKEYS, evalsha_ro, "7.0.0", "Execute a read-only Lua script server side"),
+    scmd!("fcall", -3, NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | NO_MANDATORY_KEYS | STALE | MOVABLE_KEYS, NUMKEYS, fcall, "7.0.0", "Invoke a function"),
+    scmd!("fcall_ro", -3, NOSCRIPT | SKIP_MONITOR | NO_MANDATORY_KEYS | STALE | READONLY | MOVABLE_KEYS, NUMKEYS, fcall_ro, "7.0.0", "Invoke a read-only function"),
+    scmd!("script", -2, NOSCRIPT | ALLOW_BUSY, KeySpec::None, script, "2.6.0", "A container for Lua scripts management commands"),
+    scmd!("function", -2, NOSCRIPT | ALLOW_BUSY, KeySpec::None, function, "7.0.0", "A container for function commands"),
+];
+
+fn eval<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(run_eval(g, false, false))
+}
+
+fn evalsha<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(run_eval(g, true, false))
+}
+
+fn eval_ro<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(run_eval(g, false, true))
+}
+
+fn evalsha_ro<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(run_eval(g, true, true))
+}
+
+fn fcall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(run_fcall(g, false))
+}
+
+fn fcall_ro<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(run_fcall(g, true))
+}
+
+/// KEYS and ARGV of `<cmd> <script|sha|name> numkeys key... arg...`.
+/// A script's KEYS and ARGV.
+type KeysArgs = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+fn split_keys(g: &GlobalCtx<'_>, bad_count: &str) -> Result<KeysArgs, String> {
+    let Some(n) = super::parse_i64(g.arg(2)) else {
+        return Err(bad_count.to_string());
+    };
+    let avail = g.args.len() as i64 - 3;
+    if n > avail {
+        return Err("ERR Number of keys can't be greater than number of args".into());
+    }
+    if n < 0 {
+        return Err("ERR Number of keys can't be negative".into());
+    }
+    let split = 3 + n as usize;
+    Ok((g.args[3..split].to_vec(), g.args[split..].to_vec()))
+}
+
+async fn run_eval(g: &mut GlobalCtx<'_>, by_sha: bool, ro: bool) {
+    let (keys, args) = match split_keys(g, super::NOT_INT) {
+        Ok(ka) => ka,
+        Err(e) => return g.error(&e),
+    };
+    let target = if by_sha {
+        let sha = String::from_utf8_lossy(g.arg(1)).to_ascii_lowercase();
+        if sha.len() != 40 {
+            return g.error("NOSCRIPT No matching script. Please use EVAL.");
+        }
+        Target::Eval { sha, body: None }
+    } else {
+        let body = g.args[1].clone();
+        Target::Eval {
+            sha: scripting::sha1::sha1_hex(&body),
+            body: Some(body),
+        }
+    };
+    let name = match &target {
+        Target::Eval { sha, .. } => sha.clone(),
+        Target::Function(n) => n.clone(),
+    };
+    run_script(g, target, name, true, keys, args, ro).await
+}
+
+async fn run_fcall(g: &mut GlobalCtx<'_>, ro: bool) {
+    let (keys, args) = match split_keys(g, "ERR Bad number of keys provided") {
+        Ok(ka) => ka,
+        Err(e) => return g.error(&e),
+    };
+    let name = String::from_utf8_lossy(g.arg(1)).into_owned();
+    run_script(
+        g,
+        Target::Function(name.clone()),
+        name,
+        false,
+        keys,
+        args,
+        ro,
+    )
+    .await
+}
+
+/// Receives the VM's next event.
+async fn next_event(rx: &mut UnboundedReceiver<Event>) -> Option<Event> {
+    std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut *rx), cx)).await
+}
+
+/// The script's own client: the caller's database, the script's RESP version, the
+/// script's lock owner (so commands that lock keys re-enter the held locks).
+fn fake_session(s: &Session, txn: u64) -> Session {
+    let c = &s.shared;
+    let shared = Rc::new(ClientShared {
+        id: c.id,
+        addr: c.addr,
+        laddr: c.laddr,
+        fd: -1,
+        created_ms: c.created_ms,
+        name: Default::default(),
+        db: std::cell::Cell::new(s.db),
+        last_cmd: std::cell::Cell::new("NULL"),
+        last_interaction_ms: std::cell::Cell::new(c.last_interaction_ms.get()),
+        proto: std::cell::Cell::new(Protocol::Resp2),
+        query_buf_len: Default::default(),
+        output_len: Default::default(),
+        killed: Default::default(),
+        no_evict: Default::default(),
+        multi_count: std::cell::Cell::new(-1),
+        blocked: Default::default(),
+    });
+    Session {
+        cell: s.cell.clone(),
+        shared,
+        db: s.db,
+        proto: Protocol::Resp2,
+        authenticated: true,
+        reply_mode: ReplyMode::On,
+        close_after_reply: false,
+        multi: None,
+        exec_owner: Some(txn),
+        watched: Vec::new(),
+        in_script: true,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_script(
+    g: &mut GlobalCtx<'_>,
+    target: Target,
+    name: String,
+    is_eval: bool,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+    ro: bool,
+) {
+    let cell = g.session.cell.clone();
+    let owner = LockOwner {
+        id: g.session.exec_owner.unwrap_or_else(|| cell.next_txn_id()),
+        write: true,
+    };
+    let op = MultiShardOp::lock_all(owner, &cell).await;
+    let threshold_ms = cell.data.borrow().config.busy_reply_threshold();
+    let oom = out_of_memory(&cell);
+    let (etx, mut erx) = futures_channel::mpsc::unbounded();
+    let (rtx, rrx) = std::sync::mpsc::channel();
+    scripting::start_running(Running {
+        start: std::time::Instant::now(),
+        is_eval,
+        name,
+        command: g.args.clone(),
+        wrote: false,
+    });
+    vm::submit(Job::Run(Box::new(RunJob {
+        target,
+        keys,
+        args,
+        client_proto: g.session.proto,
+        ro_cmd: ro,
+        oom,
+        threshold_ms,
+        events: etx,
+        replies: rrx,
+    })));
+    let mut fake = fake_session(g.session, owner.id);
+    // Time stands still for the script, as in Redis: every command sees its start.
+    let now = crate::util::now_ms();
+    let mut wrote = false;
+    loop {
+        match next_event(&mut erx).await {
+            Some(Event::Call {
+                argv,
+                resp3,
+                ro,
+                allow_oom,
+            }) => {
+                fake.proto = if resp3 {
+                    Protocol::Resp3
+                } else {
+                    Protocol::Resp2
+                };
+                let deny_oom = oom && !allow_oom;
+                let reply = call(&mut fake, argv, ro, deny_oom, now, &mut wrote).await;
+                let _ = rtx.send(reply);
+            }
+            Some(Event::Done(reply)) => {
+                g.out.extend_from_slice(&reply);
+                break;
+            }
+            None => {
+                g.error("ERR the script engine failed");
+                break;
+            }
+        }
+    }
+    scripting::stop_running();
+    op.release(&cell).await;
+}
+
+const OOM_ERR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// Used memory (the resident set, as INFO reports it) is above a set maxmemory.
+fn out_of_memory(cell: &ShardCell) -> bool {
+    let max = cell.data.borrow().config.maxmemory();
+    if max == 0 {
+        return false;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    pages * 4096 > max
+}
+
+fn error_reply(proto: Protocol, msg: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    ReplyWriter::new(&mut out, proto).error(msg);
+    out
+}
+
+fn owned_args(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<ArgSpan>) {
+    let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
+    let mut spans = Vec::with_capacity(argv.len());
+    for a in argv {
+        let start = buf.len() as u32;
+        buf.extend_from_slice(a);
+        spans.push(ArgSpan {
+            start,
+            end: buf.len() as u32,
+        });
+    }
+    (buf, spans)
+}
+
+/// Runs one `redis.call` for the script and returns its reply.
+async fn call(
+    fake: &mut Session,
+    argv: Vec<Vec<u8>>,
+    ro: bool,
+    deny_oom: bool,
+    now: u64,
+    wrote: &mut bool,
+) -> Vec<u8> {
+    let proto = fake.proto;
+    let Some((idx, spec)) = super::lookup(&argv[0]) else {
+        // CLUSTER is not implemented; Redis refuses its subcommands in scripts.
+        if argv[0].eq_ignore_ascii_case(b"cluster") {
+            return error_reply(proto, "ERR This Redis command is not allowed from script");
+        }
+        return error_reply(proto, "ERR Unknown Redis command called from script");
+    };
+    if !spec.arity_ok(argv.len()) {
+        return error_reply(
+            proto,
+            "ERR Wrong number of args calling Redis command from script",
+        );
+    }
+    if spec.has(NOSCRIPT) {
+        return error_reply(proto, "ERR This Redis command is not allowed from script");
+    }
+    let write = spec.has(WRITE);
+    // Only until the script's first write: after that it cannot stop half-way.
+    if deny_oom && !*wrote && spec.has(DENYOOM) {
+        return error_reply(proto, OOM_ERR);
+    }
+    if write {
+        if ro {
+            return error_reply(
+                proto,
+                "ERR Write commands are not allowed from read-only scripts.",
+            );
+        }
+        if !*wrote {
+            *wrote = true;
+            if let Some(r) = scripting::running().as_mut() {
+                r.wrote = true;
+            }
+        }
+    }
+    let cell = fake.cell.clone();
+    let mut out = Vec::new();
+    match spec.kind {
+        Kind::Client(f) => {
+            let (buf, spans) = owned_args(&argv);
+            f(&mut ClientCtx {
+                session: fake,
+                args: Args::new(&buf, &spans),
+                out: ReplyWriter::new(&mut out, proto),
+            });
+            record(&cell, idx, &out);
+        }
+        Kind::Global(f) => {
+            run_global(fake, f, argv, write, &mut out).await;
+            record(&cell, idx, &out);
+        }
+        Kind::Keyed(run, cross) => {
+            let (buf, spans) = owned_args(&argv);
+            let args = Args::new(&buf, &spans);
+            let mut shards = spec
+                .keys
+                .positions(&args)
+                .map(|p| cell.shard_of(args.get(p)));
+            let first = shards.next().unwrap_or(cell.id);
+            if shards.all(|s| s == first) {
+                let keys: Vec<usize> = spec.keys.positions(&args).collect();
+                let job = KeyedJob {
+                    idx,
+                    run,
+                    db: fake.db,
+                    proto,
+                    buf,
+                    spans,
+                    keys,
+                    now,
+                    write,
+                };
+                out = cell.call(first, move |c| job.run(c)).await;
+            } else {
+                match cross {
+                    Cross::Split { one, stride, merge } => {
+                        out = split(
+                            &cell,
+                            idx,
+                            one,
+                            stride as usize,
+                            merge,
+                            fake,
+                            &argv,
+                            now,
+                            write,
+                        )
+                        .await;
+                    }
+                    Cross::Coordinator(f) => {
+                        run_global(fake, f, argv, write, &mut out).await;
+                        record(&cell, idx, &out);
+                    }
+                    Cross::Never => {
+                        out = error_reply(proto, "ERR internal error: command cannot span shards")
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn run_global(
+    fake: &mut Session,
+    f: super::GlobalFn,
+    argv: Vec<Vec<u8>>,
+    write: bool,
+    out: &mut Vec<u8>,
+) {
+    let mut ctx = GlobalCtx {
+        session: fake,
+        args: argv,
+        out,
+        write,
+    };
+    f(&mut ctx).await;
+}
+
+fn record(cell: &ShardCell, idx: u16, out: &[u8]) {
+    let failed = out.first() == Some(&b'-');
+    let mut d = cell.data.borrow_mut();
+    d.stats.record_call(idx, failed);
+    if failed {
+        d.stats.record_error(crate::connection::error_prefix(out));
+    }
+}
+
+/// A keyed command travelling to the shard that owns its keys.
+struct KeyedJob {
+    idx: u16,
+    run: KeyedFn,
+    db: usize,
+    proto: Protocol,
+    buf: Vec<u8>,
+    spans: Vec<ArgSpan>,
+    keys: Vec<usize>,
+    now: u64,
+    write: bool,
+}
+
+impl KeyedJob {
+    fn run(self, cell: &Rc<ShardCell>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let args = Args::new(&self.buf, &self.spans);
+        let mut data = cell.data.borrow_mut();
+        let mut ctx = ExecCtx {
+            data: &mut data,
+            db: self.db,
+            args,
+            out: ReplyWriter::new(&mut out, self.proto),
+            now: self.now,
+        };
+        (self.run)(&mut ctx);
+        let failed = out.first() == Some(&b'-');
+        data.stats.record_call(self.idx, failed);
+        if failed {
+            data.stats
+                .record_error(crate::connection::error_prefix(&out));
+        } else if self.write {
+            // WATCHers of these keys see the write; blocked poppers re-check once the
+            // script releases its locks.
+            for &p in &self.keys {
+                data.watches.touch(self.db, args.get(p));
+                data.blocked.signal(self.db, args.get(p));
+            }
+        }
+        out
+    }
+}
+
+/// A split command (MGET, MSET, DEL ...) whose keys span shards: each key group runs
+/// on its shard under the script's locks, and the replies merge as the client path does.
+#[allow(clippy::too_many_arguments)]
+async fn split(
+    cell: &Rc<ShardCell>,
+    idx: u16,
+    one: KeyedFn,
+    stride: usize,
+    merge: super::Merge,
+    fake: &Session,
+    argv: &[Vec<u8>],
+    now: u64,
+    write: bool,
+) -> Vec<u8> {
+    let proto = fake.proto;
+    if !(argv.len() - 1).is_multiple_of(stride) {
+        let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
+        return error_reply(
+            proto,
+            &format!("ERR wrong number of arguments for '{name}' command"),
+        );
+    }
+    let mut parts = Vec::new();
+    for group in argv[1..].chunks(stride) {
+        let mut part = Vec::with_capacity(stride + 1);
+        part.push(argv[0].clone());
+        part.extend(group.iter().cloned());
+        let (buf, spans) = owned_args(&part);
+        let job = KeyedJob {
+            idx,
+            run: one,
+            db: fake.db,
+            proto,
+            buf,
+            spans,
+            keys: vec![1],
+            now,
+            write,
+        };
+        let shard = cell.shard_of(&group[0]);
+        parts.push(cell.call(shard, move |c| job.run(c)).await);
+    }
+    let mut out = Vec::new();
+    crate::connection::merge_replies(
+        merge,
+        parts.iter().map(|p| p.as_slice()),
+        parts.len(),
+        &mut ReplyWriter::new(&mut out, proto),
+    );
+    out
+}
+
+const SCRIPT_HELP: &[&str] = &[
+    "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DEBUG (YES|SYNC|NO)",
+    "    Set the debug mode for subsequent scripts executed.",
+    "EXISTS <sha1> [<sha1> ...]",
+    "    Return information about the existence of the scripts in the script cache.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Flush the Lua scripts cache. Very dangerous on replicas.",
+    "    When called without the optional mode argument, the behavior is determined by the",
+    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the scripts cache.",
+    "    * SYNC: Synchronously flush the scripts cache.",
+    "KILL",
+    "    Kill the currently executing Lua script.",
+    "LOAD <script>",
+    "    Load a script into the scripts cache without executing it.",
+    "HELP",
+    "    Prints this help.",
+];
+
+const FUNCTION_HELP: &[&str] = &[
+    "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "LOAD [REPLACE] <FUNCTION CODE>",
+    "    Create a new library with the given library name and code.",
+    "DELETE <LIBRARY NAME>",
+    "    Delete the given library.",
+    "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+    "    Return general information on all the libraries:",
+    "    * Library name",
+    "    * The engine used to run the Library",
+    "    * Library description",
+    "    * Functions list",
+    "    * Library code (if WITHCODE is given)",
+    "    It also possible to get only function that matches a pattern using LIBRARYNAME argument.",
+    "STATS",
+    "    Return information about the current function running:",
+    "    * Function name",
+    "    * Command used to run the function",
+    "    * Duration in MS that the function is running",
+    "    If no function is running, return nil",
+    "    In addition, returns a list of available engines.",
+    "KILL",
+    "    Kill the current running function.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Delete all the libraries.",
+    "    When called without the optional mode argument, the behavior is determined by the",
+    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the libraries.",
+    "    * SYNC: Synchronously flush the libraries.",
+    "DUMP",
+    "    Return a serialized payload representing the current libraries, can be restored using FUNCTION RESTORE command",
+    "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+    "    Restore the libraries represented by the given payload, it is possible to give a restore policy to",
+    "    control how to handle existing libraries (default APPEND):",
+    "    * FLUSH: delete all existing libraries.",
+    "    * APPEND: appends the restored libraries to the existing libraries. On collision, abort.",
+    "    * REPLACE: appends the restored libraries to the existing libraries, On collision, replace the old",
+    "      libraries with the new libraries (notice that even on this option there is a chance of failure",
+    "      in case of functions name collision with another library).",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// Checks a subcommand's arity (Redis's per-subcommand table); false after replying.
+fn sub_arity(g: &mut GlobalCtx<'_>, container: &str, sub: &str, arity: i64) -> bool {
+    let argc = g.args.len() as i64;
+    let ok = if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    };
+    if !ok {
+        g.error(&format!(
+            "ERR wrong number of arguments for '{container}|{sub}' command"
+        ));
+    }
+    ok
+}
+
+fn syntax_error(g: &mut GlobalCtx<'_>, container: &str) {
+    let msg = format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {container} HELP.",
+        String::from_utf8_lossy(g.arg(1))
+    );
+    g.error(&msg)
+}
+
+/// SCRIPT KILL / FUNCTION KILL.
+fn kill(g: &mut GlobalCtx<'_>, is_eval: bool) {
+    let run = scripting::running();
+    let msg = match run.as_ref() {
+        None => Some("NOTBUSY No scripts in execution right now."),
+        Some(r) if r.wrote => Some("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command."),
+        Some(r) if is_eval && !r.is_eval => Some(scripting::BUSY_FUNCTION),
+        Some(r) if !is_eval && r.is_eval => Some(scripting::BUSY_EVAL),
+        Some(_) => None,
+    };
+    drop(run);
+    match msg {
+        Some(m) => g.error(m),
+        None => {
+            scripting::KILL.store(true, std::sync::atomic::Ordering::SeqCst);
+            g.w().ok();
+        }
+    }
+}
+
+/// The flush mode argument: Ok(()) for none, ASYNC or SYNC.
+fn flush_mode(g: &GlobalCtx<'_>) -> Option<bool> {
+    match g.args.len() {
+        2 => Some(true),
+        3 => Some(g.is(2, "async") || g.is(2, "sync")),
+        _ => None,
+    }
+}
+
+fn script<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let sub = String::from_utf8_lossy(g.arg(1)).to_ascii_lowercase();
+        if sub != "kill" {
+            if let Some(busy) = scripting::busy_error() {
+                return g.error(busy);
+            }
+        }
+        match sub.as_str() {
+            "help" if sub_arity(g, "script", "help", 2) => reply_help(&mut g.w(), SCRIPT_HELP),
+            "load" if sub_arity(g, "script", "load", 3) => {
+                let (done, rx) = futures_channel::oneshot::channel();
+                vm::submit(Job::ScriptLoad {
+                    body: g.args[2].clone(),
+                    done,
+                });
+                match rx.await {
+                    Ok(Ok(sha)) => g.w().bulk(sha.as_bytes()),
+                    Ok(Err(e)) => g.error(&e),
+                    Err(_) => g.error("ERR the script engine failed"),
+                }
+            }
+            "exists" if sub_arity(g, "script", "exists", -3) => {
+                let found: Vec<bool> = g.args[2..]
+                    .iter()
+                    .map(|s| {
+                        scripting::script_exists(&String::from_utf8_lossy(s).to_ascii_lowercase())
+                    })
+                    .collect();
+                let mut w = g.w();
+                w.array_len(found.len());
+                for f in found {
+                    w.integer(f as i64);
+                }
+            }
+            "flush" if sub_arity(g, "script", "flush", -2) => match flush_mode(g) {
+                Some(true) => {
+                    scripting::script_flush();
+                    g.w().ok();
+                }
+                Some(false) => g.error("ERR SCRIPT FLUSH only support SYNC|ASYNC option"),
+                None => syntax_error(g, "SCRIPT"),
+            },
+            "kill" if sub_arity(g, "script", "kill", 2) => kill(g, true),
+            "debug" if sub_arity(g, "script", "debug", 3) => {
+                if g.is(2, "no") || g.is(2, "yes") || g.is(2, "sync") {
+                    g.w().ok();
+                } else {
+                    g.error("ERR Use SCRIPT DEBUG YES/SYNC/NO");
+                }
+            }
+            "help" | "load" | "exists" | "flush" | "kill" | "debug" => {}
+            _ => g.unknown_subcommand("SCRIPT"),
+        }
+    })
+}
+
+fn function<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let sub = String::from_utf8_lossy(g.arg(1)).to_ascii_lowercase();
+        if sub != "kill" && sub != "stats" {
+            if let Some(busy) = scripting::busy_error() {
+                return g.error(busy);
+            }
+        }
+        match sub.as_str() {
+            "help" if sub_arity(g, "function", "help", 2) => reply_help(&mut g.w(), FUNCTION_HELP),
+            "load" if sub_arity(g, "function", "load", -3) => function_load(g).await,
+            "delete" if sub_arity(g, "function", "delete", 3) => {
+                let name = String::from_utf8_lossy(g.arg(2)).into_owned();
+                if functions::delete(&name) {
+                    g.w().ok();
+                } else {
+                    g.error("ERR Library not found");
+                }
+            }
+            "flush" if sub_arity(g, "function", "flush", -2) => match flush_mode(g) {
+                Some(true) => {
+                    functions::flush();
+                    g.w().ok();
+                }
+                Some(false) => g.error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
+                None => syntax_error(g, "FUNCTION"),
+            },
+            "list" if sub_arity(g, "function", "list", -2) => function_list(g),
+            "dump" if sub_arity(g, "function", "dump", 2) => {
+                let payload = functions::dump();
+                g.w().bulk(&payload);
+            }
+            "restore" if sub_arity(g, "function", "restore", -3) => function_restore(g).await,
+            "stats" if sub_arity(g, "function", "stats", 2) => function_stats(g),
+            "kill" if sub_arity(g, "function", "kill", 2) => kill(g, false),
+            "help" | "load" | "delete" | "flush" | "list" | "dump" | "restore" | "stats"
+            | "kill" => {}
+            _ => g.unknown_subcommand("FUNCTION"),
+        }
+    })
+}
+
+async fn function_load(g: &mut GlobalCtx<'_>) {
+    if out_of_memory(&g.session.cell) {
+        return g.error(OOM_ERR);
+    }
+    let argc = g.args.len();
+    let mut replace = false;
+    for i in 2..argc - 1 {
+        if g.is(i, "replace") {
+            replace = true;
+        } else {
+            let msg = format!(
+                "ERR Unknown option given: {}",
+                String::from_utf8_lossy(g.arg(i))
+            );
+            return g.error(&msg);
+        }
+    }
+    let (done, rx) = futures_channel::oneshot::channel();
+    vm::submit(Job::FunctionLoad {
+        code: g.args[argc - 1].clone(),
+        replace,
+        done,
+    });
+    match rx.await {
+        Ok(Ok(name)) => g.w().bulk(name.as_bytes()),
+        Ok(Err(e)) => g.error(&e),
+        Err(_) => g.error("ERR the script engine failed"),
+    }
+}
+
+async fn function_restore(g: &mut GlobalCtx<'_>) {
+    if out_of_memory(&g.session.cell) {
+        return g.error(OOM_ERR);
+    }
+    if g.args.len() > 4 {
+        return syntax_error(g, "FUNCTION");
+    }
+    let policy = if g.args.len() == 4 {
+        if g.is(3, "append") {
+            Policy::Append
+        } else if g.is(3, "replace") {
+            Policy::Replace
+        } else if g.is(3, "flush") {
+            Policy::Flush
+        } else {
+            return g.error(
+                "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+            );
+        }
+    } else {
+        Policy::Append
+    };
+    let codes = match functions::parse_dump(g.arg(2)) {
+        Ok(c) => c,
+        Err(e) => return g.error(&e),
+    };
+    let (done, rx) = futures_channel::oneshot::channel();
+    vm::submit(Job::FunctionRestore {
+        codes,
+        policy,
+        done,
+    });
+    match rx.await {
+        Ok(Ok(())) => g.w().ok(),
+        Ok(Err(e)) => g.error(&e),
+        Err(_) => g.error("ERR the script engine failed"),
+    }
+}
+
+fn function_list(g: &mut GlobalCtx<'_>) {
+    let (mut with_code, mut pattern): (bool, Option<Vec<u8>>) = (false, None);
+    let mut i = 2;
+    while i < g.args.len() {
+        if !with_code && g.is(i, "withcode") {
+            with_code = true;
+        } else if pattern.is_none() && g.is(i, "libraryname") {
+            if i + 1 >= g.args.len() {
+                return g.error("ERR library name argument was not given");
+            }
+            i += 1;
+            pattern = Some(g.args[i].clone());
+        } else {
+            let msg = format!("ERR Unknown argument {}", String::from_utf8_lossy(g.arg(i)));
+            return g.error(&msg);
+        }
+        i += 1;
+    }
+    let (_, libs) = functions::snapshot();
+    let libs: Vec<_> = libs
+        .into_iter()
+        .filter(|l| {
+            pattern
+                .as_ref()
+                .is_none_or(|p| crate::util::glob::glob_match(p, l.name.as_bytes(), true))
+        })
+        .collect();
+    let mut w = g.w();
+    w.array_len(libs.len());
+    for lib in libs {
+        w.map_len(if with_code { 4 } else { 3 });
+        w.bulk(b"library_name");
+        w.bulk(lib.name.as_bytes());
+        w.bulk(b"engine");
+        w.bulk(b"LUA");
+        w.bulk(b"functions");
+        w.array_len(lib.functions.len());
+        for f in &lib.functions {
+            w.map_len(3);
+            w.bulk(b"name");
+            w.bulk(f.name.as_bytes());
+            w.bulk(b"description");
+            match &f.description {
+                Some(d) => w.bulk(d.as_bytes()),
+                None => w.null(),
+            }
+            w.bulk(b"flags");
+            let names: Vec<&str> = scripting::flags::NAMES
+                .iter()
+                .filter(|(bit, _)| f.flags & bit != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            w.set_len(names.len());
+            for n in names {
+                w.simple(n);
+            }
+        }
+        if with_code {
+            w.bulk(b"library_code");
+            w.bulk(&lib.code);
+        }
+    }
+}
+
+fn function_stats(g: &mut GlobalCtx<'_>) {
+    let running = scripting::running().as_ref().map(|r| {
+        (
+            r.name.clone(),
+            r.command.clone(),
+            r.start.elapsed().as_millis() as i64,
+        )
+    });
+    let (libs, funcs) = functions::counts();
+    let mut w = g.w();
+    w.map_len(2);
+    w.bulk(b"running_script");
+    match running {
+        None => w.null(),
+        Some((name, command, ms)) => {
+            w.map_len(3);
+            w.bulk(b"name");
+            w.bulk(name.as_bytes());
+            w.bulk(b"command");
+            w.array_len(command.len());
+            for a in &command {
+                w.bulk(a);
+            }
+            w.bulk(b"duration_ms");
+            w.integer(ms);
+        }
+    }
+    w.bulk(b"engines");
+    w.map_len(1);
+    w.bulk(b"LUA");
+    w.map_len(2);
+    w.bulk(b"libraries_count");
+    w.integer(libs as i64);
+    w.bulk(b"functions_count");
+    w.integer(funcs as i64);
+}

@@ -1,0 +1,197 @@
+//! Lua scripting (EVAL, FCALL): the script engine and the state every shard shares.
+//!
+//! Design (DESIGN.md §4): a script is atomic across shards. The connection's home shard
+//! takes every shard's lock (as EXEC does) and hands the script to its Lua VM, which
+//! runs on a dedicated OS thread next to the shard (`vm.rs`). Each `redis.call` goes
+//! back to the home shard as a message; the home task runs the command on the shard
+//! that owns its keys, under the script's lock owner, and returns the RESP reply, which
+//! the VM parses into Lua values exactly as Redis parses its fake client's reply.
+//!
+//! Running Lua off the shard thread means the shard keeps serving its other clients
+//! while a script runs: keyed commands wait behind the script's locks, and once the
+//! script has run past `busy-reply-threshold` every shard answers -BUSY to commands
+//! without the allow-busy flag, and SCRIPT KILL / FUNCTION KILL reach the VM through an
+//! atomic flag its instruction-count hook polls. (Lua 5.1 cannot yield across pcall,
+//! so an async `redis.call` on the shard thread would break `pcall(redis.call ...)`.)
+//!
+//! Shared state: scripts and function libraries live in process-wide registries behind
+//! a mutex that a VM only touches on a cache miss, a load or a flush; each VM keeps its
+//! own compiled copies and notices a flush or a library change through an atomic
+//! generation counter, so the per-call path takes no lock.
+
+pub mod bit;
+pub mod cjson;
+pub mod cmsgpack;
+pub mod convert;
+pub mod functions;
+pub mod sha1;
+pub mod structlib;
+pub mod vm;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Script flags (shebang `flags=` or `redis.register_function{flags=...}`).
+pub mod flags {
+    pub const NO_WRITES: u32 = 1;
+    pub const ALLOW_OOM: u32 = 2;
+    pub const ALLOW_STALE: u32 = 4;
+    pub const NO_CLUSTER: u32 = 8;
+    pub const ALLOW_CROSS_SLOT: u32 = 16;
+    /// An EVAL script without a shebang: Redis's backwards-compatible mode.
+    pub const EVAL_COMPAT: u32 = 32;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (NO_WRITES, "no-writes"),
+        (ALLOW_OOM, "allow-oom"),
+        (ALLOW_STALE, "allow-stale"),
+        (NO_CLUSTER, "no-cluster"),
+        (ALLOW_CROSS_SLOT, "allow-cross-slot-keys"),
+    ];
+}
+
+pub const BUSY_EVAL: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+
+/// Locks a registry mutex; a panic while holding it cannot leave it half-updated in a
+/// way that matters (each update is a single insert/remove), so poisoning is ignored.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// EVAL / SCRIPT LOAD bodies by sha (lowercase hex).
+static SCRIPTS: Mutex<Option<HashMap<String, Arc<Vec<u8>>>>> = Mutex::new(None);
+/// Bumped by SCRIPT FLUSH: VMs drop their compiled scripts when they see it change.
+pub static SCRIPT_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+pub fn script_get(sha: &str) -> Option<Arc<Vec<u8>>> {
+    lock(&SCRIPTS).as_ref()?.get(sha).cloned()
+}
+
+pub fn script_put(sha: String, body: Vec<u8>) {
+    lock(&SCRIPTS)
+        .get_or_insert_with(HashMap::new)
+        .entry(sha)
+        .or_insert_with(|| Arc::new(body));
+}
+
+pub fn script_exists(sha: &str) -> bool {
+    lock(&SCRIPTS).as_ref().is_some_and(|m| m.contains_key(sha))
+}
+
+pub fn script_count() -> usize {
+    lock(&SCRIPTS).as_ref().map_or(0, |m| m.len())
+}
+
+pub fn script_flush() {
+    *lock(&SCRIPTS) = None;
+    SCRIPT_EPOCH.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The script or function running now (one at a time: it holds every shard).
+pub struct Running {
+    pub start: Instant,
+    pub is_eval: bool,
+    /// The function's name (FUNCTION STATS); the sha for EVAL.
+    pub name: String,
+    pub command: Vec<Vec<u8>>,
+    /// It ran a write command: SCRIPT KILL then refuses (UNKILLABLE).
+    pub wrote: bool,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+/// Set once the running script passes busy-reply-threshold; read on every command.
+static BUSY: AtomicBool = AtomicBool::new(false);
+static BUSY_IS_EVAL: AtomicBool = AtomicBool::new(true);
+/// SCRIPT KILL / FUNCTION KILL asked the running script to stop.
+pub static KILL: AtomicBool = AtomicBool::new(false);
+
+pub fn running() -> MutexGuard<'static, Option<Running>> {
+    lock(&RUNNING)
+}
+
+pub fn start_running(r: Running) {
+    KILL.store(false, Ordering::SeqCst);
+    *lock(&RUNNING) = Some(r);
+}
+
+pub fn stop_running() {
+    *lock(&RUNNING) = None;
+    BUSY.store(false, Ordering::SeqCst);
+    KILL.store(false, Ordering::SeqCst);
+}
+
+/// Called by the VM's hook once the script has run too long.
+pub fn set_busy(is_eval: bool) {
+    BUSY_IS_EVAL.store(is_eval, Ordering::SeqCst);
+    BUSY.store(true, Ordering::SeqCst);
+}
+
+/// The -BUSY error other clients get while a slow script runs, if one does.
+#[inline]
+pub fn busy_error() -> Option<&'static str> {
+    if !BUSY.load(Ordering::Relaxed) {
+        return None;
+    }
+    Some(if BUSY_IS_EVAL.load(Ordering::Relaxed) {
+        BUSY_EVAL
+    } else {
+        BUSY_FUNCTION
+    })
+}
+
+/// C's `%.<prec>g`: `prec` significant digits, trailing zeros dropped, exponent form
+/// when the exponent is below -4 or at least `prec`.
+pub fn format_g(v: f64, prec: usize) -> String {
+    if v.is_nan() {
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.to_string();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.to_string();
+    }
+    let prec = prec.max(1);
+    let sci = format!("{:.*e}", prec - 1, v);
+    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if exp < -4 || exp >= prec as i32 {
+        let mant = trim_zeros(mant);
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mant}e{sign}{:02}", exp.abs())
+    } else {
+        let decimals = (prec as i32 - 1 - exp).max(0) as usize;
+        trim_zeros(&format!("{:.*}", decimals, v)).to_string()
+    }
+}
+
+fn trim_zeros(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_g;
+
+    #[test]
+    fn format_g_matches_c() {
+        assert_eq!(format_g(100.0, 17), "100");
+        assert_eq!(format_g(0.1, 17), "0.10000000000000001");
+        assert_eq!(format_g(9007199254740991.0, 17), "9007199254740991");
+        assert_eq!(format_g(1e20, 17), "1e+20");
+        assert_eq!(format_g(0.0003, 14), "0.0003");
+        assert_eq!(format_g(1023.2, 14), "1023.2");
+        assert_eq!(format_g(-5000.0, 14), "-5000");
+        assert_eq!(format_g(1e-5, 14), "1e-05");
+        assert_eq!(format_g(1.25, 17), "1.25");
+    }
+}

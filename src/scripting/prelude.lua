@@ -1,0 +1,226 @@
+-- Tessera's Lua sandbox, run once per VM on the raw globals. `prims` holds the
+-- primitives implemented in Rust. Returns the entry points the engine uses.
+local prims = ...
+local G = _G
+local error, type, tostring, rawget, rawset = error, type, tostring, rawget, rawset
+local setmetatable, getmetatable, select, pairs = setmetatable, getmetatable, select, pairs
+local xpcall, pcall, setfenv, loadstring = xpcall, pcall, setfenv, loadstring
+local frame_prim = prims.frame
+local call_prim = prims.call
+
+-- Readonly tables: proxies whose writes fail, as Redis 7.0's readonly tables do.
+local RO = setmetatable({}, {__mode = 'k'})
+local function ro_error() error("Attempt to modify a readonly table", 2) end
+local META = setmetatable({}, {__newindex = ro_error, __metatable = false})
+RO[META] = true
+local function readonly(inner)
+  local p = setmetatable({}, {__index = inner, __newindex = ro_error, __metatable = META})
+  RO[p] = true
+  return p
+end
+local function missing(_, k)
+  error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+end
+local function raise(msg) error({err = 'ERR ' .. msg}) end
+
+-- The redis API.
+local R = {}
+-- redis.call raises from Rust (a C function keeps the caller's frame for the error's
+-- line even in `return redis.call(...)`); the raised value is a marker that
+-- `pending` turns back into Redis's {err=...} table wherever Lua code can see it.
+R.call = call_prim
+R.pcall = prims.pcall
+-- Errors raised in Rust reach Lua as userdata: `unmark` turns them into the
+-- pending {err=...} table of a failed redis.call, or into their message.
+local unmark = prims.unmark
+local function fix_pcall(ok, ...)
+  if ok then return ok, ... end
+  return false, unmark((...))
+end
+R.sha1hex = function(...)
+  if select('#', ...) ~= 1 then raise("wrong number of arguments") end
+  return prims.sha1hex(...)
+end
+local function error_table(code_msg)
+  local s = code_msg
+  local code, msg
+  local sp = s:find(' ', 1, true)
+  if not sp then code, msg = 'ERR', s:sub(2) else code, msg = s:sub(2, sp - 1), s:sub(sp + 1) end
+  msg = msg:gsub('^[\r\n]+', ''):gsub('[\r\n]+$', '')
+  return {err = code .. ' ' .. msg}
+end
+R.error_reply = function(...)
+  local e = ...
+  if select('#', ...) ~= 1 or type(e) ~= 'string' then return {err = 'ERR wrong number or type of arguments'} end
+  if e:sub(1, 1) ~= '-' then e = '-' .. e end
+  return error_table(e)
+end
+R.status_reply = function(...)
+  local s = ...
+  if select('#', ...) ~= 1 or type(s) ~= 'string' then return {err = 'ERR wrong number or type of arguments'} end
+  return {ok = s}
+end
+R.log = function(...)
+  local n = select('#', ...)
+  if n < 2 then raise("redis.log() requires two arguments or more.") end
+  local level = ...
+  if type(level) ~= 'number' then raise("First argument must be a number (log level).") end
+  if level < 0 or level > 3 then raise("Invalid debug level.") end
+  local parts = {}
+  for i = 2, n do
+    local v = select(i, ...)
+    if type(v) == 'string' or type(v) == 'number' then parts[#parts + 1] = tostring(v) end
+  end
+  prims.log(level, table.concat(parts, ' '))
+end
+R.setresp = function(...)
+  if select('#', ...) ~= 1 then raise("redis.setresp() requires one argument.") end
+  local v = ...
+  if v ~= 2 and v ~= 3 then raise("RESP version must be 2 or 3.") end
+  prims.setresp(v)
+end
+R.set_repl = function(...)
+  if select('#', ...) ~= 1 then raise("redis.set_repl() requires one argument.") end
+  local v = ...
+  if type(v) ~= 'number' or v < 0 or v > 3 or v % 1 ~= 0 then
+    raise("Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.")
+  end
+end
+R.replicate_commands = function() return true end
+R.breakpoint = function() return false end
+R.debug = function() end
+local constants = {
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+  REPL_NONE = 0, REPL_AOF = 1, REPL_SLAVE = 2, REPL_REPLICA = 2, REPL_ALL = 3,
+  REDIS_VERSION = prims.version, REDIS_VERSION_NUM = prims.version_num,
+}
+for k, v in pairs(constants) do R[k] = v end
+
+-- Globals: drop what a script must not reach, make libraries readonly.
+local S = {}
+for k, v in pairs(G) do S[k] = v end
+for _, name in pairs({'print', 'loadfile', 'dofile', 'load', 'module', 'require',
+                      'setfenv', 'newproxy', 'package', 'io', 'os'}) do
+  S[name] = nil
+end
+S.loadstring = function(s, name)
+  if type(s) == 'string' and s:byte(1) == 27 then
+    return nil, 'binary chunks are not allowed'
+  end
+  return loadstring(s, name)
+end
+S.setmetatable = function(t, mt)
+  if RO[t] then error("Attempt to modify a readonly table", 2) end
+  return setmetatable(t, mt)
+end
+S.rawset = function(t, k, v)
+  if RO[t] then error("Attempt to modify a readonly table", 2) end
+  return rawset(t, k, v)
+end
+S.pcall = function(...) return fix_pcall(pcall(...)) end
+S.string = readonly(string)
+S.table = readonly(table)
+S.math = readonly(math)
+S.coroutine = readonly(coroutine)
+S.cjson = readonly(prims.cjson)
+S.cmsgpack = readonly(prims.cmsgpack)
+S.bit = readonly(prims.bit)
+S.struct = readonly(prims.struct)
+S.redis = readonly(R)
+-- The globals table itself stays empty, so every assignment to a global reaches
+-- __newindex; lookups go through to S, and from S to `missing`.
+for k in pairs(S) do G[k] = nil end
+S._G = G
+RO[G] = true
+setmetatable(S, {__index = missing})
+setmetatable(G, {__index = S, __newindex = ro_error, __metatable = META})
+
+-- Function libraries: their chunks see F, whose lookups go to the load API while
+-- FUNCTION LOAD runs them and to the globals when their functions run.
+local loading, registered = false, nil
+local flag_bits = {['no-writes'] = 1, ['allow-oom'] = 2, ['allow-stale'] = 4,
+                   ['no-cluster'] = 8, ['allow-cross-slot-keys'] = 16}
+local function register_function(...)
+  if not loading then raise("redis.register_function can only be called on FUNCTION LOAD command") end
+  local n = select('#', ...)
+  local name, cb, desc, fl
+  if n == 1 then
+    local t = ...
+    if type(t) ~= 'table' then
+      raise("calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).")
+    end
+    for k, v in pairs(t) do
+      if k == 'function_name' then
+        if type(v) ~= 'string' then raise("function_name argument given to redis.register_function must be a string") end
+        name = v
+      elseif k == 'callback' then
+        if type(v) ~= 'function' then raise("callback argument given to redis.register_function must be a function") end
+        cb = v
+      elseif k == 'description' then
+        if type(v) ~= 'string' then raise("description argument given to redis.register_function must be a string") end
+        desc = v
+      elseif k == 'flags' then
+        if type(v) ~= 'table' then raise("flags argument to redis.register_function must be a table representing function flags") end
+        local set = {}
+        for _, f in pairs(v) do
+          if type(f) ~= 'string' or not flag_bits[f] then raise("unknown flag given") end
+          set[f] = true
+        end
+        fl = 0
+        for f in pairs(set) do fl = fl + flag_bits[f] end
+      else
+        raise("unknown argument given to redis.register_function")
+      end
+    end
+    if name == nil then raise("redis.register_function must get a function name argument") end
+    if cb == nil then raise("redis.register_function must get a callback argument") end
+  elseif n == 2 then
+    name, cb = ...
+    if type(name) ~= 'string' then raise("first argument to redis.register_function must be a string") end
+    if type(cb) ~= 'function' then raise("second argument to redis.register_function must be a function") end
+  else
+    raise("wrong number of arguments to redis.register_function")
+  end
+  if name == '' or name:find('[^%w_]') then
+    raise("Library names can only contain letters, numbers, or underscores(_) and must be at least one character long")
+  end
+  local key = name:lower()
+  if registered[key] then raise("Function already exists in the library") end
+  registered[key] = {name, cb, desc, fl or 0}
+end
+local LR = setmetatable({register_function = register_function, log = R.log}, {__index = missing})
+for k, v in pairs(constants) do LR[k] = v end
+local LOAD_API = setmetatable({redis = readonly(LR)}, {__index = missing})
+local FM = {__index = S, __newindex = ro_error, __metatable = META}
+local F = setmetatable({}, FM)
+RO[F] = true
+
+local function load_library(chunk)
+  setfenv(chunk, F)
+  registered, loading, FM.__index = {}, true, LOAD_API
+  local ok, err = pcall(chunk)
+  loading, FM.__index = false, S
+  local r = registered
+  registered = nil
+  return ok, err, r
+end
+
+-- Running: errors become {err=, source=, line=} with the innermost user frame.
+local function handler(e)
+  e = unmark(e)
+  local source, line = frame_prim()
+  local msg
+  if type(e) == 'table' and type(rawget(e, 'err')) == 'string' then
+    msg = rawget(e, 'err')
+  else
+    msg = 'ERR ' .. tostring(e)
+  end
+  local r = {err = msg}
+  if source then r.source, r.line = source, line end
+  return r
+end
+local function run(f, a, b)
+  return xpcall(function() return f(a, b) end, handler)
+end
+
+return run, load_library, S

@@ -1,0 +1,737 @@
+//! One shard's Lua VM, on its own OS thread (see mod.rs for why). The shard submits
+//! jobs (run a script or function, load a script or library); while a script runs, its
+//! `redis.call`s travel back to the shard's home task as `Event::Call` and the replies
+//! come back over a plain channel, so the VM thread simply blocks on each call.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use futures_channel::{mpsc::UnboundedSender, oneshot};
+use mlua::{
+    ChunkMode, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState,
+};
+
+use super::convert::{err_table, lua_to_resp, resp_to_lua};
+use super::functions::{self, FunctionInfo, Library, Policy};
+use super::{flags, format_g};
+use crate::protocol::reply::{Protocol, ReplyWriter};
+
+/// Redis's hook period: the hook checks time and kills every this many instructions.
+const HOOK_EVERY: u32 = 100_000;
+const LOAD_TIMEOUT: Duration = Duration::from_millis(500);
+const PRELUDE: &str = include_str!("prelude.lua");
+/// The text of the Lua error `redis.call` raises; `pending` maps it to the table.
+const MARKER: &str = "redis.call error #";
+const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+
+/// From the VM to the home task running the script.
+pub enum Event {
+    /// Run a command for the script and send its reply back.
+    Call {
+        argv: Vec<Vec<u8>>,
+        resp3: bool,
+        ro: bool,
+        /// The script may run deny-oom commands even when out of memory.
+        allow_oom: bool,
+    },
+    /// The script ended: its reply for the client.
+    Done(Vec<u8>),
+}
+
+pub enum Target {
+    Eval { sha: String, body: Option<Vec<u8>> },
+    Function(String),
+}
+
+pub struct RunJob {
+    pub target: Target,
+    pub keys: Vec<Vec<u8>>,
+    pub args: Vec<Vec<u8>>,
+    pub client_proto: Protocol,
+    /// EVAL_RO / EVALSHA_RO / FCALL_RO.
+    pub ro_cmd: bool,
+    /// Used memory was above maxmemory when the script started.
+    pub oom: bool,
+    pub threshold_ms: u64,
+    pub events: UnboundedSender<Event>,
+    pub replies: Receiver<Vec<u8>>,
+}
+
+pub enum Job {
+    Run(Box<RunJob>),
+    ScriptLoad {
+        body: Vec<u8>,
+        done: oneshot::Sender<Result<String, String>>,
+    },
+    FunctionLoad {
+        code: Vec<u8>,
+        replace: bool,
+        done: oneshot::Sender<Result<String, String>>,
+    },
+    FunctionRestore {
+        codes: Vec<Vec<u8>>,
+        policy: Policy,
+        done: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+thread_local! {
+    /// This shard's VM thread, started on first use.
+    static VM: RefCell<Option<Sender<Job>>> = const { RefCell::new(None) };
+}
+
+/// Hands a job to this shard's VM thread (starting it if needed).
+pub fn submit(job: Job) {
+    VM.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let job = match slot.as_ref() {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return,
+                Err(e) => e.0,
+            },
+            None => job,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("lua".into())
+            .stack_size(64 << 20)
+            .spawn(move || vm_main(rx));
+        if spawned.is_ok() {
+            let _ = tx.send(job);
+            *slot = Some(tx);
+        }
+    })
+}
+
+fn vm_main(rx: Receiver<Job>) {
+    let mut vm: Option<Vm> = None;
+    for job in rx {
+        let epoch = super::SCRIPT_EPOCH.load(Ordering::SeqCst);
+        if vm.as_ref().is_none_or(|v| v.epoch != epoch) {
+            // SCRIPT FLUSH resets the VM, as Redis does.
+            vm = match Vm::new(epoch) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::error!("cannot create the Lua VM: {e}");
+                    None
+                }
+            };
+        }
+        match vm.as_mut() {
+            Some(v) => v.handle(job),
+            None => fail(job, "ERR Lua engine unavailable"),
+        }
+    }
+}
+
+fn fail(job: Job, msg: &str) {
+    match job {
+        Job::Run(r) => {
+            let mut out = Vec::new();
+            ReplyWriter::new(&mut out, r.client_proto).error(msg);
+            let _ = r.events.unbounded_send(Event::Done(out));
+        }
+        Job::ScriptLoad { done, .. } | Job::FunctionLoad { done, .. } => {
+            let _ = done.send(Err(msg.to_string()));
+        }
+        Job::FunctionRestore { done, .. } => {
+            let _ = done.send(Err(msg.to_string()));
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Idle,
+    Load,
+    Eval,
+    Function,
+}
+
+struct Link {
+    events: UnboundedSender<Event>,
+    replies: Receiver<Vec<u8>>,
+}
+
+struct RunState {
+    mode: Cell<Mode>,
+    start: Cell<Instant>,
+    threshold_ms: Cell<u64>,
+    busy: Cell<bool>,
+    fast_hook: Cell<bool>,
+    resp3: Cell<bool>,
+    ro: Cell<bool>,
+    allow_oom: Cell<bool>,
+    link: RefCell<Option<Link>>,
+    /// The error table of the last failed `redis.call`, with its marker number.
+    pending: RefCell<Option<(u64, Value)>>,
+    err_seq: Cell<u64>,
+}
+
+struct FuncEntry {
+    f: Function,
+    flags: u32,
+    name: String,
+}
+
+pub struct Vm {
+    lua: Lua,
+    run: Function,
+    load_library: Function,
+    /// Where the globals really live (KEYS and ARGV go here).
+    store: Table,
+    epoch: u64,
+    scripts: HashMap<String, (Function, u32)>,
+    funcs: HashMap<String, FuncEntry>,
+    funcs_gen: u64,
+    st: Rc<RunState>,
+}
+
+fn install_hook(lua: &Lua, st: &Rc<RunState>, every: u32) {
+    let s = st.clone();
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(every),
+        move |lua, _| hook(lua, &s),
+    );
+}
+
+/// Every HOOK_EVERY instructions: load timeout, busy state, kill requests. Once a kill
+/// is requested the hook fires on every instruction, so a script that catches the
+/// error with pcall is stopped at its next instruction outside the pcall.
+fn hook(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<VmState> {
+    let elapsed = st.start.get().elapsed();
+    match st.mode.get() {
+        Mode::Idle => {}
+        Mode::Load => {
+            if elapsed > LOAD_TIMEOUT {
+                return Err(mlua::Error::RuntimeError("FUNCTION LOAD timeout".into()));
+            }
+        }
+        mode => {
+            if !st.busy.get() && elapsed.as_millis() as u64 >= st.threshold_ms.get() {
+                st.busy.set(true);
+                super::set_busy(mode == Mode::Eval);
+            }
+            if super::KILL.load(Ordering::SeqCst) {
+                if !st.fast_hook.get() {
+                    st.fast_hook.set(true);
+                    install_hook(lua, st, 1);
+                }
+                return Err(mlua::Error::RuntimeError(
+                    "Script killed by user with SCRIPT KILL...".into(),
+                ));
+            }
+        }
+    }
+    Ok(VmState::Continue)
+}
+
+/// The text of a Lua error (syntax errors without mlua's prefix).
+pub fn error_text(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::CallbackError { cause, .. } => error_text(cause),
+        other => other.to_string(),
+    }
+}
+
+fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+        Value::Table(t) => match t.raw_get::<Value>("err") {
+            Ok(Value::String(s)) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+            _ => "unknown error".into(),
+        },
+        Value::Error(e) => error_text(e),
+        Value::Nil => "unknown error".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `#!lua flags=...` of an EVAL body: (flags, bytes of the shebang line).
+pub fn parse_shebang(body: &[u8]) -> Result<(u32, usize), String> {
+    if !body.starts_with(b"#!") {
+        return Ok((flags::EVAL_COMPAT, 0));
+    }
+    let end = body.iter().position(|&c| c == b'\n').unwrap_or(body.len());
+    let line = String::from_utf8_lossy(&body[2..end]).into_owned();
+    let parts = functions::split_args(&line);
+    let engine = parts.first().cloned().unwrap_or_default();
+    if !engine.eq_ignore_ascii_case("lua") {
+        return Err(format!("ERR Unexpected engine in script shebang: {engine}"));
+    }
+    let mut fl = 0;
+    for p in &parts[1..] {
+        let Some(list) = p.strip_prefix("flags=") else {
+            return Err(format!("ERR Unknown lua shebang option: {p}"));
+        };
+        for f in list.split(',').filter(|f| !f.is_empty()) {
+            match flags::NAMES.iter().find(|(_, n)| *n == f) {
+                Some((bit, _)) => fl |= bit,
+                None => return Err(format!("ERR Unexpected flag in script shebang: {f}")),
+            }
+        }
+    }
+    Ok((fl, end))
+}
+
+fn version_num() -> u32 {
+    let mut parts = crate::server::REDIS_VERSION
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b, c) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    (a << 16) | (b << 8) | c
+}
+
+impl Vm {
+    fn new(epoch: u64) -> mlua::Result<Vm> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::new(),
+        )?;
+        let st = Rc::new(RunState {
+            mode: Cell::new(Mode::Idle),
+            start: Cell::new(Instant::now()),
+            threshold_ms: Cell::new(5000),
+            busy: Cell::new(false),
+            fast_hook: Cell::new(false),
+            resp3: Cell::new(false),
+            ro: Cell::new(false),
+            allow_oom: Cell::new(false),
+            link: RefCell::new(None),
+            pending: RefCell::new(None),
+            err_seq: Cell::new(0),
+        });
+        let prims = Self::prims(&lua, &st)?;
+        let (run, load_library, store): (Function, Function, Table) =
+            lua.load(PRELUDE).set_name("=[tessera]").call(prims)?;
+        install_hook(&lua, &st, HOOK_EVERY);
+        Ok(Vm {
+            lua,
+            run,
+            load_library,
+            store,
+            epoch,
+            scripts: HashMap::new(),
+            funcs: HashMap::new(),
+            funcs_gen: 0,
+            st,
+        })
+    }
+
+    /// The Rust side of the sandbox: redis.call's transport, libraries, helpers.
+    fn prims(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<Table> {
+        let p = lua.create_table()?;
+        let s = st.clone();
+        p.set(
+            "call",
+            lua.create_function(move |lua, args: MultiValue| {
+                let (v, failed) = redis_call(lua, &s, args)?;
+                if !failed {
+                    return Ok(v);
+                }
+                let n = s.err_seq.get() + 1;
+                s.err_seq.set(n);
+                *s.pending.borrow_mut() = Some((n, v));
+                Err(mlua::Error::RuntimeError(format!("{MARKER}{n}")))
+            })?,
+        )?;
+        let s = st.clone();
+        p.set(
+            "pcall",
+            lua.create_function(move |lua, args: MultiValue| Ok(redis_call(lua, &s, args)?.0))?,
+        )?;
+        let s = st.clone();
+        p.set(
+            "unmark",
+            lua.create_function(move |lua, e: Value| {
+                let Value::Error(err) = &e else {
+                    return Ok(e);
+                };
+                let text = error_text(err);
+                let n = text
+                    .strip_prefix(MARKER)
+                    .and_then(|n| n.parse::<u64>().ok());
+                let mut p = s.pending.borrow_mut();
+                match (n, p.as_ref()) {
+                    (Some(n), Some((m, _))) if n == *m => {
+                        Ok(p.take().map_or(Value::Nil, |(_, v)| v))
+                    }
+                    _ => Ok(Value::String(lua.create_string(&text)?)),
+                }
+            })?,
+        )?;
+        p.set(
+            "frame",
+            lua.create_function(|lua, ()| {
+                for level in 1..256 {
+                    let Some(d) = lua.inspect_stack(level) else {
+                        break;
+                    };
+                    let src = d.source();
+                    let name = src.source.as_deref().unwrap_or("");
+                    if src.what == "C" || name == "=[tessera]" {
+                        continue;
+                    }
+                    return Ok((Some(name.to_string()), Some(d.curr_line())));
+                }
+                Ok((None, None))
+            })?,
+        )?;
+        p.set(
+            "sha1hex",
+            lua.create_function(|_, v: Value| {
+                let bytes = match &v {
+                    Value::String(s) => s.as_bytes().to_vec(),
+                    Value::Integer(_) | Value::Number(_) => {
+                        format_g(super::bit::number(&v).unwrap_or(0.0), 14).into_bytes()
+                    }
+                    _ => Vec::new(),
+                };
+                Ok(super::sha1::sha1_hex(&bytes))
+            })?,
+        )?;
+        p.set(
+            "log",
+            lua.create_function(|_, (level, msg): (i64, String)| {
+                match level {
+                    0 | 1 => tracing::debug!(target: "script", "{msg}"),
+                    2 => tracing::info!(target: "script", "{msg}"),
+                    _ => tracing::warn!(target: "script", "{msg}"),
+                }
+                Ok(())
+            })?,
+        )?;
+        let s = st.clone();
+        p.set(
+            "setresp",
+            lua.create_function(move |_, v: i64| {
+                s.resp3.set(v == 3);
+                Ok(())
+            })?,
+        )?;
+        p.set("cjson", super::cjson::open(lua)?)?;
+        p.set("cmsgpack", super::cmsgpack::open(lua)?)?;
+        p.set("bit", super::bit::open(lua)?)?;
+        p.set("struct", super::structlib::open(lua)?)?;
+        p.set("version", crate::server::REDIS_VERSION)?;
+        p.set("version_num", version_num())?;
+        Ok(p)
+    }
+
+    fn handle(&mut self, job: Job) {
+        match job {
+            Job::Run(r) => self.run_job(*r),
+            Job::ScriptLoad { body, done } => {
+                let sha = super::sha1::sha1_hex(&body);
+                let r = self.script(&sha, Some(body)).map(|_| sha);
+                let _ = done.send(r);
+            }
+            Job::FunctionLoad {
+                code,
+                replace,
+                done,
+            } => {
+                let r = self.compile_library(&code).and_then(|lib| {
+                    let name = lib.name.clone();
+                    let policy = if replace {
+                        Policy::Replace
+                    } else {
+                        Policy::Append
+                    };
+                    functions::install(vec![lib], policy, false).map(|_| name)
+                });
+                let _ = done.send(r);
+            }
+            Job::FunctionRestore {
+                codes,
+                policy,
+                done,
+            } => {
+                let libs: Result<Vec<Library>, String> =
+                    codes.iter().map(|c| self.compile_library(c)).collect();
+                let _ = done.send(libs.and_then(|l| functions::install(l, policy, true)));
+            }
+        }
+    }
+
+    /// A cached or newly compiled EVAL script: (function, flags).
+    fn script(&mut self, sha: &str, body: Option<Vec<u8>>) -> Result<(Function, u32), String> {
+        if let Some((f, fl)) = self.scripts.get(sha) {
+            return Ok((f.clone(), *fl));
+        }
+        let body = match body {
+            Some(b) => b,
+            None => match super::script_get(sha) {
+                Some(b) => b.to_vec(),
+                None => return Err("NOSCRIPT No matching script. Please use EVAL.".into()),
+            },
+        };
+        let (fl, skip) = parse_shebang(&body)?;
+        let f = self
+            .lua
+            .load(&body[skip..])
+            .set_name("@user_script")
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|e| {
+                format!(
+                    "ERR Error compiling script (new function): {}",
+                    error_text(&e)
+                )
+            })?;
+        super::script_put(sha.to_string(), body);
+        self.scripts.insert(sha.to_string(), (f.clone(), fl));
+        Ok((f, fl))
+    }
+
+    /// Compiles a library and runs its registration code (under the load timeout).
+    fn compile_library(&mut self, code: &[u8]) -> Result<Library, String> {
+        let (name, skip) = functions::parse_metadata(code)?;
+        let chunk = self
+            .lua
+            .load(&code[skip..])
+            .set_name("@user_function")
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|e| format!("ERR Error compiling function: {}", error_text(&e)))?;
+        self.st.mode.set(Mode::Load);
+        self.st.start.set(Instant::now());
+        let r: mlua::Result<(bool, Value, Value)> = self.load_library.call(chunk);
+        self.st.mode.set(Mode::Idle);
+        let (ok, err, reg) =
+            r.map_err(|e| format!("ERR Error registering functions: {}", error_text(&e)))?;
+        if !ok {
+            return Err(format!(
+                "ERR Error registering functions: {}",
+                value_text(&err)
+            ));
+        }
+        let Value::Table(reg) = reg else {
+            return Err("ERR No functions registered".into());
+        };
+        let mut list = Vec::new();
+        for pair in reg.pairs::<String, Table>() {
+            let Ok((_, t)) = pair else { continue };
+            let fname: String = t.raw_get(1).unwrap_or_default();
+            let desc: Option<String> = t.raw_get(3).ok().flatten();
+            let fl: u32 = t.raw_get(4).unwrap_or(0);
+            list.push(FunctionInfo {
+                name: fname,
+                description: desc,
+                flags: fl,
+            });
+        }
+        if list.is_empty() {
+            return Err("ERR No functions registered".into());
+        }
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Library {
+            name,
+            code: code.to_vec(),
+            functions: list,
+        })
+    }
+
+    /// Reloads every library if the registry changed since this VM last looked.
+    fn sync_functions(&mut self) {
+        if functions::GENERATION.load(Ordering::SeqCst) == self.funcs_gen {
+            return;
+        }
+        let (gen, libs) = functions::snapshot();
+        self.funcs.clear();
+        for lib in libs {
+            let Ok((_, skip)) = functions::parse_metadata(&lib.code) else {
+                continue;
+            };
+            let Ok(chunk) = self
+                .lua
+                .load(&lib.code[skip..])
+                .set_name("@user_function")
+                .set_mode(ChunkMode::Text)
+                .into_function()
+            else {
+                continue;
+            };
+            self.st.mode.set(Mode::Load);
+            self.st.start.set(Instant::now());
+            let r: mlua::Result<(bool, Value, Value)> = self.load_library.call(chunk);
+            self.st.mode.set(Mode::Idle);
+            let Ok((true, _, Value::Table(reg))) = r else {
+                continue;
+            };
+            for (key, t) in reg.pairs::<String, Table>().flatten() {
+                let (Ok(name), Ok(f)) = (t.raw_get::<String>(1), t.raw_get::<Function>(2)) else {
+                    continue;
+                };
+                let fl: u32 = t.raw_get(4).unwrap_or(0);
+                self.funcs.insert(key, FuncEntry { f, flags: fl, name });
+            }
+        }
+        self.funcs_gen = gen;
+    }
+
+    fn run_job(&mut self, job: RunJob) {
+        let RunJob {
+            target,
+            keys,
+            args,
+            client_proto,
+            ro_cmd,
+            oom,
+            threshold_ms,
+            events,
+            replies,
+        } = job;
+        let mut out = Vec::new();
+        let mut w = ReplyWriter::new(&mut out, client_proto);
+        let resolved = match target {
+            Target::Eval { sha, body } => self
+                .script(&sha, body)
+                .map(|(f, fl)| (f, fl, sha, Mode::Eval)),
+            Target::Function(name) => {
+                self.sync_functions();
+                match self.funcs.get(&name.to_ascii_lowercase()) {
+                    Some(e) => Ok((e.f.clone(), e.flags, e.name.clone(), Mode::Function)),
+                    None => Err("ERR Function not found".to_string()),
+                }
+            }
+        };
+        match resolved {
+            Err(e) => w.error(&e),
+            Ok((f, fl, name, mode)) => {
+                let shebang = fl & flags::EVAL_COMPAT == 0;
+                if shebang && oom && fl & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 {
+                    w.error("OOM command not allowed when used memory > 'maxmemory'.");
+                } else if shebang && fl & flags::NO_WRITES == 0 && ro_cmd {
+                    w.error("ERR Can not execute a script with write flag using *_ro command.");
+                } else {
+                    let ro = ro_cmd || fl & flags::NO_WRITES != 0;
+                    self.st.allow_oom.set(fl & flags::ALLOW_OOM != 0);
+                    *self.st.link.borrow_mut() = Some(Link {
+                        events: events.clone(),
+                        replies,
+                    });
+                    self.execute(f, &name, mode, ro, threshold_ms, &keys, &args, &mut w);
+                    *self.st.link.borrow_mut() = None;
+                }
+            }
+        }
+        let _ = events.unbounded_send(Event::Done(out));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &mut self,
+        f: Function,
+        name: &str,
+        mode: Mode,
+        ro: bool,
+        threshold_ms: u64,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+        w: &mut ReplyWriter,
+    ) {
+        let lua = &self.lua;
+        let seq = |items: &[Vec<u8>]| -> mlua::Result<Table> {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, k) in items.iter().enumerate() {
+                t.raw_set(i + 1, lua.create_string(k)?)?;
+            }
+            Ok(t)
+        };
+        let (kt, at) = match (seq(keys), seq(args)) {
+            (Ok(k), Ok(a)) => (k, a),
+            _ => return w.error("ERR out of memory building KEYS/ARGV"),
+        };
+        let st = &self.st;
+        st.mode.set(mode);
+        st.start.set(Instant::now());
+        st.threshold_ms.set(threshold_ms);
+        st.busy.set(false);
+        st.resp3.set(false);
+        st.ro.set(ro);
+        let result: mlua::Result<(bool, Value)> = if mode == Mode::Eval {
+            let _ = self.store.raw_set("KEYS", kt);
+            let _ = self.store.raw_set("ARGV", at);
+            self.run.call((f, Value::Nil, Value::Nil))
+        } else {
+            self.run.call((f, kt, at))
+        };
+        st.mode.set(Mode::Idle);
+        if st.fast_hook.get() {
+            st.fast_hook.set(false);
+            install_hook(lua, st, HOOK_EVERY);
+        }
+        let killed = super::KILL.load(Ordering::SeqCst);
+        match result {
+            Ok((true, v)) if !killed => lua_to_resp(&v, w, 0),
+            Ok((_, v)) => {
+                let (mut msg, mut at) = (value_text(&v), None);
+                if let Value::Table(t) = &v {
+                    if let (Ok(Value::String(src)), Ok(line)) =
+                        (t.raw_get::<Value>("source"), t.raw_get::<i64>("line"))
+                    {
+                        at = Some(format!("{}:{line}", src.to_string_lossy()));
+                    }
+                }
+                if killed {
+                    msg = KILLED.to_string();
+                }
+                match at {
+                    Some(at) => w.error(&format!("{msg} script: {name}, on {at}.")),
+                    None => w.error(&msg),
+                }
+            }
+            Err(e) => w.error(&format!("ERR {}", error_text(&e))),
+        }
+    }
+}
+
+/// `redis.call` / `redis.pcall`'s transport: (reply as a Lua value, is an error).
+fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    if args.is_empty() {
+        let e = "ERR Please specify at least one argument for this redis lib call";
+        return Ok((err_table(lua, e)?, true));
+    }
+    let mut argv = Vec::with_capacity(args.len());
+    for a in args.iter() {
+        match a {
+            Value::String(s) => argv.push(s.as_bytes().to_vec()),
+            Value::Integer(i) => argv.push(i.to_string().into_bytes()),
+            Value::Number(n) => argv.push(format_g(*n, 17).into_bytes()),
+            _ => {
+                let e = "ERR Lua redis lib command arguments must be strings or integers";
+                return Ok((err_table(lua, e)?, true));
+            }
+        }
+    }
+    let link = st.link.borrow();
+    let Some(link) = link.as_ref() else {
+        let e = "ERR redis.call/pcall can only be called inside a script invocation";
+        return Ok((err_table(lua, e)?, true));
+    };
+    let sent = link.events.unbounded_send(Event::Call {
+        argv,
+        resp3: st.resp3.get(),
+        ro: st.ro.get(),
+        allow_oom: st.allow_oom.get(),
+    });
+    let reply = match sent {
+        Ok(()) => link.replies.recv().ok(),
+        Err(_) => None,
+    };
+    match reply {
+        Some(r) => resp_to_lua(lua, &r),
+        None => Ok((err_table(lua, "ERR script link lost")?, true)),
+    }
+}

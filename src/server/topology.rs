@@ -102,7 +102,10 @@ impl Topology {
                     continue;
                 };
                 let list = std::fs::read_to_string(entry.path().join("cpulist")).ok();
-                for cpu in list.and_then(|s| parse_cpu_list(s.trim())).unwrap_or_default() {
+                for cpu in list
+                    .and_then(|s| parse_cpu_list(s.trim()))
+                    .unwrap_or_default()
+                {
                     nodes.insert(cpu, node);
                 }
             }
@@ -336,7 +339,10 @@ pub fn render_cpu_list(ids: &[usize]) -> String {
 }
 
 fn render_set(s: &BTreeSet<usize>) -> String {
-    s.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+    s.iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -400,14 +406,20 @@ mod tests {
         assert!(t.check(&[0, 1, 2, 3], 4, &all).is_empty());
         let w = t.check(&[0, 8, 1], 3, &all);
         assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w[0].contains("SMT siblings") && w[0].contains("0,8"), "{w:?}");
+        assert!(
+            w[0].contains("SMT siblings") && w[0].contains("0,8"),
+            "{w:?}"
+        );
         assert!(w[1].contains("3 shards on 2 physical core"), "{w:?}");
         let w = t.check(&[3, 4], 2, &all);
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("NUMA nodes 0,1"));
         assert!(w[1].contains("sockets 0,1"));
         let w = t.check(&[0, 1], 4, &all);
-        assert_eq!(w, ["4 shards on 2 physical core(s): shards will share cores"]);
+        assert_eq!(
+            w,
+            ["4 shards on 2 physical core(s): shards will share cores"]
+        );
         let w = t.check(&[0, 99], 2, &all);
         assert!(w.iter().any(|m| m.contains("--cpus 99 outside")), "{w:?}");
     }
@@ -472,7 +484,11 @@ mod tests {
         let t = Topology::detect(&allowed);
         let c = t.choose(&allowed);
         assert!(!c.preferred.is_empty());
-        assert!(c.preferred.iter().chain(&c.spill).all(|id| allowed.contains(id)));
+        assert!(c
+            .preferred
+            .iter()
+            .chain(&c.spill)
+            .all(|id| allowed.contains(id)));
         assert_eq!(c.preferred.len() + c.spill.len(), allowed.len());
     }
 }

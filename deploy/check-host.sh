@@ -20,8 +20,6 @@ SYS=${TESSERA_CHECK_SYSFS:-/sys}
 PROC=${TESSERA_CHECK_PROCFS:-/proc}
 CPU_DIR=$SYS/devices/system/cpu
 NODE_DIR=$SYS/devices/system/node
-# glommio refuses to start an executor below this RLIMIT_MEMLOCK (KiB).
-GLOMMIO_MIN_MEMLOCK_KB=512
 
 # ---------------------------------------------------------------- helpers ---
 
@@ -205,7 +203,6 @@ KNOBS=(
     net.core.rps_sock_flow_entries
     vm.overcommit_memory
     fs.nr_open
-    kernel.io_uring_disabled
 )
 declare -A CUR
 for k in "${KNOBS[@]}"; do
@@ -213,9 +210,6 @@ for k in "${KNOBS[@]}"; do
     CUR[$k]=${CUR[$k]//$'\t'/ }
     printf '%-32s %s\n' "$k" "${CUR[$k]}"
 done
-if [[ ${CUR[kernel.io_uring_disabled]} == n/a ]]; then
-    echo "  (kernel.io_uring_disabled is absent before Linux 6.6: io_uring is always available)"
-fi
 if [[ ${CUR[net.core.netdev_max_backlog]} == n/a ]]; then
     echo "  (n/a for host-wide net.core knobs: this is not the host's network namespace)"
 fi
@@ -256,7 +250,7 @@ NOFILE_SOFT=$(ulimit -Sn) NOFILE_HARD=$(ulimit -Hn)
 MEMLOCK_SOFT=$(ulimit -Sl) MEMLOCK_HARD=$(ulimit -Hl)
 echo "open files (ulimit -n):      soft $NOFILE_SOFT, hard $NOFILE_HARD"
 echo "locked memory KiB (ulimit -l): soft $MEMLOCK_SOFT, hard $MEMLOCK_HARD"
-echo "seccomp mode of this shell:  $(awk '/^Seccomp:/ {print $2}' "$PROC/self/status" 2>/dev/null || echo n/a)   (0 none, 2 filter: a container profile may block io_uring)"
+echo "seccomp mode of this shell:  $(awk '/^Seccomp:/ {print $2}' "$PROC/self/status" 2>/dev/null || echo n/a)   (0 none, 2 filter)"
 
 IRQBALANCE=not-running
 for f in "$PROC"/[0-9]*/comm; do
@@ -425,6 +419,25 @@ NSHARDS=${#SHARD_CORES[@]}
 echo "1. Shard CPUs: one per physical core on NUMA node $NODE ($NODE_WHY)$EXCL:"
 echo "     tessera --cpus $CPUS            # $NSHARDS shard(s)"
 echo "     (tessera.conf: 'cpus $CPUS'; confirm with the startup lines 'shard N -> cpu C -> slots A-B')"
+# What Tessera does without --cpus (src/server/topology.rs): one shard per physical
+# core on the node with the most allowed CPUs (lowest node on a tie), ignoring the NIC.
+DEFAULT_NODE="" best=-1
+for n in "${NODES[@]}"; do
+    cnt=0
+    for c in "${ALLOWED[@]}"; do [[ ${NODE_OF[$c]:-0} == "$n" ]] && cnt=$((cnt + 1)); done
+    ((cnt > best)) && { best=$cnt; DEFAULT_NODE=$n; }
+done
+DEFAULT_CPUS=()
+declare -A SEEN_CORE=()
+for c in "${ALLOWED[@]}"; do
+    core=${CORE_OF[$c]:-$c}
+    [[ ${NODE_OF[$c]:-0} == "$DEFAULT_NODE" && -z ${SEEN_CORE[$core]:-} ]] || continue
+    SEEN_CORE[$core]=1
+    DEFAULT_CPUS+=("$c")
+done
+echo "   Without --cpus Tessera picks node $DEFAULT_NODE (most allowed CPUs), one CPU per core:"
+echo "     CPUs $(compress_list "${DEFAULT_CPUS[@]}")   (${#DEFAULT_CPUS[@]} shard(s); its startup log line 'placement: ...' says the same)"
+echo "   and warns when an explicit --cpus mixes SMT siblings, spans nodes/sockets or has fewer cores than shards."
 if ((${#NODES[@]} > 1)); then
     echo "   Keep memory on the same node:"
     echo "     numactl --cpunodebind=$NODE --membind=$NODE tessera --cpus $CPUS"
@@ -540,10 +553,6 @@ printf '     %-38s # current %s; 0 is fine for Tessera (no fork), 1 matches Redi
 echo "   On benchmark client hosts only:"
 printf '     %-38s # current %s\n' "net.ipv4.tcp_tw_reuse = 1" "${CUR[net.ipv4.tcp_tw_reuse]}"
 printf '     %-38s # current %s\n' "net.ipv4.ip_local_port_range = 1024 65535" "${CUR[net.ipv4.ip_local_port_range]}"
-if [[ ${CUR[kernel.io_uring_disabled]} =~ ^[12]$ ]]; then
-    echo "   kernel.io_uring_disabled = ${CUR[kernel.io_uring_disabled]}: Tessera needs io_uring."
-    echo "     sudo sysctl -w kernel.io_uring_disabled=0   (or 1 plus kernel.io_uring_group = the tessera group)"
-fi
 
 echo
 echo "4. Other settings:"
@@ -562,12 +571,7 @@ if ((${#GOVS[@]})); then
         echo "   Governor: ok (performance)"
     fi
 fi
-if [[ $MEMLOCK_SOFT != unlimited ]] && ((MEMLOCK_SOFT < GLOMMIO_MIN_MEMLOCK_KB)); then
-    echo "   ulimit -l is $MEMLOCK_SOFT KiB: below glommio's $GLOMMIO_MIN_MEMLOCK_KB KiB minimum, Tessera will not start."
-    echo "     systemd: LimitMEMLOCK=infinity; shell: ulimit -l unlimited (as root) or /etc/security/limits.d/"
-else
-    echo "   ulimit -l: ok for startup ($MEMLOCK_SOFT KiB >= $GLOMMIO_MIN_MEMLOCK_KB); see tuning.md for sizing registered buffers"
-fi
+echo "   ulimit -l: not used (Tessera's epoll runtime locks no memory; current $MEMLOCK_SOFT KiB)"
 if [[ $NOFILE_SOFT != unlimited ]] && ((NOFILE_SOFT < 10032)); then
     echo "   ulimit -n is $NOFILE_SOFT: below maxclients 10000 + 32 reserved; raise it (systemd: LimitNOFILE=100000)"
 else

@@ -12,6 +12,8 @@ use crate::runtime;
 use crate::shard::{self, fabric::Job};
 use crate::slot::SlotTable;
 
+pub mod topology;
+
 /// The Redis version Tessera reports: clients and test suites choose features by it.
 pub const REDIS_VERSION: &str = "7.0.15";
 
@@ -39,13 +41,46 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
-/// The CPU for each shard: `--cpus` if given, else the allowed CPUs; `--threads` picks
-/// how many (cycling through the list when asked for more shards than CPUs, unpinned
-/// beyond that would hide oversubscription, so shards share CPUs round-robin instead).
+/// The CPU for each shard. Without `--cpus`: one shard per physical core on one NUMA
+/// node (see topology.rs), `--threads` of them; asking for more spills onto other
+/// nodes, then SMT siblings, then shares CPUs round-robin. With `--cpus` the list is
+/// used as given, with warnings for siblings, nodes, sockets and oversubscription.
 pub fn plan_placement(config: &Config) -> Result<Vec<Option<usize>>, String> {
+    let allowed = allowed_cpus();
+    let topo = topology::Topology::detect(&allowed);
+    // The generic oversubscription warning below is skipped when a sharper one fired.
+    let mut warned = false;
     let cpus = match config.cpus() {
-        [] => allowed_cpus(),
-        list => list.to_vec(),
+        [] => {
+            let choice = topo.choose(&allowed);
+            let n = config.threads().unwrap_or(choice.preferred.len());
+            tracing::info!(
+                "placement: one shard per physical core on NUMA node {}: CPUs {} (allowed: {})",
+                choice.node,
+                topology::render_cpu_list(&choice.preferred),
+                topology::render_cpu_list(&allowed)
+            );
+            if n > choice.preferred.len() {
+                warned = true;
+                tracing::warn!(
+                    "{n} shards asked for, but NUMA node {} has {} usable physical core(s): \
+                     the rest go to other nodes' cores, then SMT siblings",
+                    choice.node,
+                    choice.preferred.len()
+                );
+            }
+            let mut order = choice.preferred;
+            order.extend(choice.spill);
+            order
+        }
+        list => {
+            let n = config.threads().unwrap_or(list.len());
+            for w in topo.check(list, n, &allowed) {
+                warned = true;
+                tracing::warn!("{w}");
+            }
+            list.to_vec()
+        }
     };
     if cpus.is_empty() {
         return Err("no CPUs to run on".into());
@@ -54,7 +89,7 @@ pub fn plan_placement(config: &Config) -> Result<Vec<Option<usize>>, String> {
     if n == 0 || n > 1024 {
         return Err(format!("--threads must be between 1 and 1024, got {n}"));
     }
-    if n > cpus.len() {
+    if n > cpus.len() && !warned {
         tracing::warn!(
             shards = n,
             cpus = cpus.len(),

@@ -41,9 +41,18 @@ enum Part {
     Merged { merge: Merge, from: u32, to: u32 },
 }
 
+/// What a shard sends back for a batch: the replies and the emptied batch buffers.
+type HopReply = futures_channel::oneshot::Receiver<(BatchReply, OwnedBatch)>;
+
 /// The commands of the current read that could not run inline yet.
 struct Pipeline {
     batches: Vec<OwnedBatch>,
+    /// Emptied replies of earlier flushes, one per shard, lent to the next hop.
+    spare_replies: Vec<BatchReply>,
+    /// The flush's replies per shard, and the hops it waits for (kept to reuse the
+    /// vectors).
+    replies: Vec<Option<BatchReply>>,
+    waiting: Vec<(usize, HopReply)>,
     /// Some command spans shards: run all batches as one locked operation.
     locked: bool,
     order: Vec<Part>,
@@ -55,6 +64,9 @@ impl Pipeline {
     fn new(shards: usize) -> Pipeline {
         Pipeline {
             batches: (0..shards).map(|_| OwnedBatch::default()).collect(),
+            spare_replies: (0..shards).map(|_| BatchReply::default()).collect(),
+            replies: Vec::with_capacity(shards),
+            waiting: Vec::with_capacity(shards),
             locked: false,
             order: Vec::new(),
             scratch: Vec::new(),
@@ -754,30 +766,45 @@ impl Connection {
         }
         let cell = self.session.cell.clone();
         let n = cell.shard_count();
-        let mut replies: Vec<Option<BatchReply>> = (0..n).map(|_| None).collect();
+        let mut replies = std::mem::take(&mut self.pipe.replies);
+        replies.clear();
+        replies.resize_with(n, || None);
         if self.pipe.locked {
             self.run_locked(&cell, &mut replies).await;
         } else {
-            let mut waiting = Vec::new();
+            let mut waiting = std::mem::take(&mut self.pipe.waiting);
             for s in 0..n {
                 if self.pipe.batches[s].is_empty() {
                     continue;
                 }
                 let b = std::mem::take(&mut self.pipe.batches[s]);
+                let r = std::mem::take(&mut self.pipe.spare_replies[s]);
                 let (tx, rx) = futures_channel::oneshot::channel();
                 cell.tell(s, move |c| {
-                    batch::run_remote(c, b, move |r| {
-                        let _ = tx.send(r);
+                    batch::run_remote(c, b, r, move |r, b| {
+                        let _ = tx.send((r, b));
                     })
                 })
                 .await;
                 waiting.push((s, rx));
             }
-            for (s, rx) in waiting {
-                replies[s] = rx.await.ok();
+            for (s, rx) in waiting.drain(..) {
+                if let Ok((r, mut b)) = rx.await {
+                    replies[s] = Some(r);
+                    b.clear();
+                    self.pipe.batches[s] = b;
+                }
             }
+            self.pipe.waiting = waiting;
         }
         self.assemble(&replies);
+        for (s, r) in replies.iter_mut().enumerate() {
+            if let Some(mut r) = r.take() {
+                r.clear();
+                self.pipe.spare_replies[s] = r;
+            }
+        }
+        self.pipe.replies = replies;
         self.pipe.order.clear();
         self.pipe.scratch.clear();
         self.pipe.merge_parts.clear();

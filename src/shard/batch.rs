@@ -39,6 +39,14 @@ impl OwnedBatch {
         self.cmds.is_empty()
     }
 
+    /// Empties the batch, keeping its buffers for the next one.
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.spans.clear();
+        self.key_spans.clear();
+        self.cmds.clear();
+    }
+
     fn push_arg(&mut self, a: &[u8]) -> ArgSpan {
         let start = self.data.len() as u32;
         self.data.extend_from_slice(a);
@@ -150,6 +158,12 @@ pub struct BatchReply {
 }
 
 impl BatchReply {
+    /// Empties the reply, keeping its buffers for the next one.
+    pub fn clear(&mut self) {
+        self.out.clear();
+        self.ends.clear();
+    }
+
     pub fn get(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.out[start..self.ends[i] as usize]
@@ -240,18 +254,19 @@ pub async fn run(cell: &Rc<ShardCell>, batch: &OwnedBatch, txn: Option<TxnId>) -
 }
 
 /// Entry point for a batch arriving from another shard: runs it inline when nothing
-/// blocks it, else in a task that waits for the locks; then hands back the reply.
+/// blocks it, else in a task that waits for the locks; then hands back the reply
+/// (written into `reply`, an empty one the sender recycles) and the batch itself, so
+/// the sender reuses both buffers and a hop allocates no payload memory.
 pub fn run_remote(
     cell: &Rc<ShardCell>,
     batch: OwnedBatch,
-    done: impl FnOnce(BatchReply) + 'static,
+    mut reply: BatchReply,
+    done: impl FnOnce(BatchReply, OwnedBatch) + 'static,
 ) {
-    let mut reply = BatchReply {
-        out: Vec::with_capacity(64 * batch.len()),
-        ends: Vec::with_capacity(batch.len()),
-    };
+    reply.out.reserve(64 * batch.len());
+    reply.ends.reserve(batch.len());
     match run_until_blocked(cell, &batch, 0, None, &mut reply) {
-        None => done(reply),
+        None => done(reply, batch),
         Some(i) => {
             let cell = cell.clone();
             crate::runtime::spawn_detached(async move {
@@ -265,7 +280,7 @@ pub fn run_remote(
                         Some(j) => from = j,
                     }
                 }
-                done(reply);
+                done(reply, batch);
             });
         }
     }

@@ -45,13 +45,12 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 fn ping(ctx: &mut ClientCtx) {
     // A subscribed RESP2 client gets PING's reply in the shape of a message.
-    if ctx.session.proto == Protocol::Resp2 && ctx.session.shared.pubsub.active() {
-        if ctx.args.len() <= 2 {
-            ctx.out.array_len(2);
-            ctx.out.bulk(b"pong");
-            ctx.out.bulk(ctx.args.get(1));
-            return;
-        }
+    let subscribed = ctx.session.shared.pubsub.active();
+    if subscribed && ctx.session.proto == Protocol::Resp2 && ctx.args.len() <= 2 {
+        ctx.out.array_len(2);
+        ctx.out.bulk(b"pong");
+        ctx.out.bulk(ctx.args.get(1));
+        return;
     }
     match ctx.args.len() {
         1 => ctx.out.simple("PONG"),

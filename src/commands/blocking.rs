@@ -728,16 +728,23 @@ async fn try_move(
             v
         })
         .await;
-    // From here, in Redis's order: the push, the pop, the source's deletion.
+    // From here, so subscribers see them in Redis's order.
+    notify_move(src, dst, db, (from_front, to_front), emptied);
+    Try::Served(src.to_vec(), Popped::One(v))
+}
+
+/// BLMOVE's events in Redis's order: the push, the pop, the source's deletion.
+fn notify_move(
+    src: &[u8],
+    dst: &[u8],
+    db: usize,
+    (from_front, to_front): (bool, bool),
+    emptied: bool,
+) {
     let push = if to_front { "lpush" } else { "rpush" };
     crate::pubsub::notify(crate::config::notify::LIST, push, dst, db);
-    notify_pop(
-        PopKind::List { front: from_front },
-        src,
-        db,
-        emptied && src != dst,
-    );
-    Try::Served(src.to_vec(), Popped::One(v))
+    let pop = PopKind::List { front: from_front };
+    notify_pop(pop, src, db, emptied && src != dst);
 }
 
 /// How the shard owning a ready key serves this client in place (see
@@ -802,17 +809,20 @@ impl LocalServe for LocalPop {
                 key,
                 now,
                 PopKind::List { front: from_front },
+                false,
             ) else {
                 return None;
             };
+            let emptied = data.dbs[db].peek(key).is_none();
             push_one(data, db, dst, &v, to_front);
+            notify_move(key, dst, db, (from_front, to_front), emptied);
             w.bulk(&v);
             return Some(ServedReply {
                 reply: out,
                 pushed: Some(dst.clone()),
             });
         }
-        match pop_key(&mut data.dbs[db], key, now, self.kind) {
+        match pop_key(&mut data.dbs[db], key, now, self.kind, true) {
             Ok(Some(p)) => {
                 reply_kind(&mut w, self.kind, Try::Served(key.to_vec(), p));
                 Some(ServedReply {

@@ -122,6 +122,8 @@ pub struct ClientPubSub {
     waker: RefCell<Option<Waker>>,
     /// When the outbox went over the soft limit (unix ms), 0 while under it.
     soft_since: Cell<u64>,
+    /// Subscriptions of all three kinds: checked on every command, so one load.
+    total: Cell<usize>,
 }
 
 impl ClientPubSub {
@@ -140,9 +142,7 @@ impl ClientPubSub {
     /// Subscribed to anything (Redis's CLIENT_PUBSUB flag).
     #[inline]
     pub fn active(&self) -> bool {
-        !(self.channels.borrow().is_empty()
-            && self.patterns.borrow().is_empty()
-            && self.shard_channels.borrow().is_empty())
+        self.total.get() > 0
     }
 
     /// Pushes are waiting to be written.
@@ -172,6 +172,22 @@ impl ClientPubSub {
     }
 
     fn add(&self, kind: SubKind, name: &[u8]) -> bool {
+        let added = self.insert(kind, name);
+        if added {
+            self.total.set(self.total.get() + 1);
+        }
+        added
+    }
+
+    fn remove(&self, kind: SubKind, name: &[u8]) -> bool {
+        let removed = self.delete(kind, name);
+        if removed {
+            self.total.set(self.total.get() - 1);
+        }
+        removed
+    }
+
+    fn insert(&self, kind: SubKind, name: &[u8]) -> bool {
         match kind {
             SubKind::Channel => self.channels.borrow_mut().insert(name.to_vec()),
             SubKind::Shard => self.shard_channels.borrow_mut().insert(name.to_vec()),
@@ -187,7 +203,7 @@ impl ClientPubSub {
         }
     }
 
-    fn remove(&self, kind: SubKind, name: &[u8]) -> bool {
+    fn delete(&self, kind: SubKind, name: &[u8]) -> bool {
         match kind {
             SubKind::Channel => self.channels.borrow_mut().remove(name),
             SubKind::Shard => self.shard_channels.borrow_mut().remove(name),
@@ -629,6 +645,10 @@ mod tests {
         assert!(ps.remove(SubKind::Pattern, b"a*"));
         assert!(!ps.remove(SubKind::Pattern, b"a*"));
         assert_eq!(ps.names(SubKind::Channel), vec![b"a".to_vec()]);
+        assert!(ps.remove(SubKind::Channel, b"a"));
+        assert!(ps.active());
+        assert!(ps.remove(SubKind::Shard, b"s"));
+        assert!(!ps.active());
     }
 
     #[test]

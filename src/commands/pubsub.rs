@@ -89,6 +89,13 @@ fn psubscribe(ctx: &mut ClientCtx) {
 }
 
 fn ssubscribe(ctx: &mut ClientCtx) {
+    // Inside EXEC a client expects one reply per command (Redis's DENY_BLOCKING);
+    // SUBSCRIBE is let through there for backward compatibility, SSUBSCRIBE is not.
+    if ctx.session.exec_owner.is_some() {
+        return ctx
+            .out
+            .error("ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client");
+    }
     subscribe_each(ctx, SubKind::Shard)
 }
 

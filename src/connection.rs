@@ -399,8 +399,8 @@ impl Connection {
             self.reject(Some(idx), "NOAUTH Authentication required.");
             return;
         }
-        if self.session.proto == Protocol::Resp2
-            && self.session.shared.pubsub.active()
+        if self.session.shared.pubsub.active()
+            && self.session.proto == Protocol::Resp2
             && !commands::pubsub::allowed_while_subscribed(spec.name)
         {
             let msg = commands::pubsub::subscribed_context_error(spec.name);

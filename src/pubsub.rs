@@ -124,6 +124,8 @@ pub struct ClientPubSub {
     soft_since: Cell<u64>,
     /// Subscriptions of all three kinds: checked on every command, so one load.
     total: Cell<usize>,
+    /// The outbox is not empty (checked after every command, so a plain flag).
+    pending: Cell<bool>,
 }
 
 impl ClientPubSub {
@@ -148,7 +150,7 @@ impl ClientPubSub {
     /// Pushes are waiting to be written.
     #[inline]
     pub fn has_pushes(&self) -> bool {
-        !self.outbox.borrow().is_empty()
+        self.pending.get()
     }
 
     /// Moves the waiting pushes to the end of `out`.
@@ -159,6 +161,7 @@ impl ClientPubSub {
         if ob.capacity() > 1024 * 1024 {
             *ob = Vec::new();
         }
+        self.pending.set(false);
         self.soft_since.set(0);
     }
 
@@ -249,12 +252,14 @@ fn push_to(c: &ClientShared, parts: &[Option<&[u8]>], tail: Option<i64>) {
         }
         ob.len() as u64
     };
+    ps.pending.set(true);
     if over_output_limit(ps, len) {
         tracing::warn!(
             client = c.id,
             "closing pubsub client over client-output-buffer-limit"
         );
         ps.outbox.borrow_mut().clear();
+        ps.pending.set(false);
         c.kill();
     }
     if let Some(w) = ps.waker.borrow_mut().take() {

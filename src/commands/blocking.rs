@@ -490,13 +490,17 @@ fn try_here(d: &mut ShardData, db: usize, req: &Request, retry: bool) -> Try {
         let popped = match dbr.get(src, now).map(|e| &e.value) {
             None => Ok(None),
             Some(Value::List(_)) if !dst_ok => Err(()),
-            Some(Value::List(_)) => pop_key(dbr, src, now, PopKind::List { front: from_front }),
+            Some(Value::List(_)) => {
+                pop_key(dbr, src, now, PopKind::List { front: from_front }, false)
+            }
             Some(_) if retry => Ok(None),
             Some(_) => Err(()),
         };
+        let emptied = dbr.peek(src).is_none();
         return match popped {
             Ok(Some(Popped::One(v))) => {
                 push_one(d, db, dst, &v, to_front);
+                notify_move(src, dst, db, (from_front, to_front), emptied);
                 Try::Served(src.clone(), Popped::One(v))
             }
             Ok(_) => Try::Empty,
@@ -504,7 +508,7 @@ fn try_here(d: &mut ShardData, db: usize, req: &Request, retry: bool) -> Try {
         };
     }
     for key in &req.keys {
-        match pop_key(&mut d.dbs[db], key, now, req.kind) {
+        match pop_key(&mut d.dbs[db], key, now, req.kind, true) {
             Ok(None) => continue,
             Ok(Some(p)) => return Try::Served(key.clone(), p),
             Err(()) if retry => continue,

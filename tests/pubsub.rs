@@ -285,3 +285,23 @@ fn slow_subscriber_is_disconnected() {
     }
     assert!(dropped, "the slow subscriber was never disconnected");
 }
+
+#[test]
+fn stream_keyspace_events() {
+    let (s, mut p) = setup();
+    p.c("config set notify-keyspace-events Kt");
+    let mut sub = subscribers(s.port, 1, "psubscribe *").remove(0);
+    p.c("xgroup create st g $ mkstream");
+    p.c("xadd st 1-1 f v");
+    p.c("xreadgroup group g alice streams st >");
+    p.c("xgroup delconsumer st g nobody");
+    p.c("xgroup delconsumer st g alice");
+    for ev in [
+        "xgroup-create",
+        "xadd",
+        "xgroup-createconsumer",
+        "xgroup-delconsumer",
+    ] {
+        assert_eq!(event(&mut sub), ("__keyspace@0__:st".into(), ev.into()));
+    }
+}

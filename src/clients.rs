@@ -41,6 +41,8 @@ pub struct ClientShared {
     /// While the client waits in a blocking command: its wake-up state, which
     /// CLIENT UNBLOCK uses.
     pub blocked: RefCell<Option<std::sync::Arc<crate::shard::blocking::BlockState>>>,
+    /// Pub/Sub subscriptions and pushes waiting to be written.
+    pub pubsub: crate::pubsub::ClientPubSub,
 }
 
 impl ClientShared {
@@ -54,6 +56,9 @@ impl ClientShared {
         let age = now_ms.saturating_sub(self.created_ms) / 1000;
         let idle = now_ms.saturating_sub(self.last_interaction_ms.get()) / 1000;
         let mut flags = String::new();
+        if self.pubsub.active() {
+            flags.push('P');
+        }
         if self.no_evict.get() {
             flags.push('e');
         }
@@ -64,7 +69,7 @@ impl ClientShared {
             flags.push('N');
         }
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
             self.id,
             self.addr,
             self.laddr,
@@ -74,6 +79,9 @@ impl ClientShared {
             idle,
             flags,
             self.db.get(),
+            self.pubsub.channel_count(),
+            self.pubsub.pattern_count(),
+            self.pubsub.shard_channel_count(),
             self.multi_count.get(),
             self.query_buf_len.get(),
             self.output_len.get(),

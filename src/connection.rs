@@ -135,6 +135,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         no_evict: Default::default(),
         multi_count: std::cell::Cell::new(-1),
         blocked: Default::default(),
+        pubsub: Default::default(),
     });
     let authenticated = cell.data.borrow().config.requirepass().is_none();
     cell.data.borrow_mut().stats.total_connections += 1;
@@ -168,6 +169,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
     };
     conn.run().await;
     commands::multi::unwatch_all(&mut conn.session).await;
+    crate::pubsub::unsubscribe_all_silently(&shared);
     cell.clients.borrow_mut().remove(shared.id);
     CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
 }
@@ -179,6 +181,7 @@ impl Connection {
                 return;
             }
             self.process_input().await;
+            self.take_pushes();
             if !self.out.is_empty() {
                 let n = self.out.len() as u64;
                 if self.stream.write_all(&self.out).await.is_err() {
@@ -213,7 +216,18 @@ impl Connection {
                 self.buf.resize(self.end + want, 0);
             }
         }
-        let n = match self.stream.read(&mut self.buf[self.end..]).await {
+        let read = self.stream.read(&mut self.buf[self.end..]);
+        let pubsub = &self.session.shared.pubsub;
+        let result = if pubsub.active() || pubsub.has_pushes() {
+            // A subscriber also wakes up for messages; it then has no new input.
+            match crate::pubsub::read_or_push(pubsub, read).await {
+                Some(r) => r,
+                None => return true,
+            }
+        } else {
+            read.await
+        };
+        let n = match result {
             Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
@@ -358,6 +372,20 @@ impl Connection {
             self.flush().await;
         }
         self.apply_reply_mode(mode_before, before);
+        if self.session.shared.pubsub.has_pushes() {
+            // Pushes (subscribe confirmations, messages) go after this command's
+            // reply and are never silenced by CLIENT REPLY, as Redis's pushes.
+            self.flush().await;
+            self.take_pushes();
+        }
+    }
+
+    /// Moves pushes waiting for this client (pub/sub) to the output.
+    fn take_pushes(&mut self) {
+        let pubsub = &self.session.shared.pubsub;
+        if pubsub.has_pushes() {
+            pubsub.take_pushes(&mut self.out);
+        }
     }
 
     async fn run_command(&mut self, args: Args<'_>) {
@@ -381,6 +409,14 @@ impl Connection {
         }
         if !self.session.authenticated && !spec.has(flags::NO_AUTH) {
             self.reject(Some(idx), "NOAUTH Authentication required.");
+            return;
+        }
+        if self.session.shared.pubsub.active()
+            && self.session.proto == Protocol::Resp2
+            && !commands::pubsub::allowed_while_subscribed(spec.name)
+        {
+            let msg = commands::pubsub::subscribed_context_error(spec.name);
+            self.reject(Some(idx), &msg);
             return;
         }
         if let Some(busy) = crate::scripting::busy_error() {
@@ -493,6 +529,7 @@ impl Connection {
             self.pipe.locked = true;
             Box::pin(self.run_command(Args::new(&buf, &spans))).await;
             self.flush().await;
+            self.take_pushes();
         }
         self.pipe.locked = false;
         self.session.exec_owner = None;

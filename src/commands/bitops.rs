@@ -9,7 +9,9 @@ use std::pin::Pin;
 
 use super::table::K1;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
-use super::{parse_i64, read_str, ExecCtx, GlobalCtx, WrongType, NOT_INT, SYNTAX_ERR, WRONGTYPE};
+use super::{
+    notify, parse_i64, read_str, ExecCtx, GlobalCtx, WrongType, NOT_INT, SYNTAX_ERR, WRONGTYPE,
+};
 use crate::protocol::reply::ReplyWriter;
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardData;
@@ -309,7 +311,8 @@ fn parse_unit(arg: &[u8]) -> Option<bool> {
 
 /// Runs `f` on the bytes of the string at `key`, grown with zeros to at least `len`
 /// bytes (created if missing, as Redis's lookupStringForBitCommand does); replies
-/// WRONGTYPE for another type. An existing key keeps its TTL.
+/// WRONGTYPE for another type. An existing key keeps its TTL. Emits "setbit" after
+/// `f` ran.
 fn with_grown_string(
     ctx: &mut ExecCtx,
     key: &[u8],
@@ -338,6 +341,7 @@ fn with_grown_string(
             db.insert(key, Value::Str(StrValue::Raw(raw)), NO_EXPIRE, lru);
         }
     }
+    crate::pubsub::notify(notify::STRING, "setbit", key, dbi);
 }
 
 /// The byte length needed to hold bit `offset` (offset < proto-max-bulk-len * 8).
@@ -530,9 +534,12 @@ fn bitop_apply(op: BitOp, res: &mut [u8], src: &[u8], first: bool) {
 
 /// Stores BITOP's result: a raw string without TTL, or no key for an empty result.
 fn store_bitop_result(data: &mut ShardData, db: usize, dest: &[u8], res: Vec<u8>) {
+    let dbi = db;
     let db = &mut data.dbs[db];
     if res.is_empty() {
-        db.remove(dest);
+        if db.remove(dest).is_some() {
+            crate::pubsub::notify(notify::GENERIC, "del", dest, dbi);
+        }
     } else {
         db.insert(
             dest,
@@ -540,6 +547,7 @@ fn store_bitop_result(data: &mut ShardData, db: usize, dest: &[u8], res: Vec<u8>
             NO_EXPIRE,
             crate::util::lru_clock(),
         );
+        crate::pubsub::notify(notify::STRING, "set", dest, dbi);
     }
 }
 

@@ -490,13 +490,17 @@ fn try_here(d: &mut ShardData, db: usize, req: &Request, retry: bool) -> Try {
         let popped = match dbr.get(src, now).map(|e| &e.value) {
             None => Ok(None),
             Some(Value::List(_)) if !dst_ok => Err(()),
-            Some(Value::List(_)) => pop_key(dbr, src, now, PopKind::List { front: from_front }),
+            Some(Value::List(_)) => {
+                pop_key(dbr, src, now, PopKind::List { front: from_front }, false)
+            }
             Some(_) if retry => Ok(None),
             Some(_) => Err(()),
         };
+        let emptied = dbr.peek(src).is_none();
         return match popped {
             Ok(Some(Popped::One(v))) => {
                 push_one(d, db, dst, &v, to_front);
+                notify_move(src, dst, db, (from_front, to_front), emptied);
                 Try::Served(src.clone(), Popped::One(v))
             }
             Ok(_) => Try::Empty,
@@ -504,7 +508,7 @@ fn try_here(d: &mut ShardData, db: usize, req: &Request, retry: bool) -> Try {
         };
     }
     for key in &req.keys {
-        match pop_key(&mut d.dbs[db], key, now, req.kind) {
+        match pop_key(&mut d.dbs[db], key, now, req.kind, true) {
             Ok(None) => continue,
             Ok(Some(p)) => return Try::Served(key.clone(), p),
             Err(()) if retry => continue,
@@ -598,7 +602,7 @@ async fn try_pop(
             .on(cell, shard, move |d| {
                 let now = crate::util::now_ms();
                 for key in run {
-                    match pop_key(&mut d.dbs[db], &key, now, kind) {
+                    match pop_key(&mut d.dbs[db], &key, now, kind, true) {
                         Ok(None) => continue,
                         Ok(Some(p)) => return Try::Served(key, p),
                         Err(()) if retry => continue,
@@ -617,8 +621,15 @@ async fn try_pop(
 }
 
 /// Pops from one key as `kind` says: Ok(None) if it is missing, Err(()) if it holds
-/// another type. Removes the key when it empties.
-fn pop_key(db: &mut Db, key: &[u8], now: u64, kind: PopKind) -> Result<Option<Popped>, ()> {
+/// another type. Removes the key when it empties. `notify`: emit the pop's keyspace
+/// events here (BLMOVE emits its own, in Redis's order).
+fn pop_key(
+    db: &mut Db,
+    key: &[u8],
+    now: u64,
+    kind: PopKind,
+    notify: bool,
+) -> Result<Option<Popped>, ()> {
     let Some(e) = db.get(key, now) else {
         return Ok(None);
     };
@@ -648,7 +659,28 @@ fn pop_key(db: &mut Db, key: &[u8], now: u64, kind: PopKind) -> Result<Option<Po
     if emptied {
         db.remove(key);
     }
+    if notify && popped.is_some() {
+        notify_pop(kind, key, db.index(), emptied);
+    }
     Ok(popped)
+}
+
+/// The events of a pop: Redis's event name for it, then "del" if the key emptied.
+fn notify_pop(kind: PopKind, key: &[u8], db: usize, emptied: bool) {
+    use crate::config::notify::{GENERIC, LIST, ZSET};
+    let (class, event) = match kind {
+        PopKind::List { front } | PopKind::ListMany { front, .. } => {
+            (LIST, if front { "lpop" } else { "rpop" })
+        }
+        PopKind::Move { from_front, .. } => (LIST, if from_front { "lpop" } else { "rpop" }),
+        PopKind::ZSet { max } | PopKind::ZSetMany { max, .. } => {
+            (ZSET, if max { "zpopmax" } else { "zpopmin" })
+        }
+    };
+    crate::pubsub::notify(class, event, key, db);
+    if emptied {
+        crate::pubsub::notify(GENERIC, "del", key, db);
+    }
 }
 
 /// BLMOVE's try: the source decides whether to block (a wrong-typed destination only
@@ -671,17 +703,20 @@ async fn try_move(
         })
         .await;
     let s = src.to_vec();
-    let popped = op
+    let (popped, emptied) = op
         .on(cell, cell.shard_of(src), move |data| {
             let dbr = &mut data.dbs[db];
             let now = crate::util::now_ms();
-            match dbr.get(&s, now).map(|e| &e.value) {
+            let r = match dbr.get(&s, now).map(|e| &e.value) {
                 None => Ok(None),
                 Some(Value::List(_)) if !dst_ok => Err(()),
-                Some(Value::List(_)) => pop_key(dbr, &s, now, PopKind::List { front: from_front }),
+                Some(Value::List(_)) => {
+                    pop_key(dbr, &s, now, PopKind::List { front: from_front }, false)
+                }
                 Some(_) if retry => Ok(None),
                 Some(_) => Err(()),
-            }
+            };
+            (r, dbr.peek(&s).is_none())
         })
         .await;
     let v = match popped {
@@ -697,7 +732,23 @@ async fn try_move(
             v
         })
         .await;
+    // From here, so subscribers see them in Redis's order.
+    notify_move(src, dst, db, (from_front, to_front), emptied);
     Try::Served(src.to_vec(), Popped::One(v))
+}
+
+/// BLMOVE's events in Redis's order: the push, the pop, the source's deletion.
+fn notify_move(
+    src: &[u8],
+    dst: &[u8],
+    db: usize,
+    (from_front, to_front): (bool, bool),
+    emptied: bool,
+) {
+    let push = if to_front { "lpush" } else { "rpush" };
+    crate::pubsub::notify(crate::config::notify::LIST, push, dst, db);
+    let pop = PopKind::List { front: from_front };
+    notify_pop(pop, src, db, emptied && src != dst);
 }
 
 /// How the shard owning a ready key serves this client in place (see
@@ -762,17 +813,20 @@ impl LocalServe for LocalPop {
                 key,
                 now,
                 PopKind::List { front: from_front },
+                false,
             ) else {
                 return None;
             };
+            let emptied = data.dbs[db].peek(key).is_none();
             push_one(data, db, dst, &v, to_front);
+            notify_move(key, dst, db, (from_front, to_front), emptied);
             w.bulk(&v);
             return Some(ServedReply {
                 reply: out,
                 pushed: Some(dst.clone()),
             });
         }
-        match pop_key(&mut data.dbs[db], key, now, self.kind) {
+        match pop_key(&mut data.dbs[db], key, now, self.kind, true) {
             Ok(Some(p)) => {
                 reply_kind(&mut w, self.kind, Try::Served(key.to_vec(), p));
                 Some(ServedReply {

@@ -44,6 +44,14 @@ pub static COMMANDS: &[CommandSpec] = &[
 ];
 
 fn ping(ctx: &mut ClientCtx) {
+    // A subscribed RESP2 client gets PING's reply in the shape of a message.
+    let subscribed = ctx.session.shared.pubsub.active();
+    if subscribed && ctx.session.proto == Protocol::Resp2 && ctx.args.len() <= 2 {
+        ctx.out.array_len(2);
+        ctx.out.bulk(b"pong");
+        ctx.out.bulk(ctx.args.get(1));
+        return;
+    }
     match ctx.args.len() {
         1 => ctx.out.simple("PONG"),
         2 => ctx.out.bulk(ctx.args.get(1)),
@@ -190,6 +198,7 @@ fn reset(ctx: &mut ClientCtx) {
     s.reply_mode = ReplyMode::On;
     *s.shared.name.borrow_mut() = None;
     s.shared.no_evict.set(false);
+    crate::pubsub::unsubscribe_all_silently(&s.shared);
     s.authenticated = s.cell.data.borrow().config.requirepass().is_none();
     ctx.out.proto = Protocol::Resp2;
     ctx.out.simple("RESET");

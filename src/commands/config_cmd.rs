@@ -77,6 +77,7 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 {
                     let mut d = g.session.cell.data.borrow_mut();
                     d.limits = crate::storage::limits::EncodingLimits::from_config(&d.config);
+                    crate::pubsub::sync_config(&d.config);
                 }
                 let me = g.session.cell.id;
                 g.session

@@ -3,7 +3,9 @@
 
 use super::table::K1;
 use super::table::{flags::*, CommandSpec, Cross, Kind};
-use super::{parse_f64, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE};
+use super::{
+    notify, parse_f64, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE,
+};
 use crate::protocol::reply::{format_long_double_human, Protocol, ReplyWriter};
 use crate::storage::hash::HashValue;
 use crate::storage::limits::EncodingLimits;
@@ -115,13 +117,15 @@ fn set_pairs(ctx: &mut ExecCtx) -> Option<i64> {
         return None;
     }
     let args = ctx.args;
-    write_hash(ctx, args.get(1), |h, limits| {
+    let added = write_hash(ctx, args.get(1), |h, limits| {
         let mut added = 0;
         for i in (2..args.len()).step_by(2) {
             added += h.set(args.get(i), args.get(i + 1), limits) as i64;
         }
         added
-    })
+    })?;
+    ctx.notify(notify::HASH, "hset", args.get(1));
+    Some(added)
 }
 
 fn hset(ctx: &mut ExecCtx) {
@@ -143,6 +147,9 @@ fn hsetnx(ctx: &mut ExecCtx) {
         !h.contains(field) && h.set(field, value, limits)
     });
     if let Some(added) = added {
+        if added {
+            ctx.notify(notify::HASH, "hset", args.get(1));
+        }
         ctx.out.integer(added as i64);
     }
 }
@@ -236,6 +243,12 @@ fn hdel(ctx: &mut ExecCtx) {
     if emptied {
         ctx.db().remove(key);
     }
+    if deleted > 0 {
+        ctx.notify(notify::HASH, "hdel", key);
+        if emptied {
+            ctx.notify(notify::GENERIC, "del", key);
+        }
+    }
     ctx.out.integer(deleted as i64);
 }
 
@@ -286,7 +299,10 @@ fn hincrby(ctx: &mut ExecCtx) {
         Ok(n)
     });
     match result {
-        Some(Ok(n)) => ctx.out.integer(n),
+        Some(Ok(n)) => {
+            ctx.notify(notify::HASH, "hincrby", args.get(1));
+            ctx.out.integer(n)
+        }
         Some(Err(e)) => ctx.error(e),
         None => {}
     }
@@ -323,7 +339,10 @@ fn hincrbyfloat(ctx: &mut ExecCtx) {
         Ok(text)
     });
     match result {
-        Some(Ok(text)) => ctx.out.bulk(&text),
+        Some(Ok(text)) => {
+            ctx.notify(notify::HASH, "hincrbyfloat", args.get(1));
+            ctx.out.bulk(&text)
+        }
         Some(Err(e)) => ctx.error(e),
         None => {}
     }

@@ -7,7 +7,7 @@ use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, Merge};
 use super::table::{K1, K12, K_ALL};
 use super::{
-    parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR,
+    notify, parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR,
 };
 use crate::shard::multi::MultiShardOp;
 use crate::storage::dump;
@@ -82,6 +82,7 @@ fn del(ctx: &mut ExecCtx) {
         let now = ctx.now;
         let db = ctx.db();
         if db.get(key, now).is_some() && db.remove(key).is_some() {
+            ctx.notify(notify::GENERIC, "del", key);
             n += 1;
         }
     }
@@ -197,8 +198,10 @@ fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
     }
     if when <= now as i64 {
         ctx.db().remove(key);
+        ctx.notify(notify::GENERIC, "del", key);
     } else {
         ctx.db().set_expire(key, when as u64);
+        ctx.notify(notify::GENERIC, "expire", key);
     }
     ctx.out.integer(1);
 }
@@ -267,6 +270,7 @@ fn persist(ctx: &mut ExecCtx) {
     let had = ctx.db().get(key, now).map(|e| e.expire_at() != NO_EXPIRE);
     if had == Some(true) {
         ctx.db().set_expire(key, NO_EXPIRE);
+        ctx.notify(notify::GENERIC, "persist", key);
         ctx.out.integer(1);
     } else {
         ctx.out.integer(0);
@@ -290,12 +294,18 @@ fn rename_local(ctx: &mut ExecCtx, nx: bool) {
     if let Some(e) = db.remove(src) {
         let at = e.expire_at();
         db.insert(dst, e.value, at, e.lru);
+        notify_rename(src, dst, ctx.db);
     }
     if nx {
         ctx.out.integer(1)
     } else {
         ctx.out.ok()
     }
+}
+
+fn notify_rename(src: &[u8], dst: &[u8], db: usize) {
+    crate::pubsub::notify(notify::GENERIC, "rename_from", src, db);
+    crate::pubsub::notify(notify::GENERIC, "rename_to", dst, db);
 }
 
 fn rename(ctx: &mut ExecCtx) {
@@ -322,6 +332,8 @@ async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
         }
         if let Some((v, at)) = op.take(&cell, db, &src).await {
             op.put(&cell, db, &dst, v, at).await;
+            // Both events from here, so subscribers see them in Redis's order.
+            notify_rename(&src, &dst, db);
         }
         Ok(true)
     }
@@ -401,6 +413,7 @@ fn copy(ctx: &mut ExecCtx) {
     }
     let lru = (now / 1000) as u32;
     target.insert(dst, v, at, lru);
+    crate::pubsub::notify(notify::GENERIC, "copy_to", dst, o.db);
     ctx.out.integer(1);
 }
 
@@ -422,6 +435,7 @@ fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         if let Some((v, at)) = op.peek_clone(&cell, db, &src).await {
             if o.replace || !op.exists(&cell, o.db, &dst).await {
                 op.put(&cell, o.db, &dst, v, at).await;
+                crate::pubsub::notify(notify::GENERIC, "copy_to", &dst, o.db);
                 copied = 1;
             }
         }
@@ -449,6 +463,8 @@ fn move_cmd(ctx: &mut ExecCtx) {
     if let Some(e) = ctx.db().remove(key) {
         let at = e.expire_at();
         ctx.data.dbs[target].insert(key, e.value, at, e.lru);
+        ctx.notify(notify::GENERIC, "move_from", key);
+        crate::pubsub::notify(notify::GENERIC, "move_to", key, target);
     }
     ctx.out.integer(1);
 }
@@ -606,6 +622,7 @@ fn restore(ctx: &mut ExecCtx) {
     let lru =
         crate::util::lru_clock().saturating_sub(lru_idle.unwrap_or(0).min(u32::MAX as i64) as u32);
     ctx.db().insert(key, value, at, lru);
+    ctx.notify(notify::GENERIC, "restore", key);
     ctx.out.ok();
 }
 

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
 use super::table::{K1, K12};
-use super::{parse_i64, ExecCtx, GlobalCtx, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR, WRONGTYPE};
+use super::{notify, parse_i64, ExecCtx, GlobalCtx, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::ReplyWriter;
 use crate::shard::multi::MultiShardOp;
 use crate::storage::limits::EncodingLimits;
@@ -103,13 +103,14 @@ fn write_with_out<'c, 'a>(
 }
 
 /// Runs `f` on the list under `key` and deletes the key if `f` emptied it (Redis
-/// never keeps an empty list). `Ok(None)`: no such key; `Err(())`: another type.
+/// never keeps an empty list). `Ok(None)`: no such key; `Err(())`: another type;
+/// else `f`'s result and whether the key was deleted (for its "del" event).
 fn with_list<R>(
     db: &mut Db,
     key: &[u8],
     now: u64,
     f: impl FnOnce(&mut ListValue) -> R,
-) -> Result<Option<R>, ()> {
+) -> Result<Option<(R, bool)>, ()> {
     let (r, emptied) = match as_list(db.get(key, now))? {
         None => return Ok(None),
         Some(l) => {
@@ -120,7 +121,31 @@ fn with_list<R>(
     if emptied {
         db.remove(key);
     }
-    Ok(Some(r))
+    Ok(Some((r, emptied)))
+}
+
+/// The keyspace events of a list write: `event`, then "del" if it emptied the list.
+fn notify_list(event: &str, key: &[u8], db: usize, emptied: bool) {
+    crate::pubsub::notify(notify::LIST, event, key, db);
+    if emptied {
+        crate::pubsub::notify(notify::GENERIC, "del", key, db);
+    }
+}
+
+fn push_event(front: bool) -> &'static str {
+    if front {
+        "lpush"
+    } else {
+        "rpush"
+    }
+}
+
+fn pop_event(front: bool) -> &'static str {
+    if front {
+        "lpop"
+    } else {
+        "rpop"
+    }
 }
 
 /// Pushes `values` onto the list under `key`, creating it if missing unless
@@ -167,7 +192,12 @@ fn push_generic(ctx: &mut ExecCtx, front: bool, only_existing: bool) {
     let db = &mut ctx.data.dbs[ctx.db];
     let values = (2..args.len()).map(|i| args.get(i));
     match push_values(db, key, now, &limits, front, only_existing, values) {
-        Ok(n) => ctx.out.integer(n as i64),
+        Ok(n) => {
+            if n > 0 {
+                ctx.notify(notify::LIST, push_event(front), key);
+            }
+            ctx.out.integer(n as i64)
+        }
         Err(()) => ctx.out.error(WRONGTYPE),
     }
 }
@@ -223,7 +253,8 @@ fn pop_generic(ctx: &mut ExecCtx, front: bool) {
     };
     let key = ctx.args.get(1);
     let now = ctx.now;
-    let db = &mut ctx.data.dbs[ctx.db];
+    let dbi = ctx.db;
+    let db = &mut ctx.data.dbs[dbi];
     let out = &mut ctx.out;
     let done = with_list(db, key, now, |l| match count {
         Some(0) => out.array_len(0),
@@ -240,7 +271,11 @@ fn pop_generic(ctx: &mut ExecCtx, front: bool) {
         }
     });
     match done {
-        Ok(Some(())) => {}
+        Ok(Some(((), emptied))) => {
+            if count != Some(0) {
+                notify_list(pop_event(front), key, dbi, emptied);
+            }
+        }
         Ok(None) if count.is_some() => out.null_array(),
         Ok(None) => out.null(),
         Err(()) => out.error(WRONGTYPE),
@@ -303,7 +338,8 @@ fn linsert(ctx: &mut ExecCtx) {
         Ok(None) => out.integer(0),
         Ok(Some(l)) => {
             if l.insert_by_pivot(args.get(3), args.get(4), after) {
-                out.integer(l.len() as i64)
+                out.integer(l.len() as i64);
+                ctx.notify(notify::LIST, "linsert", key);
             } else {
                 out.integer(-1)
             }
@@ -322,7 +358,8 @@ fn lset(ctx: &mut ExecCtx) {
         (Ok(Some(_)), None) => out.error(NOT_INT),
         (Ok(Some(l)), Some(i)) => {
             if l.set(i, args.get(3)) {
-                out.ok()
+                out.ok();
+                ctx.notify(notify::LIST, "lset", key);
             } else {
                 out.error(OUT_OF_RANGE)
             }
@@ -392,7 +429,12 @@ fn ltrim(ctx: &mut ExecCtx) {
     });
     match done {
         Err(()) => ctx.out.error(WRONGTYPE),
-        Ok(_) => ctx.out.ok(),
+        Ok(r) => {
+            if let Some(((), emptied)) = r {
+                notify_list("ltrim", key, ctx.db, emptied);
+            }
+            ctx.out.ok()
+        }
     }
 }
 
@@ -407,7 +449,13 @@ fn lrem(ctx: &mut ExecCtx) {
     let limit = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
     match with_list(db, key, now, |l| l.remove_matching(value, limit, count < 0)) {
         Err(()) => ctx.out.error(WRONGTYPE),
-        Ok(n) => ctx.out.integer(n.unwrap_or(0) as i64),
+        Ok(r) => {
+            let (n, emptied) = r.unwrap_or((0, false));
+            if n > 0 {
+                notify_list("lrem", key, ctx.db, emptied);
+            }
+            ctx.out.integer(n as i64)
+        }
     }
 }
 
@@ -561,13 +609,24 @@ fn lmove_local(ctx: &mut ExecCtx, from_front: bool, to_front: bool) {
         false,
         std::iter::once(v.as_slice()),
     );
-    if matches!(as_list(db.get(src, now)), Ok(Some(l)) if l.is_empty()) {
+    let emptied = matches!(as_list(db.get(src, now)), Ok(Some(l)) if l.is_empty());
+    if emptied {
         db.remove(src);
     }
     match pushed {
-        Ok(_) => ctx.out.bulk(&v),
+        Ok(_) => {
+            notify_move(src, dst, ctx.db, from_front, to_front, emptied);
+            ctx.out.bulk(&v)
+        }
         Err(()) => ctx.out.error(WRONGTYPE),
     }
+}
+
+/// LMOVE's events in Redis's order: the push on the destination, the pop on the
+/// source, and "del" if the source was emptied.
+fn notify_move(src: &[u8], dst: &[u8], db: usize, from_front: bool, to: bool, emptied: bool) {
+    crate::pubsub::notify(notify::LIST, push_event(to), dst, db);
+    notify_list(pop_event(from_front), src, db, emptied);
 }
 
 fn lmove(ctx: &mut ExecCtx) {
@@ -603,7 +662,7 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
         })
         .await;
     let s = src.clone();
-    let popped = op
+    let (popped, emptied) = op
         .on(&cell, cell.shard_of(&src), move |data| {
             let dbr = &mut data.dbs[db];
             let r = with_list(dbr, &s, crate::util::now_ms(), |l| {
@@ -614,9 +673,9 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
                 }
             });
             match r {
-                Ok(None) => MoveSrc::Missing,
-                Ok(Some(Some(v))) => MoveSrc::Popped(v),
-                Ok(Some(None)) | Err(()) => MoveSrc::WrongType,
+                Ok(None) => (MoveSrc::Missing, false),
+                Ok(Some((Some(v), emptied))) => (MoveSrc::Popped(v), emptied),
+                Ok(Some((None, _))) | Err(()) => (MoveSrc::WrongType, false),
             }
         })
         .await;
@@ -643,6 +702,10 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
         }
         other => other,
     };
+    if matches!(popped, MoveSrc::Popped(_)) {
+        // From here, so subscribers get the events in Redis's order.
+        notify_move(&src, &dst, db, from_front, to_front, emptied);
+    }
     op.release(&cell).await;
     let mut w = g.w();
     match popped {
@@ -704,7 +767,8 @@ fn lmpop(ctx: &mut ExecCtx) {
         Err(e) => return ctx.out.error(e),
     };
     let now = ctx.now;
-    let db = &mut ctx.data.dbs[ctx.db];
+    let dbi = ctx.db;
+    let db = &mut ctx.data.dbs[dbi];
     let out = &mut ctx.out;
     for &key in &argv[2..2 + numkeys] {
         let done = with_list(db, key, now, |l| {
@@ -714,7 +778,7 @@ fn lmpop(ctx: &mut ExecCtx) {
         });
         match done {
             Ok(None) => continue,
-            Ok(Some(())) => return,
+            Ok(Some(((), emptied))) => return notify_list(pop_event(front), key, dbi, emptied),
             Err(()) => return out.error(WRONGTYPE),
         }
     }
@@ -775,7 +839,10 @@ fn lmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         });
                         match taken {
                             Ok(None) => continue,
-                            Ok(Some(items)) => return MpopPart::Popped(key, items),
+                            Ok(Some((items, emptied))) => {
+                                notify_list(pop_event(front), &key, db, emptied);
+                                return MpopPart::Popped(key, items);
+                            }
                             Err(()) => return MpopPart::WrongType,
                         }
                     }

@@ -20,6 +20,7 @@ pub mod hll;
 pub mod keys;
 pub mod lists;
 pub mod multi;
+pub mod pubsub;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -38,6 +39,8 @@ use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::shard::ShardData;
 use crate::storage::{Db, Entry, StrValue, Value};
 
+/// Keyspace-notification classes for `ExecCtx::notify` / `crate::pubsub::notify`.
+pub use crate::config::notify;
 pub use table::{lookup, table, CommandSpec, Cross, KeySpec, Kind, Merge};
 
 pub type KeyedFn = fn(&mut ExecCtx);
@@ -144,6 +147,7 @@ impl<'a> ExecCtx<'a> {
             }
             None => {
                 stats.keyspace_misses += 1;
+                crate::pubsub::notify(notify::KEY_MISS, "keymiss", key, self.db);
                 None
             }
         }
@@ -163,6 +167,7 @@ impl<'a> ExecCtx<'a> {
             }
             None => {
                 data.stats.keyspace_misses += 1;
+                crate::pubsub::notify(notify::KEY_MISS, "keymiss", key, self.db);
                 None
             }
         };
@@ -180,6 +185,14 @@ impl<'a> ExecCtx<'a> {
 
     pub fn error(&mut self, msg: &str) {
         self.out.error(msg);
+    }
+
+    /// Emits a keyspace notification (`class` a `config::notify` bit, `event` Redis's
+    /// event name) for `key` in this command's database. Call it after the change; it
+    /// is one predictable branch when notifications are off (the default).
+    #[inline]
+    pub fn notify(&self, class: u32, event: &str, key: &[u8]) {
+        crate::pubsub::notify(class, event, key, self.db)
     }
 }
 

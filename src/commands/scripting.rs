@@ -176,6 +176,7 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         no_evict: Default::default(),
         multi_count: std::cell::Cell::new(-1),
         blocked: Default::default(),
+        pubsub: Default::default(),
     });
     Session {
         cell: s.cell.clone(),

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
 use super::table::{K1, K12, K_ALL};
-use super::{parse_i64, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
+use super::{notify, parse_i64, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::ReplyWriter;
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardCell;
@@ -132,11 +132,15 @@ fn reply_set(out: &mut ReplyWriter, s: &SetValue) {
     }
 }
 
-/// Adds `member` to the set at `key`, creating the set if missing. The caller has
+/// Adds `member` to the set at `key`, creating the set if missing (SMOVE's
+/// destination side, so it emits "sadd" when the member is new). The caller has
 /// checked the key holds a set or nothing.
 fn add_member(db: &mut Db, key: &[u8], member: &[u8], limits: &EncodingLimits, now: u64) {
+    let dbi = db.index();
     if let Ok(Some(s)) = as_set(db.get(key, now)) {
-        s.insert(member, limits);
+        if s.insert(member, limits) {
+            crate::pubsub::notify(notify::SET, "sadd", key, dbi);
+        }
         return;
     }
     let mut s = SetValue::default();
@@ -147,12 +151,14 @@ fn add_member(db: &mut Db, key: &[u8], member: &[u8], limits: &EncodingLimits, n
         NO_EXPIRE,
         crate::util::lru_clock(),
     );
+    crate::pubsub::notify(notify::SET, "sadd", key, dbi);
 }
 
 /// Replaces `dst` with `result` (deleting it when the result is empty, as Redis
-/// never stores an empty set) and returns the result's size.
-fn store_result(db: &mut Db, dst: &[u8], result: SetValue) -> i64 {
-    db.remove(dst);
+/// never stores an empty set) and returns the result's size. Emits `event` (or
+/// "del" when an existing destination was deleted).
+fn store_result(db: &mut Db, dst: &[u8], result: SetValue, event: &str) -> i64 {
+    let existed = db.remove(dst).is_some();
     let n = result.len() as i64;
     if n > 0 {
         db.insert(
@@ -161,6 +167,9 @@ fn store_result(db: &mut Db, dst: &[u8], result: SetValue) -> i64 {
             NO_EXPIRE,
             crate::util::lru_clock(),
         );
+        crate::pubsub::notify(notify::SET, event, dst, db.index());
+    } else if existed {
+        crate::pubsub::notify(notify::GENERIC, "del", dst, db.index());
     }
     n
 }
@@ -207,6 +216,9 @@ fn sadd(ctx: &mut ExecCtx) {
             n
         }
     };
+    if added > 0 {
+        ctx.notify(notify::SET, "sadd", key);
+    }
     ctx.out.integer(added);
 }
 
@@ -224,7 +236,18 @@ fn srem(ctx: &mut ExecCtx) {
     if empty {
         ctx.db().remove(key);
     }
+    if removed > 0 {
+        notify_removal("srem", key, ctx.db, empty);
+    }
     ctx.out.integer(removed as i64);
+}
+
+/// The events of a removal: `event`, then "del" if it emptied the set.
+fn notify_removal(event: &str, key: &[u8], db: usize, emptied: bool) {
+    crate::pubsub::notify(notify::SET, event, key, db);
+    if emptied {
+        crate::pubsub::notify(notify::GENERIC, "del", key, db);
+    }
 }
 
 fn scard(ctx: &mut ExecCtx) {
@@ -374,6 +397,7 @@ fn spop(ctx: &mut ExecCtx) {
     if empty {
         db.remove(key);
     }
+    notify_removal("spop", key, ctx.db, empty);
     reply_member(&mut ctx.out, popped.as_ref());
 }
 
@@ -400,7 +424,7 @@ fn spop_count(ctx: &mut ExecCtx) {
     if count >= set.len() {
         reply_set(out, set);
         db.remove(key);
-        return;
+        return notify_removal("spop", key, ctx.db, true);
     }
     let popped: Vec<Member> = distinct_random(set, count, &mut data.rng)
         .into_iter()
@@ -411,6 +435,7 @@ fn spop_count(ctx: &mut ExecCtx) {
         reply_member(out, m.as_ref());
         set.remove_ref(m.as_ref());
     }
+    notify_removal("spop", key, ctx.db, false);
 }
 
 /// Whether `key` holds a set, nothing, or another type.
@@ -443,6 +468,9 @@ fn smove_take(db: &mut Db, src: &[u8], dst: Holds, member: &[u8], now: u64) -> R
     };
     if empty {
         db.remove(src);
+    }
+    if removed {
+        notify_removal("srem", src, db.index(), empty);
     }
     Ok(removed)
 }
@@ -559,6 +587,17 @@ enum SetOp {
     Inter,
     Union,
     Diff,
+}
+
+impl SetOp {
+    /// The keyspace event of the STORE form.
+    fn store_event(self) -> &'static str {
+        match self {
+            SetOp::Inter => "sinterstore",
+            SetOp::Union => "sunionstore",
+            SetOp::Diff => "sdiffstore",
+        }
+    }
 }
 
 /// The result of an operation: members borrowed from the inputs (intersection) or a
@@ -701,7 +740,12 @@ fn set_op_local(ctx: &mut ExecCtx, op: SetOp, lay: Layout, card_limit: Option<us
         (Some(d), None) => {
             let result = result.into_set(&limits);
             drop(sets);
-            let n = store_result(&mut ctx.data.dbs[ctx.db], args.get(d), result);
+            let n = store_result(
+                &mut ctx.data.dbs[ctx.db],
+                args.get(d),
+                result,
+                op.store_event(),
+            );
             ctx.out.integer(n);
         }
     }
@@ -785,7 +829,7 @@ async fn set_op_across(g: &mut GlobalCtx<'_>, op: SetOp, lay: Layout, card_limit
                     let dst = g.args[d].clone();
                     let n = msop
                         .on(&cell, cell.shard_of(&dst), move |d| {
-                            store_result(&mut d.dbs[db], &dst, result)
+                            store_result(&mut d.dbs[db], &dst, result, op.store_event())
                         })
                         .await;
                     Ok(Err(n))

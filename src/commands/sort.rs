@@ -443,10 +443,13 @@ async fn run_locked(
 }
 
 /// STORE: the rows become a list (missing GET values as empty strings); an empty
-/// result deletes the destination instead.
+/// result deletes the destination instead. Emits "sortstore" (or "del").
 fn store(d: &mut ShardData, db: usize, dst: &[u8], rows: Vec<Option<Vec<u8>>>) {
+    use crate::config::notify;
     if rows.is_empty() {
-        d.dbs[db].remove(dst);
+        if d.dbs[db].remove(dst).is_some() {
+            crate::pubsub::notify(notify::GENERIC, "del", dst, db);
+        }
         return;
     }
     let mut list = ListValue::new(&d.limits);
@@ -459,6 +462,7 @@ fn store(d: &mut ShardData, db: usize, dst: &[u8], rows: Vec<Option<Vec<u8>>>) {
         crate::storage::NO_EXPIRE,
         crate::util::lru_clock(),
     );
+    crate::pubsub::notify(notify::LIST, "sortstore", dst, db);
 }
 
 #[cfg(test)]

@@ -363,6 +363,7 @@ fn xadd(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     let limits = node_limits(ctx);
     let now = ctx.now;
+    let dbi = ctx.db;
     let exists = match write_parts(ctx, key).0 {
         Err(()) => return ctx.error(WRONGTYPE),
         Ok(s) => s.is_some(),
@@ -399,10 +400,17 @@ fn xadd(ctx: &mut ExecCtx) {
         );
     };
     s.append(id, &fields, limits);
-    if let Some(rule) = a.rule {
-        s.trim(rule, a.approx, a.limit);
-    }
+    let trimmed = a.rule.map_or(0, |rule| s.trim(rule, a.approx, a.limit));
     reply_id(out, id);
+    stream_event("xadd", key, dbi);
+    if trimmed > 0 {
+        stream_event("xtrim", key, dbi);
+    }
+}
+
+/// A stream keyspace event (class `t`).
+fn stream_event(event: &str, key: &[u8], db: usize) {
+    crate::pubsub::notify(super::notify::STREAM, event, key, db);
 }
 
 fn xtrim(ctx: &mut ExecCtx) {
@@ -416,10 +424,14 @@ fn xtrim(ctx: &mut ExecCtx) {
         Ok(a) => a,
         Err(e) => return ctx.error(e),
     };
+    let dbi = ctx.db;
     let (s, out) = write_parts(ctx, key);
     if let (Ok(Some(s)), Some(rule)) = (s, a.rule) {
         let n = s.trim(rule, a.approx, a.limit);
         out.integer(n as i64);
+        if n > 0 {
+            stream_event("xtrim", key, dbi);
+        }
     }
 }
 
@@ -492,10 +504,14 @@ fn xdel(ctx: &mut ExecCtx) {
             None => return ctx.error(INVALID_ID),
         }
     }
+    let dbi = ctx.db;
     let (s, out) = write_parts(ctx, key);
     if let Ok(Some(s)) = s {
         let n = ids.into_iter().filter(|id| s.delete(*id)).count();
         out.integer(n as i64);
+        if n > 0 {
+            stream_event("xdel", key, dbi);
+        }
     }
 }
 
@@ -527,6 +543,7 @@ fn xsetid(ctx: &mut ExecCtx) {
         i += 2;
     }
     let key = args.get(1);
+    let dbi = ctx.db;
     let (s, out) = write_parts(ctx, key);
     let s = match s {
         Err(()) => return out.error(WRONGTYPE),
@@ -557,6 +574,7 @@ fn xsetid(ctx: &mut ExecCtx) {
         s.max_deleted_id = max_xdel;
     }
     out.ok();
+    stream_event("xsetid", key, dbi);
 }
 
 // ---------------------------------------------------------------------------
@@ -679,6 +697,7 @@ fn xgroup(ctx: &mut ExecCtx) {
     }
     let key = ctx.args.get(2);
     let group = ctx.args.get(3);
+    let dbi = ctx.db;
     let exists = match write_parts(ctx, key).0 {
         Err(()) => return ctx.error(WRONGTYPE),
         Ok(s) => s.map(|s| s.groups.contains_key(group)),
@@ -715,12 +734,17 @@ fn xgroup(ctx: &mut ExecCtx) {
                 g.last_id = id;
                 g.entries_read = entries_read;
             }
-            out.ok()
+            out.ok();
+            stream_event("xgroup-setid", key, dbi);
         }
         "destroy" => {
             let (s, out) = write_parts(ctx, key);
             if let Ok(Some(s)) = s {
-                out.integer(s.groups.remove(group).is_some() as i64)
+                let destroyed = s.groups.remove(group).is_some();
+                out.integer(destroyed as i64);
+                if destroyed {
+                    stream_event("xgroup-destroy", key, dbi);
+                }
             }
         }
         "createconsumer" => {
@@ -728,14 +752,22 @@ fn xgroup(ctx: &mut ExecCtx) {
             let name = ctx.args.get(4);
             let (s, out) = write_parts(ctx, key);
             if let Some(g) = s.ok().flatten().and_then(|s| s.groups.get_mut(group)) {
-                out.integer(g.create_consumer(name, now) as i64)
+                let created = g.create_consumer(name, now);
+                out.integer(created as i64);
+                if created {
+                    stream_event("xgroup-createconsumer", key, dbi);
+                }
             }
         }
         _ => {
             let name = ctx.args.get(4);
             let (s, out) = write_parts(ctx, key);
             if let Some(g) = s.ok().flatten().and_then(|s| s.groups.get_mut(group)) {
-                out.integer(g.delete_consumer(name).unwrap_or(0) as i64)
+                let deleted = g.delete_consumer(name);
+                out.integer(deleted.unwrap_or(0) as i64);
+                if deleted.is_some() {
+                    stream_event("xgroup-delconsumer", key, dbi);
+                }
             }
         }
     }
@@ -766,7 +798,8 @@ fn xgroup_create(ctx: &mut ExecCtx, exists: bool, entries_read: i64) {
     let id = id.unwrap_or(s.last_id);
     s.groups
         .insert(group.to_vec(), ConsumerGroup::new(id, entries_read));
-    out.ok()
+    out.ok();
+    stream_event("xgroup-create", key, ctx.db);
 }
 
 // ---------------------------------------------------------------------------
@@ -996,11 +1029,13 @@ fn xclaim(ctx: &mut ExecCtx) {
         .collect();
     let name = ctx.args.get(3);
     let now = ctx.now;
+    let dbi = ctx.db;
     let (s, out) = write_parts(ctx, key);
     let Ok(Some(s)) = s else { return };
     let Some(mut g) = s.groups.remove(group) else {
         return;
     };
+    let had_consumer = g.consumers.contains_key(name);
     if o.last_id > g.last_id {
         g.last_id = o.last_id;
     }
@@ -1046,6 +1081,7 @@ fn xclaim(ctx: &mut ExecCtx) {
         reply_claimed(out, s, *id, o.justid);
     }
     s.groups.insert(group.to_vec(), g);
+    notify_new_consumer(s, group, name, had_consumer, key, dbi);
 }
 
 /// An XCLAIM / XAUTOCLAIM result: the ID alone, or the entry.
@@ -1100,11 +1136,13 @@ fn xautoclaim(ctx: &mut ExecCtx) {
     }
     let name = args.get(3);
     let now = ctx.now;
+    let dbi = ctx.db;
     let (s, out) = write_parts(ctx, key);
     let Ok(Some(s)) = s else { return };
     let Some(mut g) = s.groups.remove(group) else {
         return;
     };
+    let had_consumer = g.consumers.contains_key(name);
     let mut attempts = count.saturating_mul(10);
     let mut claimed = Vec::new();
     let mut deleted = Vec::new();
@@ -1154,6 +1192,7 @@ fn xautoclaim(ctx: &mut ExecCtx) {
         reply_id(out, *id);
     }
     s.groups.insert(group.to_vec(), g);
+    notify_new_consumer(s, group, name, had_consumer, key, dbi);
 }
 
 // ---------------------------------------------------------------------------
@@ -1848,19 +1887,37 @@ fn serve_key(
             "NOGROUP the consumer group this client was blocked on no longer exists".into(),
         );
     };
+    let had_consumer = g.consumers.contains_key(consumer.as_slice());
     match from {
-        ReadFrom::After(gt) => {
-            serve_history(&mut w, s, group, consumer, gt, spec.count, now);
-            KeyServe::Data(buf)
-        }
+        ReadFrom::After(gt) => serve_history(&mut w, s, group, consumer, gt, spec.count, now),
         _ => {
             let last = g.last_id;
             if s.is_empty() || s.last_valid_id() <= last {
                 return KeyServe::Skip;
             }
             serve_new(&mut w, s, group, consumer, last, spec, now);
-            KeyServe::Data(buf)
         }
+    }
+    notify_new_consumer(s, group, consumer, had_consumer, key, db);
+    KeyServe::Data(buf)
+}
+
+/// "xgroup-createconsumer" when a command created the consumer as a side effect
+/// (XREADGROUP, XCLAIM, XAUTOCLAIM), as Redis's streamCreateConsumer does.
+fn notify_new_consumer(
+    s: &StreamValue,
+    group: &[u8],
+    consumer: &[u8],
+    had: bool,
+    key: &[u8],
+    db: usize,
+) {
+    let has = s
+        .groups
+        .get(group)
+        .is_some_and(|g| g.consumers.contains_key(consumer));
+    if !had && has {
+        stream_event("xgroup-createconsumer", key, db);
     }
 }
 

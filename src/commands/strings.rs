@@ -4,8 +4,8 @@
 use super::table::{flags::*, CommandSpec, Cross, Kind, Merge};
 use super::table::{K1, K12, K_ALL, K_PAIRS};
 use super::{
-    parse_f64, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, WrongType, NOT_FLOAT, NOT_INT,
-    OVERFLOW, SYNTAX_ERR, WRONGTYPE,
+    notify, parse_f64, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, WrongType, NOT_FLOAT,
+    NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE,
 };
 use crate::protocol::reply::{format_long_double_human, ReplyWriter};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
@@ -400,6 +400,14 @@ fn expire_unit(a: &[u8]) -> Option<(i64, bool)> {
     }
 }
 
+/// The events of a SET-like write: "set", then "expire" when it gave a TTL.
+fn notify_set(ctx: &ExecCtx, key: &[u8], with_ttl: bool) {
+    ctx.notify(notify::STRING, "set", key);
+    if with_ttl {
+        ctx.notify(notify::GENERIC, "expire", key);
+    }
+}
+
 /// Stores a string value, replacing whatever the key held (and its TTL unless `keep_ttl`).
 pub fn store_str(ctx: &mut ExecCtx, key: &[u8], v: StrValue, expire: ExpireOpt) {
     let lru = ctx.lru();
@@ -434,6 +442,7 @@ fn set(ctx: &mut ExecCtx) {
     if !blocked {
         let v = StrValue::from_bytes(ctx.args.get(2));
         store_str(ctx, key, v, o.expire);
+        notify_set(ctx, key, matches!(o.expire, ExpireOpt::At(_)));
     }
     if o.get {
         match old {
@@ -458,6 +467,7 @@ fn setnx(ctx: &mut ExecCtx) {
             StrValue::from_bytes(ctx.args.get(2)),
             ExpireOpt::None,
         );
+        notify_set(ctx, key, false);
         ctx.out.integer(1);
     }
 }
@@ -476,6 +486,7 @@ fn setex_generic(ctx: &mut ExecCtx, unit_ms: i64, name: &str) {
         StrValue::from_bytes(ctx.args.get(3)),
         ExpireOpt::At(at),
     );
+    notify_set(ctx, key, true);
     ctx.out.ok();
 }
 
@@ -497,6 +508,7 @@ fn getex(ctx: &mut ExecCtx) {
     };
     let key = args.get(1);
     let (entry, out) = ctx.read_with_out(key);
+    let had_ttl = entry.as_ref().is_some_and(|e| e.expire_at() != NO_EXPIRE);
     match read_str(entry) {
         Ok(Some(v)) => reply_str(out, v),
         Ok(None) => return out.null(),
@@ -506,12 +518,17 @@ fn getex(ctx: &mut ExecCtx) {
     match opt {
         ExpireOpt::At(at) if at <= now => {
             ctx.db().remove(key);
+            ctx.notify(notify::GENERIC, "del", key);
         }
         ExpireOpt::At(at) => {
             ctx.db().set_expire(key, at);
+            ctx.notify(notify::GENERIC, "expire", key);
         }
         ExpireOpt::Persist => {
             ctx.db().set_expire(key, NO_EXPIRE);
+            if had_ttl {
+                ctx.notify(notify::GENERIC, "persist", key);
+            }
         }
         _ => {}
     }
@@ -526,6 +543,7 @@ fn getdel(ctx: &mut ExecCtx) {
         Err(WrongType) => return out.error(WRONGTYPE),
     }
     ctx.db().remove(key);
+    ctx.notify(notify::GENERIC, "del", key);
 }
 
 fn getset(ctx: &mut ExecCtx) {
@@ -540,6 +558,7 @@ fn getset(ctx: &mut ExecCtx) {
         StrValue::from_bytes(ctx.args.get(2)),
         ExpireOpt::None,
     );
+    ctx.notify(notify::STRING, "set", key);
     match old {
         Some(v) => reply_str(&mut ctx.out, &v),
         None => ctx.out.null(),
@@ -554,6 +573,7 @@ fn append(ctx: &mut ExecCtx) {
         Err(WrongType) => ctx.error(WRONGTYPE),
         Ok(None) => {
             store_str(ctx, key, StrValue::from_bytes(add), ExpireOpt::None);
+            ctx.notify(notify::STRING, "append", key);
             ctx.out.integer(add.len() as i64);
         }
         Ok(Some(v)) => {
@@ -563,6 +583,7 @@ fn append(ctx: &mut ExecCtx) {
             let raw = v.make_raw();
             raw.extend_from_slice(add);
             let n = raw.len() as i64;
+            ctx.notify(notify::STRING, "append", key);
             ctx.out.integer(n);
         }
     }
@@ -586,6 +607,7 @@ fn incr_by(ctx: &mut ExecCtx, delta: i64) {
         Err(WrongType) => ctx.error(WRONGTYPE),
         Ok(None) => {
             store_str(ctx, key, StrValue::Int(delta), ExpireOpt::None);
+            ctx.notify(notify::STRING, "incrby", key);
             ctx.out.integer(delta);
         }
         Ok(Some(v)) => {
@@ -596,6 +618,7 @@ fn incr_by(ctx: &mut ExecCtx, delta: i64) {
                 return ctx.error(OVERFLOW);
             };
             *v = StrValue::Int(n);
+            ctx.notify(notify::STRING, "incrby", key);
             ctx.out.integer(n);
         }
     }
@@ -659,6 +682,7 @@ fn incrbyfloat(ctx: &mut ExecCtx) {
         StrValue::from_vec(text),
         ExpireOpt::At(at).or_none(),
     );
+    ctx.notify(notify::STRING, "incrbyfloat", key);
 }
 
 impl ExpireOpt {
@@ -734,6 +758,7 @@ fn setrange(ctx: &mut ExecCtx) {
             v[offset..].copy_from_slice(value);
             let n = v.len() as i64;
             store_str(ctx, key, StrValue::Raw(v), ExpireOpt::None);
+            ctx.notify(notify::STRING, "setrange", key);
             ctx.out.integer(n);
         }
         Ok(Some(v)) => {
@@ -750,6 +775,7 @@ fn setrange(ctx: &mut ExecCtx) {
             }
             raw[offset..offset + value.len()].copy_from_slice(value);
             let n = raw.len() as i64;
+            ctx.notify(notify::STRING, "setrange", key);
             ctx.out.integer(n);
         }
     }
@@ -789,6 +815,7 @@ fn mset(ctx: &mut ExecCtx) {
             StrValue::from_bytes(ctx.args.get(i + 1)),
             ExpireOpt::None,
         );
+        ctx.notify(notify::STRING, "set", key);
     }
     ctx.out.ok();
 }
@@ -813,6 +840,7 @@ fn msetnx(ctx: &mut ExecCtx) {
             StrValue::from_bytes(ctx.args.get(i + 1)),
             ExpireOpt::None,
         );
+        ctx.notify(notify::STRING, "set", key);
     }
     ctx.out.integer(1);
 }

@@ -330,6 +330,7 @@ fn build() -> CommandTable {
         super::hll::COMMANDS,
         super::geo::COMMANDS,
         super::scripting::COMMANDS,
+        super::pubsub::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

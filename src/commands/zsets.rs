@@ -10,7 +10,9 @@ use hashbrown::{HashMap, HashSet};
 
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
 use super::table::{K1, K12};
-use super::{parse_i64, Args, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, SYNTAX_ERR, WRONGTYPE};
+use super::{
+    notify, parse_i64, Args, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, SYNTAX_ERR, WRONGTYPE,
+};
 use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{format_double_g17, Protocol, ReplyWriter};
 use crate::shard::multi::MultiShardOp;
@@ -289,19 +291,30 @@ fn reply_entries<'a>(
     }
 }
 
-/// Deletes `key` once its sorted set became empty (Redis never keeps empty keys).
-fn drop_if_empty(ctx: &mut ExecCtx, key: &[u8]) {
+/// Deletes `key` once its sorted set became empty (Redis never keeps empty keys);
+/// true if it did.
+fn drop_if_empty(ctx: &mut ExecCtx, key: &[u8]) -> bool {
     let now = ctx.now;
     let empty =
         matches!(ctx.db().get(key, now), Some(Entry { value: Value::ZSet(z), .. }) if z.is_empty());
     if empty {
         ctx.db().remove(key);
     }
+    empty
+}
+
+/// The events of a removal: `event`, then "del" if it emptied the key.
+fn notify_removal(event: &str, key: &[u8], db: usize, emptied: bool) {
+    crate::pubsub::notify(notify::ZSET, event, key, db);
+    if emptied {
+        crate::pubsub::notify(notify::GENERIC, "del", key, db);
+    }
 }
 
 /// Stores a computed sorted set (replacing the key and its TTL), or deletes the key
-/// when the result is empty, as Redis's *STORE commands do.
-fn store_result(db: &mut crate::storage::Db, key: &[u8], z: Option<ZSetValue>) {
+/// when the result is empty, as Redis's *STORE commands do; emits `event` (or "del"
+/// when an existing key was deleted).
+fn store_result(db: &mut crate::storage::Db, key: &[u8], z: Option<ZSetValue>, event: &str) {
     match z {
         Some(z) if !z.is_empty() => {
             db.insert(
@@ -310,9 +323,12 @@ fn store_result(db: &mut crate::storage::Db, key: &[u8], z: Option<ZSetValue>) {
                 NO_EXPIRE,
                 crate::util::lru_clock(),
             );
+            crate::pubsub::notify(notify::ZSET, event, key, db.index());
         }
         _ => {
-            db.remove(key);
+            if db.remove(key).is_some() {
+                crate::pubsub::notify(notify::GENERIC, "del", key, db.index());
+            }
         }
     }
 }
@@ -443,6 +459,9 @@ fn zadd_generic(ctx: &mut ExecCtx, zincrby: bool) {
     let Ok(t) = tally else {
         return ctx.error(NAN_RESULT);
     };
+    if t.added + t.updated > 0 {
+        ctx.notify(notify::ZSET, if flags.incr { "zincr" } else { "zadd" }, key);
+    }
     if flags.incr {
         if t.processed > 0 {
             ctx.out.double(t.last)
@@ -482,7 +501,10 @@ fn zrem(ctx: &mut ExecCtx) {
             n
         }
     };
-    drop_if_empty(ctx, key);
+    let emptied = drop_if_empty(ctx, key);
+    if removed > 0 {
+        notify_removal("zrem", key, ctx.db, emptied);
+    }
     ctx.out.integer(removed);
 }
 
@@ -805,6 +827,7 @@ fn zrangestore(ctx: &mut ExecCtx) {
         ctx.db(),
         args.get(1),
         Some(ZSetValue::from_sorted(items, &limits)),
+        "zrangestore",
     );
     ctx.out.integer(n as i64);
 }
@@ -839,7 +862,7 @@ fn zrangestore_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 let dst_shard = cell.shard_of(&dst);
                 op.on(&cell, dst_shard, move |d| {
                     let z = ZSetValue::from_sorted(items, &d.limits);
-                    store_result(&mut d.dbs[db], &dst, Some(z));
+                    store_result(&mut d.dbs[db], &dst, Some(z), "zrangestore");
                 })
                 .await;
                 Ok(n)
@@ -906,7 +929,15 @@ fn zremrange_generic(ctx: &mut ExecCtx, kind: RangeType) {
             z.remove_ranks(lo, hi)
         }
     };
-    drop_if_empty(ctx, key);
+    let emptied = drop_if_empty(ctx, key);
+    if removed > 0 {
+        let event = match kind {
+            RangeType::Score => "zremrangebyscore",
+            RangeType::Lex => "zremrangebylex",
+            _ => "zremrangebyrank",
+        };
+        notify_removal(event, key, ctx.db, emptied);
+    }
     ctx.out.integer(removed as i64);
 }
 
@@ -959,9 +990,20 @@ fn zpop_generic(ctx: &mut ExecCtx, max: bool) {
         Found::ZSet(_) if count == Some(0) => return ctx.out.array_len(0),
         Found::ZSet(z) => z.pop(max, count.unwrap_or(1)),
     };
-    drop_if_empty(ctx, key);
+    let emptied = drop_if_empty(ctx, key);
+    if !items.is_empty() {
+        notify_removal(pop_event(max), key, ctx.db, emptied);
+    }
     let nested = ctx.out.proto == Protocol::Resp3 && count.is_some();
     reply_popped(&mut ctx.out, &items, nested);
+}
+
+fn pop_event(max: bool) -> &'static str {
+    if max {
+        "zpopmax"
+    } else {
+        "zpopmin"
+    }
 }
 
 fn zpopmin(ctx: &mut ExecCtx) {
@@ -1036,7 +1078,10 @@ fn zmpop(ctx: &mut ExecCtx) {
             Found::WrongType => return ctx.error(WRONGTYPE),
             Found::ZSet(z) => z.pop(p.max, p.count),
         };
-        drop_if_empty(ctx, key);
+        let emptied = drop_if_empty(ctx, key);
+        if !items.is_empty() {
+            notify_removal(pop_event(p.max), key, ctx.db, emptied);
+        }
         return reply_mpop(&mut ctx.out, Some((key, &items)));
     }
     reply_mpop(&mut ctx.out, None)
@@ -1073,8 +1118,12 @@ fn zmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         Found::WrongType => PopStep::WrongType,
                         Found::ZSet(z) => PopStep::Popped(z.pop(max, count)),
                     };
-                    if matches!(dbr.peek(&k), Some(Entry { value: Value::ZSet(z), .. }) if z.is_empty()) {
+                    let emptied = matches!(dbr.peek(&k), Some(Entry { value: Value::ZSet(z), .. }) if z.is_empty());
+                    if emptied {
                         dbr.remove(&k);
+                    }
+                    if matches!(&step, PopStep::Popped(items) if !items.is_empty()) {
+                        notify_removal(pop_event(max), &k, db, emptied);
                     }
                     step
                 })
@@ -1544,7 +1593,7 @@ fn combine_local(ctx: &mut ExecCtx, c: Combine) {
     };
     reply_combined(&mut ctx.out, &result);
     if let Combined::Stored(z) = result {
-        store_result(ctx.db(), args.get(1), Some(z));
+        store_result(ctx.db(), args.get(1), Some(z), c.name);
     }
 }
 
@@ -1613,7 +1662,7 @@ async fn combine_across(g: &mut GlobalCtx<'_>, c: Combine) {
             let n = z.len();
             let dst = g.args[1].clone();
             op.on(&cell, cell.shard_of(&dst), move |d| {
-                store_result(&mut d.dbs[db], &dst, Some(z))
+                store_result(&mut d.dbs[db], &dst, Some(z), c.name)
             })
             .await;
             Ok(Combined::Card(n))

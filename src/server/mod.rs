@@ -173,6 +173,7 @@ pub fn run(config: Config) -> i32 {
                 let (senders, receivers) = ends.split();
                 let data = shard::new_shard_data(i, &slots, cfg, hasher);
                 let cell = shard::new_cell(i, slots, data, senders, info);
+                crate::pubsub::install(&cell);
                 for (_, rx) in receivers {
                     runtime::spawn_detached(shard::fabric::run_mailbox(cell.clone(), rx));
                 }

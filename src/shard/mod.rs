@@ -95,7 +95,7 @@ pub fn new_shard_data(
 ) -> ShardData {
     let range = slots.range(id);
     let dbs = (0..config.databases())
-        .map(|_| Db::new(range.start, range.len(), hasher))
+        .map(|i| Db::new(range.start, range.len(), hasher).with_index(i))
         .collect();
     ShardData {
         id,

@@ -206,6 +206,7 @@ impl MultiShardOp {
                 let lru = crate::util::lru_clock();
                 for (k, v) in ps {
                     d.dbs[db].insert(&k, Value::Str(StrValue::from_vec(v)), NO_EXPIRE, lru);
+                    crate::pubsub::notify(crate::config::notify::STRING, "set", &k, db);
                 }
             })
             .await;

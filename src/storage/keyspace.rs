@@ -8,6 +8,8 @@ use std::hash::BuildHasher;
 
 use super::key::CompactKey;
 use super::value::Value;
+use crate::config::notify as class;
+use crate::pubsub::notify;
 use crate::slot::key_slot;
 
 /// No expiry.
@@ -62,6 +64,8 @@ pub struct Db {
     expire_cursor: usize,
     /// Keys removed because their TTL passed (INFO stats expired_keys).
     pub expired_count: u64,
+    /// The database number, for keyspace notifications.
+    index: usize,
 }
 
 impl Db {
@@ -76,7 +80,18 @@ impl Db {
             hasher,
             expire_cursor: 0,
             expired_count: 0,
+            index: 0,
         }
+    }
+
+    /// Numbers the database (its keyspace notifications name it).
+    pub fn with_index(mut self, index: usize) -> Db {
+        self.index = index;
+        self
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
     }
 
     pub fn len(&self) -> usize {
@@ -127,6 +142,7 @@ impl Db {
         self.expires -= 1;
         self.keys -= 1;
         self.expired_count += 1;
+        notify(class::EXPIRED, "expired", key, self.index);
         None
     }
 
@@ -152,12 +168,20 @@ impl Db {
     /// which is returned.
     pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) -> Option<Entry> {
         let old = self.remove(key);
-        self.insert_new(CompactKey::new(key), value, expire_at, lru);
+        if old.is_none() {
+            notify(class::NEW, "new", key, self.index);
+        }
+        self.add(CompactKey::new(key), value, expire_at, lru);
         old
     }
 
     /// Inserts a key known to be absent.
     pub fn insert_new(&mut self, key: CompactKey, value: Value, expire_at: u64, lru: u32) {
+        notify(class::NEW, "new", &key, self.index);
+        self.add(key, value, expire_at, lru);
+    }
+
+    fn add(&mut self, key: CompactKey, value: Value, expire_at: u64, lru: u32) {
         let (idx, hash) = self.locate(&key);
         if self.slots.is_empty() {
             self.slots.resize_with(self.slot_count, SlotKeys::default);
@@ -273,6 +297,7 @@ impl Db {
                 let hash = self.hasher.hash_one(&key[..]);
                 self.remove_at(idx, hash, &key);
                 self.expired_count += 1;
+                notify(class::EXPIRED, "expired", &key, self.index);
                 continue;
             }
             return Some(entry.key.to_vec());
@@ -303,6 +328,7 @@ impl Db {
             }
             let mut removed = 0usize;
             let mut removed_ttl = 0u32;
+            let db = self.index;
             slot.table.retain(|e| {
                 if e.expire_at == NO_EXPIRE {
                     return true;
@@ -311,6 +337,7 @@ impl Db {
                 if e.expire_at <= now_ms {
                     removed += 1;
                     removed_ttl += 1;
+                    notify(class::EXPIRED, "expired", e.key.as_bytes(), db);
                     false
                 } else {
                     true

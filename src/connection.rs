@@ -86,6 +86,8 @@ pub struct Connection {
     /// Input read while a blocking command waited (to notice the client leaving);
     /// parsed once the command ends.
     stash: Vec<u8>,
+    /// SYNC / PSYNC turned this client into a replica link (its id).
+    replica_link: Option<u64>,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -153,6 +155,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         now,
         last_cmd: None,
         stash: Vec::new(),
+        replica_link: None,
     };
     conn.run().await;
     commands::multi::unwatch_all(&mut conn.session).await;
@@ -179,6 +182,73 @@ impl Connection {
                 }
             }
             if self.session.close_after_reply || self.session.shared.killed.get() {
+                return;
+            }
+            if let Some(id) = self.replica_link {
+                self.serve_replica(id).await;
+                crate::replication::detach(id);
+                return;
+            }
+        }
+    }
+
+    /// SYNC / PSYNC: reply with an (empty) RDB snapshot and register the link, whose
+    /// stream starts right after it.
+    fn start_replica(&mut self, psync: bool) {
+        let id = crate::replication::attach();
+        if psync {
+            let line = format!(
+                "+FULLRESYNC {} {}\r\n",
+                crate::replication::replid(),
+                crate::replication::offset()
+            );
+            self.out.extend_from_slice(line.as_bytes());
+        }
+        let rdb = crate::replication::empty_rdb();
+        self.out
+            .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
+        self.out.extend_from_slice(&rdb);
+        self.replica_link = Some(id);
+        tracing::info!(client = self.session.id(), "replica attached, full sync (empty RDB)");
+    }
+
+    /// The link's life: write the propagated stream as it comes; what the replica
+    /// sends (REPLCONF ACK) is read and dropped; ends when it disconnects.
+    async fn serve_replica(&mut self, id: u64) {
+        enum Event {
+            Input,
+            Output(Vec<u8>),
+            Gone,
+        }
+        let mut tmp = vec![0u8; 4096];
+        loop {
+            let ev = {
+                let mut rd = std::pin::pin!(self.stream.read(&mut tmp));
+                std::future::poll_fn(|cx| {
+                    if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
+                        return std::task::Poll::Ready(match r {
+                            Ok(0) | Err(_) => Event::Gone,
+                            Ok(_) => Event::Input,
+                        });
+                    }
+                    crate::replication::poll_output(id, cx.waker()).map(|o| match o {
+                        Some(buf) => Event::Output(buf),
+                        None => Event::Gone,
+                    })
+                })
+                .await
+            };
+            match ev {
+                Event::Input => {}
+                Event::Output(buf) => {
+                    if self.stream.write_all(&buf).await.is_err() {
+                        return;
+                    }
+                    self.session.cell.data.borrow_mut().stats.net_output_bytes += buf.len() as u64;
+                }
+                Event::Gone => return,
+            }
+            if self.session.shared.killed.get() {
                 return;
             }
         }
@@ -248,7 +318,10 @@ impl Connection {
         let limits = self.limits();
         let mut buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
-        while self.start < self.end && !self.session.close_after_reply {
+        while self.start < self.end
+            && !self.session.close_after_reply
+            && self.replica_link.is_none()
+        {
             // Redis's tighter limits for clients that have not authenticated yet.
             self.parser.set_auth_required(!self.session.authenticated);
             let parsed = self
@@ -376,6 +449,9 @@ impl Connection {
                 return self.reject(Some(idx), busy);
             }
         }
+        if let Some(err) = self.replication_gate(spec) {
+            return self.reject(Some(idx), err);
+        }
         if self.session.multi.is_some() {
             if spec.name == "exec" {
                 self.flush().await;
@@ -384,6 +460,10 @@ impl Connection {
             if !commands::multi::runs_inside_multi(spec.name) {
                 return self.queue_in_multi(idx, spec, &args);
             }
+        }
+        if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
+            self.flush().await;
+            return self.start_replica(spec.name == "psync");
         }
         match spec.kind {
             Kind::Client(f) => {
@@ -408,6 +488,23 @@ impl Connection {
             }
             Kind::Keyed(run, cross) => self.route_keyed(idx, spec, run, cross, &args).await,
         }
+    }
+
+    /// Redis's replication checks before a command runs (or queues): READONLY on a
+    /// replica, NOREPLICAS under min-replicas-to-write, MASTERDOWN on a replica whose
+    /// link is down with replica-serve-stale-data off. Commands EXEC or a script runs
+    /// are not checked again.
+    fn replication_gate(&self, spec: &commands::CommandSpec) -> Option<&'static str> {
+        if self.session.exec_owner.is_some() || self.session.in_script {
+            return None;
+        }
+        let write = spec.has(flags::WRITE);
+        let stale_ok = spec.has(flags::STALE);
+        if !crate::replication::is_replica() && !write {
+            return None;
+        }
+        let config = &self.session.cell.data.borrow().config;
+        replication_error(config, write, stale_ok)
     }
 
     /// Between MULTI and EXEC: queue the command (or refuse it, dooming the
@@ -449,6 +546,30 @@ impl Connection {
             self.record_local_call(idx, before);
             return;
         }
+        let gate = {
+            let specs = &commands::table().specs;
+            let write = state
+                .queue
+                .iter()
+                .any(|(i, _)| specs[*i as usize].has(flags::WRITE));
+            let stale_ok = state
+                .queue
+                .iter()
+                .all(|(i, _)| specs[*i as usize].has(flags::STALE));
+            let config = &self.session.cell.data.borrow().config;
+            replication_error(config, write, stale_ok)
+        };
+        if let Some(err) = gate {
+            commands::multi::unwatch_all(&mut self.session).await;
+            let before = self.out.len();
+            ReplyWriter {
+                out: &mut self.out,
+                proto,
+            }
+            .error(&format!("EXECABORT Transaction discarded because of: {err}"));
+            self.record_local_call(idx, before);
+            return;
+        }
         let cell = self.session.cell.clone();
         let owner = locks::LockOwner {
             id: cell.next_txn_id(),
@@ -469,6 +590,7 @@ impl Connection {
             return;
         }
         self.session.exec_owner = Some(owner.id);
+        let captured = crate::replication::begin_capture(owner.id);
         ReplyWriter {
             out: &mut self.out,
             proto,
@@ -484,6 +606,9 @@ impl Connection {
         }
         self.pipe.locked = false;
         self.session.exec_owner = None;
+        if captured {
+            crate::replication::end_capture(owner.id);
+        }
         op.release(&cell).await;
         self.record_local_call(idx, before);
     }
@@ -543,6 +668,7 @@ impl Connection {
         };
         if !may_block {
             f(&mut ctx).await;
+            self.after_global(spec, args, before);
             self.record_local_call(idx, before);
             return;
         }
@@ -581,7 +707,16 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         }
+        self.after_global(spec, args, before);
         self.record_local_call(idx, before);
+    }
+
+    /// Propagates what a keyless or multi-shard command did (its reply is at `before`).
+    fn after_global(&self, spec: &commands::CommandSpec, args: &Args<'_>, before: usize) {
+        if crate::replication::active() {
+            let (txn, db) = (self.session.exec_owner, self.session.db);
+            crate::replication::after_global(txn, db, spec, args, &self.out[before..]);
+        }
     }
 
     /// Appends input read during a blocking command to the unparsed input.
@@ -695,6 +830,11 @@ impl Connection {
                 now: self.now,
             };
             run(&mut ctx);
+            if crate::replication::active() {
+                let txn = self.session.exec_owner;
+                let reply = &target[before..];
+                crate::replication::after_keyed(&mut data, txn, db as usize, spec, args, reply);
+            }
             let failed = target.get(before) == Some(&b'-');
             let watched = !(data.watches.is_empty() && data.blocked.is_empty());
             if !failed && watched && spec.has(flags::WRITE) {
@@ -794,6 +934,8 @@ impl Connection {
         let shards: Vec<usize> = (0..replies.len())
             .filter(|&s| !self.pipe.batches[s].is_empty())
             .collect();
+        // A command split over shards reaches replicas as one MULTI/EXEC block.
+        let captured = crate::replication::begin_capture(txn);
         for (pos, &s) in shards.iter().enumerate() {
             let last = pos + 1 == shards.len();
             let b = std::mem::take(&mut self.pipe.batches[s]);
@@ -810,6 +952,9 @@ impl Connection {
                 })
                 .await;
             replies[s] = Some(reply);
+        }
+        if captured {
+            crate::replication::end_capture(txn);
         }
         for &s in &shards[..shards.len().saturating_sub(1)] {
             cell.tell(s, move |c| c.locks.borrow_mut().release(txn))
@@ -847,6 +992,31 @@ impl Connection {
             }
         }
     }
+}
+
+/// The error a command with these traits gets under the replication settings.
+fn replication_error(
+    config: &crate::config::Config,
+    write: bool,
+    stale_ok: bool,
+) -> Option<&'static str> {
+    let replica = crate::replication::is_replica();
+    if write && !replica {
+        let min = config.min_replicas_to_write();
+        // Links never report a lag (no REPLCONF ACK handling), so none counts as good.
+        if min > 0 && config.min_replicas_max_lag() > 0 {
+            return Some("NOREPLICAS Not enough good replicas to write.");
+        }
+    }
+    if write && replica && config.replica_read_only() {
+        return Some("READONLY You can't write against a read only replica.");
+    }
+    if replica && !stale_ok && !config.replica_serve_stale_data() {
+        return Some(
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        );
+    }
+    None
 }
 
 /// Combines the per-key replies of a split command into the reply the client expects.

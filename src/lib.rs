@@ -6,6 +6,7 @@ pub mod commands;
 pub mod config;
 pub mod connection;
 pub mod protocol;
+pub mod replication;
 pub mod runtime;
 pub mod scripting;
 pub mod server;

@@ -20,6 +20,7 @@ pub mod hll;
 pub mod keys;
 pub mod lists;
 pub mod multi;
+pub mod replication;
 pub mod scripting;
 pub mod server;
 pub mod sets;

@@ -192,10 +192,12 @@ impl Connection {
         }
     }
 
-    /// SYNC / PSYNC: reply with an (empty) RDB snapshot and register the link, whose
-    /// stream starts right after it.
-    fn start_replica(&mut self, psync: bool) {
-        let id = crate::replication::attach();
+    /// SYNC / PSYNC: reply with an RDB snapshot and register the link, whose stream
+    /// starts right after it.
+    async fn start_replica(&mut self, psync: bool) {
+        let cell = self.session.cell.clone();
+        let (rdb, id) = crate::replication::snapshot(&cell, true).await;
+        let Some(id) = id else { return };
         if psync {
             let line = format!(
                 "+FULLRESYNC {} {}\r\n",
@@ -204,12 +206,11 @@ impl Connection {
             );
             self.out.extend_from_slice(line.as_bytes());
         }
-        let rdb = crate::replication::empty_rdb();
         self.out
             .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
         self.out.extend_from_slice(&rdb);
         self.replica_link = Some(id);
-        tracing::info!(client = self.session.id(), "replica attached, full sync (empty RDB)");
+        tracing::info!(client = self.session.id(), "replica attached, full sync");
     }
 
     /// The link's life: write the propagated stream as it comes; what the replica
@@ -221,10 +222,29 @@ impl Connection {
             Gone,
         }
         let mut tmp = vec![0u8; 4096];
+        let mut last_ping = std::time::Instant::now();
         loop {
+            let period = {
+                let data = self.session.cell.data.borrow();
+                data.config.int_param("repl-ping-replica-period").unwrap_or(10).max(1) as u64
+            };
+            let due = std::time::Duration::from_secs(period).saturating_sub(last_ping.elapsed());
+            if due.is_zero() {
+                crate::replication::ping_link(id);
+                last_ping = std::time::Instant::now();
+                continue;
+            }
             let ev = {
                 let mut rd = std::pin::pin!(self.stream.read(&mut tmp));
+                // Wakes the loop for the next PING (at most a second late, so a
+                // lowered period takes effect soon).
+                let mut tick = std::pin::pin!(crate::runtime::sleep(due.min(
+                    std::time::Duration::from_secs(1)
+                )));
                 std::future::poll_fn(|cx| {
+                    if std::future::Future::poll(tick.as_mut(), cx).is_ready() {
+                        return std::task::Poll::Ready(Event::Input);
+                    }
                     if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
                         return std::task::Poll::Ready(match r {
                             Ok(0) | Err(_) => Event::Gone,
@@ -446,6 +466,9 @@ impl Connection {
         }
         if let Some(busy) = crate::scripting::busy_error() {
             if !spec.has(flags::ALLOW_BUSY) {
+                if spec.name == "exec" && self.session.multi.is_some() {
+                    return self.exec_abort(idx, busy).await;
+                }
                 return self.reject(Some(idx), busy);
             }
         }
@@ -463,7 +486,7 @@ impl Connection {
         }
         if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
             self.flush().await;
-            return self.start_replica(spec.name == "psync");
+            return self.start_replica(spec.name == "psync").await;
         }
         match spec.kind {
             Kind::Client(f) => {
@@ -527,6 +550,22 @@ impl Connection {
         self.note_local(before);
     }
 
+    /// EXEC refused before it started (Redis's execCommandAbort): the transaction is
+    /// discarded and the error says why.
+    async fn exec_abort(&mut self, idx: u16, err: &str) {
+        self.flush().await;
+        self.session.multi = None;
+        self.session.shared.multi_count.set(-1);
+        commands::multi::unwatch_all(&mut self.session).await;
+        let before = self.out.len();
+        ReplyWriter {
+            out: &mut self.out,
+            proto: self.session.proto,
+        }
+        .error(&format!("EXECABORT Transaction discarded because of: {err}"));
+        self.record_local_call(idx, before);
+    }
+
     /// EXEC: every queued command runs while the transaction holds every shard, so it
     /// is atomic and isolated across cores; WATCHed keys are checked under the locks.
     async fn exec(&mut self, idx: u16) {
@@ -560,15 +599,7 @@ impl Connection {
             replication_error(config, write, stale_ok)
         };
         if let Some(err) = gate {
-            commands::multi::unwatch_all(&mut self.session).await;
-            let before = self.out.len();
-            ReplyWriter {
-                out: &mut self.out,
-                proto,
-            }
-            .error(&format!("EXECABORT Transaction discarded because of: {err}"));
-            self.record_local_call(idx, before);
-            return;
+            return self.exec_abort(idx, err).await;
         }
         let cell = self.session.cell.clone();
         let owner = locks::LockOwner {

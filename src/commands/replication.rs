@@ -7,7 +7,9 @@
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
-use super::ClientCtx;
+use super::{ClientCtx, GlobalCtx};
+
+type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 use crate::replication;
 
 macro_rules! rcmd {
@@ -35,6 +37,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     rcmd!("replconf", -1, ADMIN | NOSCRIPT | LOADING | STALE | ALLOW_BUSY, Kind::Client(replconf), "3.0.0", "An internal command for configuring the replication stream"),
     rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
     rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
+    rcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
     rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication"),
 ];
 
@@ -104,4 +107,29 @@ fn role(ctx: &mut ClientCtx) {
             ctx.out.array_len(0);
         }
     }
+}
+
+/// SAVE: the RDB snapshot a full sync sends, written to `dir`/`dbfilename` (through
+/// a temporary file renamed into place, as Redis does).
+fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let cell = g.session.cell.clone();
+        let (rdb, _) = replication::snapshot(&cell, false).await;
+        let path = {
+            let data = cell.data.borrow();
+            std::path::Path::new(data.config.dir()).join(data.config.dbfilename())
+        };
+        let tmp = path.with_file_name(format!("temp-{}.rdb", std::process::id()));
+        let written = std::fs::write(&tmp, &rdb).and_then(|_| std::fs::rename(&tmp, &path));
+        match written {
+            Ok(()) => {
+                tracing::info!("DB saved on disk");
+                g.w().ok();
+            }
+            Err(e) => {
+                tracing::warn!("failed saving the DB: {e}");
+                g.w().error("ERR");
+            }
+        }
+    })
 }

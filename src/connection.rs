@@ -502,6 +502,11 @@ impl Connection {
                     args,
                     out: ReplyWriter { out: target, proto },
                 });
+                if crate::replication::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
+                    let (txn, db) = (self.session.exec_owner, self.session.db);
+                    let reply = &self.reply_target()[before..];
+                    crate::replication::after_global(txn, db, spec, &args, reply);
+                }
                 self.record_local_call(idx, before);
                 self.note_local(before);
             }
@@ -527,7 +532,7 @@ impl Connection {
             return None;
         }
         let config = &self.session.cell.data.borrow().config;
-        replication_error(config, write, stale_ok)
+        crate::replication::check(config, write, stale_ok)
     }
 
     /// Between MULTI and EXEC: queue the command (or refuse it, dooming the
@@ -596,7 +601,7 @@ impl Connection {
                 .iter()
                 .all(|(i, _)| specs[*i as usize].has(flags::STALE));
             let config = &self.session.cell.data.borrow().config;
-            replication_error(config, write, stale_ok)
+            crate::replication::check(config, write, stale_ok)
         };
         if let Some(err) = gate {
             return self.exec_abort(idx, err).await;
@@ -1023,31 +1028,6 @@ impl Connection {
             }
         }
     }
-}
-
-/// The error a command with these traits gets under the replication settings.
-fn replication_error(
-    config: &crate::config::Config,
-    write: bool,
-    stale_ok: bool,
-) -> Option<&'static str> {
-    let replica = crate::replication::is_replica();
-    if write && !replica {
-        let min = config.min_replicas_to_write();
-        // Links never report a lag (no REPLCONF ACK handling), so none counts as good.
-        if min > 0 && config.min_replicas_max_lag() > 0 {
-            return Some("NOREPLICAS Not enough good replicas to write.");
-        }
-    }
-    if write && replica && config.replica_read_only() {
-        return Some("READONLY You can't write against a read only replica.");
-    }
-    if replica && !stale_ok && !config.replica_serve_stale_data() {
-        return Some(
-            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
-        );
-    }
-    None
 }
 
 /// Combines the per-key replies of a split command into the reply the client expects.

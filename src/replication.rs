@@ -46,6 +46,31 @@ pub fn set_replica(on: bool) {
     IS_REPLICA.store(on, Ordering::Relaxed);
 }
 
+/// The error a command with these traits gets under the replication settings.
+pub fn check(
+    config: &crate::config::Config,
+    write: bool,
+    stale_ok: bool,
+) -> Option<&'static str> {
+    let replica = is_replica();
+    if write && !replica {
+        let min = config.min_replicas_to_write();
+        // Links never report a lag (no REPLCONF ACK handling), so none counts as good.
+        if min > 0 && config.min_replicas_max_lag() > 0 {
+            return Some("NOREPLICAS Not enough good replicas to write.");
+        }
+    }
+    if write && replica && config.replica_read_only() {
+        return Some("READONLY You can't write against a read only replica.");
+    }
+    if replica && !stale_ok && !config.replica_serve_stale_data() {
+        return Some(
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        );
+    }
+    None
+}
+
 pub type Argv = Vec<Vec<u8>>;
 
 struct Link {

@@ -227,6 +227,10 @@ async fn run_script(
         client_proto: g.session.proto,
         ro_cmd: ro,
         oom,
+        write_denied: {
+            let config = &cell.data.borrow().config;
+            crate::replication::check(config, true, true)
+        },
         threshold_ms,
         events: etx,
         replies: rrx,
@@ -343,6 +347,13 @@ async fn call(
                 proto,
                 "ERR Write commands are not allowed from read-only scripts.",
             );
+        }
+        let denied = {
+            let config = &fake.cell.data.borrow().config;
+            crate::replication::check(config, true, true)
+        };
+        if let Some(e) = denied {
+            return error_reply(proto, e);
         }
         if !*wrote {
             *wrote = true;

@@ -226,7 +226,10 @@ impl Connection {
         loop {
             let period = {
                 let data = self.session.cell.data.borrow();
-                data.config.int_param("repl-ping-replica-period").unwrap_or(10).max(1) as u64
+                data.config
+                    .int_param("repl-ping-replica-period")
+                    .unwrap_or(10)
+                    .max(1) as u64
             };
             let due = std::time::Duration::from_secs(period).saturating_sub(last_ping.elapsed());
             if due.is_zero() {
@@ -238,9 +241,9 @@ impl Connection {
                 let mut rd = std::pin::pin!(self.stream.read(&mut tmp));
                 // Wakes the loop for the next PING (at most a second late, so a
                 // lowered period takes effect soon).
-                let mut tick = std::pin::pin!(crate::runtime::sleep(due.min(
-                    std::time::Duration::from_secs(1)
-                )));
+                let mut tick = std::pin::pin!(crate::runtime::sleep(
+                    due.min(std::time::Duration::from_secs(1))
+                ));
                 std::future::poll_fn(|cx| {
                     if std::future::Future::poll(tick.as_mut(), cx).is_ready() {
                         return std::task::Poll::Ready(Event::Input);
@@ -567,7 +570,9 @@ impl Connection {
             out: &mut self.out,
             proto: self.session.proto,
         }
-        .error(&format!("EXECABORT Transaction discarded because of: {err}"));
+        .error(&format!(
+            "EXECABORT Transaction discarded because of: {err}"
+        ));
         self.record_local_call(idx, before);
     }
 

@@ -47,11 +47,7 @@ pub fn set_replica(on: bool) {
 }
 
 /// The error a command with these traits gets under the replication settings.
-pub fn check(
-    config: &crate::config::Config,
-    write: bool,
-    stale_ok: bool,
-) -> Option<&'static str> {
+pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Option<&'static str> {
     let replica = is_replica();
     if write && !replica {
         let min = config.min_replicas_to_write();
@@ -523,7 +519,10 @@ fn parsed(reply: &[u8]) -> Resp {
 }
 
 fn is_noop(reply: &[u8]) -> bool {
-    matches!(reply, b"$-1\r\n" | b"*-1\r\n" | b"_\r\n" | b"*0\r\n" | b":0\r\n")
+    matches!(
+        reply,
+        b"$-1\r\n" | b"*-1\r\n" | b"_\r\n" | b"*0\r\n" | b":0\r\n"
+    )
 }
 
 /// Commands that changed nothing when they reply 0, nil or an empty array.
@@ -735,11 +734,7 @@ fn effects(name: &str, args: &Args, reply: &[u8], db: Option<&mut Db>, out: &mut
             argv.truncate(5);
             out.push(argv);
         }
-        "brpoplpush" => out.push(vec![
-            b"RPOPLPUSH".to_vec(),
-            word(key),
-            word(args.get(2)),
-        ]),
+        "brpoplpush" => out.push(vec![b"RPOPLPUSH".to_vec(), word(key), word(args.get(2))]),
         "restore" => {
             let mut argv = args.to_vecs();
             let absttl = has_word(args, 4, &["absttl"]).is_some();
@@ -794,8 +789,10 @@ fn xadd_with_id(args: &Args, reply: &[u8]) -> Argv {
 /// XREADGROUP ... > delivers new entries: each becomes an XCLAIM that records it in the
 /// consumer's pending list on the replica (or, with NOACK, one XGROUP SETID).
 fn xreadgroup_claims(args: &Args, reply: &[u8], out: &mut Vec<Argv>) {
-    let (Some(g), Some(_)) = (has_word(args, 1, &["group"]), has_word(args, 1, &["streams"]))
-    else {
+    let (Some(g), Some(_)) = (
+        has_word(args, 1, &["group"]),
+        has_word(args, 1, &["streams"]),
+    ) else {
         return;
     };
     let (group, consumer) = (word(args.get(g + 1)), word(args.get(g + 2)));
@@ -808,47 +805,48 @@ fn xreadgroup_claims(args: &Args, reply: &[u8], out: &mut Vec<Argv>) {
         .iter()
         .all(|i| matches!(i, Resp::Arr(a) if a.len() == 2 && matches!(a[0], Resp::Bulk(_))));
     let pairs: Vec<(&Resp, &Resp)> = if resp2 {
-        items.iter().map(|i| (&i.items()[0], &i.items()[1])).collect()
+        items
+            .iter()
+            .map(|i| (&i.items()[0], &i.items()[1]))
+            .collect()
     } else {
         items.chunks_exact(2).map(|c| (&c[0], &c[1])).collect()
     };
-    {
-        for (key, entries) in pairs {
-            let Some(key) = key.bytes() else { continue };
-            let ids: Vec<&[u8]> = entries
-                .items()
-                .iter()
-                .filter_map(|e| e.items().first().and_then(|i| i.bytes()))
-                .collect();
-            let Some(last) = ids.last() else { continue };
-            if noack {
-                out.push(vec![
-                    b"XGROUP".to_vec(),
-                    b"SETID".to_vec(),
-                    word(key),
-                    group.clone(),
-                    word(last),
-                ]);
-                continue;
-            }
-            for id in &ids {
-                out.push(vec![
-                    b"XCLAIM".to_vec(),
-                    word(key),
-                    group.clone(),
-                    consumer.clone(),
-                    b"0".to_vec(),
-                    word(id),
-                    b"TIME".to_vec(),
-                    now.clone(),
-                    b"RETRYCOUNT".to_vec(),
-                    b"1".to_vec(),
-                    b"FORCE".to_vec(),
-                    b"JUSTID".to_vec(),
-                    b"LASTID".to_vec(),
-                    word(last),
-                ]);
-            }
+    for (key, entries) in pairs {
+        let Some(key) = key.bytes() else { continue };
+        let ids: Vec<&[u8]> = entries
+            .items()
+            .iter()
+            .filter_map(|e| e.items().first().and_then(|i| i.bytes()))
+            .collect();
+        let Some(last) = ids.last() else { continue };
+        if noack {
+            out.push(vec![
+                b"XGROUP".to_vec(),
+                b"SETID".to_vec(),
+                word(key),
+                group.clone(),
+                word(last),
+            ]);
+            continue;
+        }
+        for id in &ids {
+            out.push(vec![
+                b"XCLAIM".to_vec(),
+                word(key),
+                group.clone(),
+                consumer.clone(),
+                b"0".to_vec(),
+                word(id),
+                b"TIME".to_vec(),
+                now.clone(),
+                b"RETRYCOUNT".to_vec(),
+                b"1".to_vec(),
+                b"FORCE".to_vec(),
+                b"JUSTID".to_vec(),
+                b"LASTID".to_vec(),
+                word(last),
+            ]);
         }
     }
 }

@@ -19,7 +19,11 @@ impl Replica {
     fn attach(server: &Server, psync: bool) -> (Replica, Vec<u8>) {
         let mut s = server.raw();
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        let req: &[u8] = if psync { b"PSYNC ? -1\r\n" } else { b"SYNC\r\n" };
+        let req: &[u8] = if psync {
+            b"PSYNC ? -1\r\n"
+        } else {
+            b"SYNC\r\n"
+        };
         s.write_all(req).unwrap();
         let mut r = BufReader::new(s);
         if psync {
@@ -60,7 +64,8 @@ impl Replica {
         for w in want {
             let got = self.next();
             let pat: Vec<&str> = w.split(' ').collect();
-            let ok = got.len() == pat.len() && got.iter().zip(&pat).all(|(g, p)| *p == "*" || g == p);
+            let ok =
+                got.len() == pat.len() && got.iter().zip(&pat).all(|(g, p)| *p == "*" || g == p);
             assert!(ok, "expected `{w}`, got {got:?}");
         }
     }
@@ -87,7 +92,10 @@ fn writes_on_both_shards_and_transactions_reach_the_stream() {
     cmd(&mut c, &["SET", "before", "snap"]);
     let (mut repl, rdb) = Replica::attach(&server, false);
     assert!(rdb.starts_with(b"REDIS0010"));
-    assert!(rdb.windows(6).any(|w| w == b"before"), "snapshot holds the key");
+    assert!(
+        rdb.windows(6).any(|w| w == b"before"),
+        "snapshot holds the key"
+    );
 
     cmd(&mut c, &["SET", KEY_SHARD0, "1"]);
     cmd(&mut c, &["SET", KEY_SHARD1, "2"]);
@@ -170,7 +178,11 @@ fn replicaof_makes_writes_readonly() {
     let server = Server::start(2);
     let mut c = server.client();
     cmd(&mut c, &["REPLICAOF", "localhost", "9999"]);
-    let err = redis::cmd("SET").arg("k").arg("v").query::<()>(&mut c).unwrap_err();
+    let err = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query::<()>(&mut c)
+        .unwrap_err();
     assert!(err.to_string().contains("read only replica"), "{err}");
     cmd(&mut c, &["REPLICAOF", "NO", "ONE"]);
     cmd(&mut c, &["SET", "k", "v"]);

@@ -49,7 +49,7 @@ fn sync_elsewhere(ctx: &mut ClientCtx) {
 
 /// REPLCONF options a replica sends (listening-port, capa, ack ...): accepted.
 fn replconf(ctx: &mut ClientCtx) {
-    if ctx.args.len() % 2 == 0 {
+    if ctx.args.len().is_multiple_of(2) {
         return ctx.out.error(super::SYNTAX_ERR);
     }
     // ACK and GETACK expect no reply.
@@ -71,8 +71,7 @@ fn replicaof(ctx: &mut ClientCtx) {
         }
         return ctx.out.ok();
     }
-    let Some(port) = super::parse_i64(ctx.args.get(2)).filter(|p| (0..=65535).contains(p))
-    else {
+    let Some(port) = super::parse_i64(ctx.args.get(2)).filter(|p| (0..=65535).contains(p)) else {
         return ctx.out.error("ERR Invalid master port");
     };
     let host = String::from_utf8_lossy(ctx.args.get(1)).into_owned();

@@ -618,7 +618,8 @@ impl Vm {
                     w.error("OOM command not allowed when used memory > 'maxmemory'.");
                 } else if shebang && fl & flags::NO_WRITES == 0 && ro_cmd {
                     w.error("ERR Can not execute a script with write flag using *_ro command.");
-                } else if let Some(e) = write_denied.filter(|_| shebang && fl & flags::NO_WRITES == 0)
+                } else if let Some(e) =
+                    write_denied.filter(|_| shebang && fl & flags::NO_WRITES == 0)
                 {
                     w.error(e);
                 } else {

@@ -127,7 +127,8 @@ impl Db {
             return Some(occupied.into_mut());
         }
         if crate::replication::active() {
-            self.expired_log.push(occupied.get().key.as_bytes().to_vec());
+            self.expired_log
+                .push(occupied.get().key.as_bytes().to_vec());
         }
         occupied.remove();
         slot.ttl_count -= 1;

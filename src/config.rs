@@ -439,6 +439,21 @@ const TABLE: &[ConfigParam] = &[
         "50 99 99.9",
     ),
     int("busy-reply-threshold", 0, LONG_MAX, "5000").alias(&["lua-time-limit"]),
+    // Replication (master side: replica links via SYNC/PSYNC; REPLICAOF only records
+    // the role, as no master connection is made).
+    int("repl-ping-replica-period", 1, INT_MAX, "10").alias(&["repl-ping-slave-period"]),
+    int("repl-timeout", 1, INT_MAX, "60"),
+    memory("repl-backlog-size", 1, LONG_MAX_U, "1mb"),
+    int("repl-backlog-ttl", 0, INT_MAX, "3600"),
+    boolean("repl-diskless-sync", "yes"),
+    int("repl-diskless-sync-delay", 0, INT_MAX, "5"),
+    int("repl-diskless-sync-max-replicas", 0, INT_MAX, "0"),
+    boolean("repl-disable-tcp-nodelay", "no"),
+    int("min-replicas-to-write", 0, INT_MAX, "0").alias(&["min-slaves-to-write"]),
+    int("min-replicas-max-lag", 0, INT_MAX, "10").alias(&["min-slaves-max-lag"]),
+    boolean("replica-serve-stale-data", "yes").alias(&["slave-serve-stale-data"]),
+    boolean("replica-read-only", "yes").alias(&["slave-read-only"]),
+    int("replica-priority", 0, INT_MAX, "100").alias(&["slave-priority"]),
     // Encoding thresholds.
     int("list-max-listpack-size", INT_MIN, INT_MAX, "-2").alias(&["list-max-ziplist-size"]),
     int("list-compress-depth", 0, INT_MAX, "0"),
@@ -535,6 +550,10 @@ const IDX_LATENCY_THRESHOLD: usize = param_index("latency-monitor-threshold");
 const IDX_LATENCY_TRACKING: usize = param_index("latency-tracking");
 const IDX_PERCENTILES: usize = param_index("latency-tracking-info-percentiles");
 const IDX_BUSY_REPLY: usize = param_index("busy-reply-threshold");
+const IDX_MIN_REPLICAS: usize = param_index("min-replicas-to-write");
+const IDX_MIN_REPLICAS_LAG: usize = param_index("min-replicas-max-lag");
+const IDX_SERVE_STALE: usize = param_index("replica-serve-stale-data");
+const IDX_REPLICA_RO: usize = param_index("replica-read-only");
 
 /// Looks a parameter up by name or alias, case-insensitively.
 pub fn lookup_param(name: &[u8]) -> Option<&'static ConfigParam> {
@@ -1882,6 +1901,23 @@ impl Config {
     /// Milliseconds (alias `lua-time-limit`).
     pub fn busy_reply_threshold(&self) -> u64 {
         self.uint_at(IDX_BUSY_REPLY)
+    }
+
+    /// Writes need this many good replicas (0: no check); with `min_replicas_max_lag`.
+    pub fn min_replicas_to_write(&self) -> u64 {
+        self.uint_at(IDX_MIN_REPLICAS)
+    }
+
+    pub fn min_replicas_max_lag(&self) -> u64 {
+        self.uint_at(IDX_MIN_REPLICAS_LAG)
+    }
+
+    pub fn replica_serve_stale_data(&self) -> bool {
+        self.bool_at(IDX_SERVE_STALE)
+    }
+
+    pub fn replica_read_only(&self) -> bool {
+        self.bool_at(IDX_REPLICA_RO)
     }
 
     /// Any yes/no parameter by name or alias (None if unknown or not bool).

@@ -98,6 +98,8 @@ pub struct Connection {
     /// Input read while a blocking command waited (to notice the client leaving);
     /// parsed once the command ends.
     stash: Vec<u8>,
+    /// SYNC / PSYNC turned this client into a replica link (its id).
+    replica_link: Option<u64>,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -166,6 +168,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         now,
         last_cmd: None,
         stash: Vec::new(),
+        replica_link: None,
     };
     conn.run().await;
     commands::multi::unwatch_all(&mut conn.session).await;
@@ -194,6 +197,96 @@ impl Connection {
                 }
             }
             if self.session.close_after_reply || self.session.shared.killed.get() {
+                return;
+            }
+            if let Some(id) = self.replica_link {
+                self.serve_replica(id).await;
+                crate::replication::detach(id);
+                return;
+            }
+        }
+    }
+
+    /// SYNC / PSYNC: reply with an RDB snapshot and register the link, whose stream
+    /// starts right after it.
+    async fn start_replica(&mut self, psync: bool) {
+        let cell = self.session.cell.clone();
+        let (rdb, id) = crate::replication::snapshot(&cell, true).await;
+        let Some(id) = id else { return };
+        if psync {
+            let line = format!(
+                "+FULLRESYNC {} {}\r\n",
+                crate::replication::replid(),
+                crate::replication::offset()
+            );
+            self.out.extend_from_slice(line.as_bytes());
+        }
+        self.out
+            .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
+        self.out.extend_from_slice(&rdb);
+        self.replica_link = Some(id);
+        tracing::info!(client = self.session.id(), "replica attached, full sync");
+    }
+
+    /// The link's life: write the propagated stream as it comes; what the replica
+    /// sends (REPLCONF ACK) is read and dropped; ends when it disconnects.
+    async fn serve_replica(&mut self, id: u64) {
+        enum Event {
+            Input,
+            Output(Vec<u8>),
+            Gone,
+        }
+        let mut tmp = vec![0u8; 4096];
+        let mut last_ping = std::time::Instant::now();
+        loop {
+            let period = {
+                let data = self.session.cell.data.borrow();
+                data.config
+                    .int_param("repl-ping-replica-period")
+                    .unwrap_or(10)
+                    .max(1) as u64
+            };
+            let due = std::time::Duration::from_secs(period).saturating_sub(last_ping.elapsed());
+            if due.is_zero() {
+                crate::replication::ping_link(id);
+                last_ping = std::time::Instant::now();
+                continue;
+            }
+            let ev = {
+                let mut rd = std::pin::pin!(self.stream.read(&mut tmp));
+                // Wakes the loop for the next PING (at most a second late, so a
+                // lowered period takes effect soon).
+                let mut tick = std::pin::pin!(crate::runtime::sleep(
+                    due.min(std::time::Duration::from_secs(1))
+                ));
+                std::future::poll_fn(|cx| {
+                    if std::future::Future::poll(tick.as_mut(), cx).is_ready() {
+                        return std::task::Poll::Ready(Event::Input);
+                    }
+                    if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
+                        return std::task::Poll::Ready(match r {
+                            Ok(0) | Err(_) => Event::Gone,
+                            Ok(_) => Event::Input,
+                        });
+                    }
+                    crate::replication::poll_output(id, cx.waker()).map(|o| match o {
+                        Some(buf) => Event::Output(buf),
+                        None => Event::Gone,
+                    })
+                })
+                .await
+            };
+            match ev {
+                Event::Input => {}
+                Event::Output(buf) => {
+                    if self.stream.write_all(&buf).await.is_err() {
+                        return;
+                    }
+                    self.session.cell.data.borrow_mut().stats.net_output_bytes += buf.len() as u64;
+                }
+                Event::Gone => return,
+            }
+            if self.session.shared.killed.get() {
                 return;
             }
         }
@@ -274,7 +367,10 @@ impl Connection {
         let limits = self.limits();
         let mut buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
-        while self.start < self.end && !self.session.close_after_reply {
+        while self.start < self.end
+            && !self.session.close_after_reply
+            && self.replica_link.is_none()
+        {
             // Redis's tighter limits for clients that have not authenticated yet.
             self.parser.set_auth_required(!self.session.authenticated);
             let parsed = self
@@ -421,8 +517,14 @@ impl Connection {
         }
         if let Some(busy) = crate::scripting::busy_error() {
             if !spec.has(flags::ALLOW_BUSY) {
+                if spec.name == "exec" && self.session.multi.is_some() {
+                    return self.exec_abort(idx, busy).await;
+                }
                 return self.reject(Some(idx), busy);
             }
+        }
+        if let Some(err) = self.replication_gate(spec) {
+            return self.reject(Some(idx), err);
         }
         if self.session.multi.is_some() {
             if spec.name == "exec" {
@@ -432,6 +534,10 @@ impl Connection {
             if !commands::multi::runs_inside_multi(spec.name) {
                 return self.queue_in_multi(idx, spec, &args);
             }
+        }
+        if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
+            self.flush().await;
+            return self.start_replica(spec.name == "psync").await;
         }
         match spec.kind {
             Kind::Client(f) => {
@@ -447,6 +553,11 @@ impl Connection {
                     args,
                     out: ReplyWriter { out: target, proto },
                 });
+                if crate::replication::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
+                    let (txn, db) = (self.session.exec_owner, self.session.db);
+                    let reply = &self.reply_target()[before..];
+                    crate::replication::after_global(txn, db, spec, &args, reply);
+                }
                 self.record_local_call(idx, before);
                 self.note_local(before);
             }
@@ -456,6 +567,23 @@ impl Connection {
             }
             Kind::Keyed(run, cross) => self.route_keyed(idx, spec, run, cross, &args).await,
         }
+    }
+
+    /// Redis's replication checks before a command runs (or queues): READONLY on a
+    /// replica, NOREPLICAS under min-replicas-to-write, MASTERDOWN on a replica whose
+    /// link is down with replica-serve-stale-data off. Commands EXEC or a script runs
+    /// are not checked again.
+    fn replication_gate(&self, spec: &commands::CommandSpec) -> Option<&'static str> {
+        if self.session.exec_owner.is_some() || self.session.in_script {
+            return None;
+        }
+        let write = spec.has(flags::WRITE);
+        let stale_ok = spec.has(flags::STALE);
+        if !crate::replication::is_replica() && !write {
+            return None;
+        }
+        let config = &self.session.cell.data.borrow().config;
+        crate::replication::check(config, write, stale_ok)
     }
 
     /// Between MULTI and EXEC: queue the command (or refuse it, dooming the
@@ -478,6 +606,24 @@ impl Connection {
         self.note_local(before);
     }
 
+    /// EXEC refused before it started (Redis's execCommandAbort): the transaction is
+    /// discarded and the error says why.
+    async fn exec_abort(&mut self, idx: u16, err: &str) {
+        self.flush().await;
+        self.session.multi = None;
+        self.session.shared.multi_count.set(-1);
+        commands::multi::unwatch_all(&mut self.session).await;
+        let before = self.out.len();
+        ReplyWriter {
+            out: &mut self.out,
+            proto: self.session.proto,
+        }
+        .error(&format!(
+            "EXECABORT Transaction discarded because of: {err}"
+        ));
+        self.record_local_call(idx, before);
+    }
+
     /// EXEC: every queued command runs while the transaction holds every shard, so it
     /// is atomic and isolated across cores; WATCHed keys are checked under the locks.
     async fn exec(&mut self, idx: u16) {
@@ -496,6 +642,22 @@ impl Connection {
             .error("EXECABORT Transaction discarded because of previous errors.");
             self.record_local_call(idx, before);
             return;
+        }
+        let gate = {
+            let specs = &commands::table().specs;
+            let write = state
+                .queue
+                .iter()
+                .any(|(i, _)| specs[*i as usize].has(flags::WRITE));
+            let stale_ok = state
+                .queue
+                .iter()
+                .all(|(i, _)| specs[*i as usize].has(flags::STALE));
+            let config = &self.session.cell.data.borrow().config;
+            crate::replication::check(config, write, stale_ok)
+        };
+        if let Some(err) = gate {
+            return self.exec_abort(idx, err).await;
         }
         let cell = self.session.cell.clone();
         let owner = locks::LockOwner {
@@ -517,6 +679,7 @@ impl Connection {
             return;
         }
         self.session.exec_owner = Some(owner.id);
+        let captured = crate::replication::begin_capture(owner.id);
         ReplyWriter {
             out: &mut self.out,
             proto,
@@ -533,6 +696,9 @@ impl Connection {
         }
         self.pipe.locked = false;
         self.session.exec_owner = None;
+        if captured {
+            crate::replication::end_capture(owner.id);
+        }
         op.release(&cell).await;
         self.record_local_call(idx, before);
     }
@@ -592,6 +758,7 @@ impl Connection {
         };
         if !may_block {
             f(&mut ctx).await;
+            self.after_global(spec, args, before);
             self.record_local_call(idx, before);
             return;
         }
@@ -630,7 +797,16 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         }
+        self.after_global(spec, args, before);
         self.record_local_call(idx, before);
+    }
+
+    /// Propagates what a keyless or multi-shard command did (its reply is at `before`).
+    fn after_global(&self, spec: &commands::CommandSpec, args: &Args<'_>, before: usize) {
+        if crate::replication::active() {
+            let (txn, db) = (self.session.exec_owner, self.session.db);
+            crate::replication::after_global(txn, db, spec, args, &self.out[before..]);
+        }
     }
 
     /// Appends input read during a blocking command to the unparsed input.
@@ -744,6 +920,11 @@ impl Connection {
                 now: self.now,
             };
             run(&mut ctx);
+            if crate::replication::active() {
+                let txn = self.session.exec_owner;
+                let reply = &target[before..];
+                crate::replication::after_keyed(&mut data, txn, db as usize, spec, args, reply);
+            }
             let failed = target.get(before) == Some(&b'-');
             let watched = !(data.watches.is_empty() && data.blocked.is_empty());
             if !failed && watched && spec.has(flags::WRITE) {
@@ -858,6 +1039,8 @@ impl Connection {
         let shards: Vec<usize> = (0..replies.len())
             .filter(|&s| !self.pipe.batches[s].is_empty())
             .collect();
+        // A command split over shards reaches replicas as one MULTI/EXEC block.
+        let captured = crate::replication::begin_capture(txn);
         for (pos, &s) in shards.iter().enumerate() {
             let last = pos + 1 == shards.len();
             let b = std::mem::take(&mut self.pipe.batches[s]);
@@ -874,6 +1057,9 @@ impl Connection {
                 })
                 .await;
             replies[s] = Some(reply);
+        }
+        if captured {
+            crate::replication::end_capture(txn);
         }
         for &s in &shards[..shards.len().saturating_sub(1)] {
             cell.tell(s, move |c| c.locks.borrow_mut().release(txn))

@@ -7,6 +7,7 @@ pub mod config;
 pub mod connection;
 pub mod protocol;
 pub mod pubsub;
+pub mod replication;
 pub mod runtime;
 pub mod scripting;
 pub mod server;

@@ -21,6 +21,7 @@ pub mod keys;
 pub mod lists;
 pub mod multi;
 pub mod pubsub;
+pub mod replication;
 pub mod scripting;
 pub mod server;
 pub mod sets;

@@ -209,6 +209,7 @@ async fn run_script(
         write: true,
     };
     let op = MultiShardOp::lock_all(owner, &cell).await;
+    let captured = crate::replication::begin_capture(owner.id);
     let threshold_ms = cell.data.borrow().config.busy_reply_threshold();
     let oom = out_of_memory(&cell);
     let (etx, mut erx) = futures_channel::mpsc::unbounded();
@@ -227,6 +228,10 @@ async fn run_script(
         client_proto: g.session.proto,
         ro_cmd: ro,
         oom,
+        write_denied: {
+            let config = &cell.data.borrow().config;
+            crate::replication::check(config, true, true)
+        },
         threshold_ms,
         events: etx,
         replies: rrx,
@@ -263,6 +268,9 @@ async fn run_script(
         }
     }
     scripting::stop_running();
+    if captured {
+        crate::replication::end_capture(owner.id);
+    }
     op.release(&cell).await;
 }
 
@@ -341,6 +349,13 @@ async fn call(
                 "ERR Write commands are not allowed from read-only scripts.",
             );
         }
+        let denied = {
+            let config = &fake.cell.data.borrow().config;
+            crate::replication::check(config, true, true)
+        };
+        if let Some(e) = denied {
+            return error_reply(proto, e);
+        }
         if !*wrote {
             *wrote = true;
             if let Some(r) = scripting::running().as_mut() {
@@ -384,6 +399,7 @@ async fn call(
                     keys,
                     now,
                     write,
+                    txn: fake.exec_owner,
                 };
                 out = cell.call(first, move |c| job.run(c)).await;
             } else {
@@ -423,6 +439,9 @@ async fn run_global(
     write: bool,
     out: &mut Vec<u8>,
 ) {
+    let before = out.len();
+    let (txn, db) = (fake.exec_owner, fake.db);
+    let propagated = crate::replication::active().then(|| argv.clone());
     let mut ctx = GlobalCtx {
         session: fake,
         args: argv,
@@ -430,6 +449,14 @@ async fn run_global(
         write,
     };
     f(&mut ctx).await;
+    if let Some(argv) = propagated {
+        if let Some((idx, spec)) = super::lookup(&argv[0]) {
+            let _ = idx;
+            let (buf, spans) = owned_args(&argv);
+            let args = Args::new(&buf, &spans);
+            crate::replication::after_global(txn, db, spec, &args, &out[before..]);
+        }
+    }
 }
 
 fn record(cell: &ShardCell, idx: u16, out: &[u8]) {
@@ -452,6 +479,8 @@ struct KeyedJob {
     keys: Vec<usize>,
     now: u64,
     write: bool,
+    /// The script's lock owner: its effects go into the script's capture.
+    txn: Option<u64>,
 }
 
 impl KeyedJob {
@@ -467,6 +496,10 @@ impl KeyedJob {
             now: self.now,
         };
         (self.run)(&mut ctx);
+        if crate::replication::active() {
+            let spec = &super::table().specs[self.idx as usize];
+            crate::replication::after_keyed(&mut data, self.txn, self.db, spec, &args, &out);
+        }
         let failed = out.first() == Some(&b'-');
         data.stats.record_call(self.idx, failed);
         if failed {
@@ -522,6 +555,7 @@ async fn split(
             keys: vec![1],
             now,
             write,
+            txn: fake.exec_owner,
         };
         let shard = cell.shard_of(&group[0]);
         parts.push(cell.call(shard, move |c| job.run(c)).await);

@@ -82,8 +82,9 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let cell = g.session.cell.clone();
         let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         op.on_each(&cell, move |d| {
+            d.watches
+                .touch_flushed(Some(db), &d.dbs, crate::util::now_ms());
             d.dbs[db].clear();
-            d.watches.touch_db(Some(db));
             // Blocked XREADGROUP clients learn that their stream is gone.
             d.blocked.signal_all();
         })
@@ -101,8 +102,8 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let cell = g.session.cell.clone();
         let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         op.on_each(&cell, |d| {
+            d.watches.touch_flushed(None, &d.dbs, crate::util::now_ms());
             d.dbs.iter_mut().for_each(|db| db.clear());
-            d.watches.touch_db(None);
             // Blocked XREADGROUP clients learn that their stream is gone.
             d.blocked.signal_all();
         })
@@ -248,7 +249,7 @@ fn render_info(
             "memory" => info_memory(cell, &mut out),
             "persistence" => out.push_str("# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:0\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:0\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n"),
             "stats" => info_stats(&stats, reports, &mut out),
-            "replication" => out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\nmaster_replid:0000000000000000000000000000000000000000\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n"),
+            "replication" => info_replication(&mut out),
             "cpu" => info_cpu(&mut out),
             "module_list" | "modules" => out.push_str("# Modules\r\n"),
             "errorstats" => {
@@ -767,4 +768,25 @@ async fn memory_stats(g: &mut GlobalCtx<'_>) {
         w.bulk(b"overhead.hashtable.expires");
         w.integer(*e as i64);
     }
+}
+
+/// INFO replication: the role (REPLICAOF), attached replica links and the stream offset.
+fn info_replication(out: &mut String) {
+    let offset = crate::replication::offset();
+    out.push_str("# Replication\r\n");
+    match super::replication::master() {
+        Some((host, port)) => {
+            let _ = write!(
+                out,
+                "role:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\nmaster_link_status:down\r\nmaster_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:0\r\nslave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\nmaster_link_down_since_seconds:-1\r\nslave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\n"
+            );
+        }
+        None => out.push_str("role:master\r\n"),
+    }
+    let _ = write!(
+        out,
+        "connected_slaves:{}\r\nmaster_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
+        crate::replication::link_count(),
+        crate::replication::replid(),
+    );
 }

@@ -324,6 +324,7 @@ fn build() -> CommandTable {
         super::zsets::COMMANDS,
         super::bitops::COMMANDS,
         super::multi::COMMANDS,
+        super::replication::COMMANDS,
         super::sort::COMMANDS,
         super::blocking::COMMANDS,
         super::streams::COMMANDS,

@@ -56,6 +56,9 @@ pub struct RunJob {
     pub ro_cmd: bool,
     /// Used memory was above maxmemory when the script started.
     pub oom: bool,
+    /// What a write would get from the replication checks (NOREPLICAS, READONLY):
+    /// scripts not flagged no-writes are refused up front.
+    pub write_denied: Option<&'static str>,
     pub threshold_ms: u64,
     pub events: UnboundedSender<Event>,
     pub replies: Receiver<Vec<u8>>,
@@ -588,6 +591,7 @@ impl Vm {
             client_proto,
             ro_cmd,
             oom,
+            write_denied,
             threshold_ms,
             events,
             replies,
@@ -614,6 +618,10 @@ impl Vm {
                     w.error("OOM command not allowed when used memory > 'maxmemory'.");
                 } else if shebang && fl & flags::NO_WRITES == 0 && ro_cmd {
                     w.error("ERR Can not execute a script with write flag using *_ro command.");
+                } else if let Some(e) =
+                    write_denied.filter(|_| shebang && fl & flags::NO_WRITES == 0)
+                {
+                    w.error(e);
                 } else {
                     let ro = ro_cmd || fl & flags::NO_WRITES != 0;
                     self.st.allow_oom.set(fl & flags::ALLOW_OOM != 0);

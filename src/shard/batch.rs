@@ -180,7 +180,13 @@ fn handler_of(cmd: u16, split_part: bool) -> KeyedFn {
 }
 
 /// Runs one command of the batch and appends its reply.
-fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut BatchReply) {
+fn run_one(
+    cell: &ShardCell,
+    batch: &OwnedBatch,
+    i: usize,
+    (now, txn): (u64, Option<TxnId>),
+    reply: &mut BatchReply,
+) {
     let c = batch.cmds[i];
     let run = handler_of(c.cmd, c.split_part);
     let args = Args::new(
@@ -200,6 +206,11 @@ fn run_one(cell: &ShardCell, batch: &OwnedBatch, i: usize, now: u64, reply: &mut
         now,
     };
     run(&mut ctx);
+    if crate::replication::active() {
+        let spec = &table().specs[c.cmd as usize];
+        let out = &reply.out[before..];
+        crate::replication::after_keyed(&mut data, txn, c.db as usize, spec, &args, out);
+    }
     let failed = reply.out.get(before) == Some(&b'-');
     data.stats.record_call(c.cmd, failed);
     if failed {
@@ -231,7 +242,7 @@ fn run_until_blocked(
         if txn.is_none() && batch.blocked(i, cell) {
             return Some(i);
         }
-        run_one(cell, batch, i, now, reply);
+        run_one(cell, batch, i, (now, txn), reply);
     }
     None
 }

@@ -149,6 +149,11 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
             let mut more = false;
             {
                 let mut data = cell.data.borrow_mut();
+                // The DELs of keys found expired outside commands (SCAN, RANDOMKEY ...)
+                // and by the last cycle go out now.
+                if crate::replication::active() {
+                    crate::replication::drain_expired(&mut data, None);
+                }
                 if !data.active_expire || !cell.locks.borrow().is_idle() {
                     break;
                 }

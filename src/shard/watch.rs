@@ -45,7 +45,22 @@ impl Watches {
         }
     }
 
-    /// FLUSHDB / FLUSHALL / SWAPDB: every watched key of `db` (all dbs when None).
+    /// FLUSHDB / FLUSHALL: the watched keys of `db` (all dbs when None) that exist
+    /// (live) in `dbs` before they are emptied; watching a missing key survives it.
+    pub fn touch_flushed(&mut self, db: Option<usize>, dbs: &[crate::storage::Db], now: u64) {
+        self.by_key.retain(|(d, k), v| {
+            let hit =
+                db.is_none_or(|x| x == *d) && dbs.get(*d).is_some_and(|x| x.peek_live(k, now));
+            if hit {
+                for f in v.iter() {
+                    f.store(true, Ordering::SeqCst);
+                }
+            }
+            !hit
+        });
+    }
+
+    /// SWAPDB: every watched key of `db` (all dbs when None).
     pub fn touch_db(&mut self, db: Option<usize>) {
         self.by_key.retain(|(d, _), v| {
             if db.is_none_or(|x| x == *d) {

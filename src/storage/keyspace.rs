@@ -66,6 +66,9 @@ pub struct Db {
     pub expired_count: u64,
     /// The database number, for keyspace notifications.
     index: usize,
+    /// Keys expired while a replica is attached, for their propagated DEL
+    /// (drained by `replication::drain_expired`).
+    pub expired_log: Vec<Vec<u8>>,
 }
 
 impl Db {
@@ -81,6 +84,7 @@ impl Db {
             expire_cursor: 0,
             expired_count: 0,
             index: 0,
+            expired_log: Vec::new(),
         }
     }
 
@@ -136,6 +140,10 @@ impl Db {
             .ok()?;
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
+        }
+        if crate::replication::active() {
+            self.expired_log
+                .push(occupied.get().key.as_bytes().to_vec());
         }
         occupied.remove();
         slot.ttl_count -= 1;
@@ -329,12 +337,17 @@ impl Db {
             let mut removed = 0usize;
             let mut removed_ttl = 0u32;
             let db = self.index;
+            let log = crate::replication::active();
+            let expired_log = &mut self.expired_log;
             slot.table.retain(|e| {
                 if e.expire_at == NO_EXPIRE {
                     return true;
                 }
                 stats.sampled += 1;
                 if e.expire_at <= now_ms {
+                    if log {
+                        expired_log.push(e.key.as_bytes().to_vec());
+                    }
                     removed += 1;
                     removed_ttl += 1;
                     notify(class::EXPIRED, "expired", e.key.as_bytes(), db);

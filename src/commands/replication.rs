@@ -1,0 +1,134 @@
+//! Replication commands: SYNC / PSYNC (a client becomes a replica link; the connection
+//! intercepts them, see connection.rs), REPLCONF, REPLICAOF / SLAVEOF, ROLE.
+//!
+//! REPLICAOF only records the role: Tessera does not connect to a master, so as a
+//! replica its link is always down (writes refused with READONLY, and with
+//! replica-serve-stale-data no, data commands with MASTERDOWN).
+
+use super::strings::cmd;
+use super::table::{flags::*, CommandSpec, KeySpec, Kind};
+use super::{ClientCtx, GlobalCtx};
+
+type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+use crate::replication;
+
+macro_rules! rcmd {
+    ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
+        CommandSpec {
+            group: "server",
+            acl: &["@admin", "@slow", "@dangerous"],
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                KeySpec::None,
+                $kind,
+                $since,
+                $summary
+            )
+        }
+    };
+}
+
+#[rustfmt::skip]
+pub static COMMANDS: &[CommandSpec] = &[
+    rcmd!("sync", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Client(sync_elsewhere), "1.0.0", "Internal command used for replication"),
+    rcmd!("psync", -3, ADMIN | NOSCRIPT | NO_MULTI, Kind::Client(sync_elsewhere), "2.8.0", "Internal command used for replication"),
+    rcmd!("replconf", -1, ADMIN | NOSCRIPT | LOADING | STALE | ALLOW_BUSY, Kind::Client(replconf), "3.0.0", "An internal command for configuring the replication stream"),
+    rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
+    rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
+    rcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
+    rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication"),
+];
+
+/// SYNC / PSYNC reach here only where a connection cannot become a link (a script).
+fn sync_elsewhere(ctx: &mut ClientCtx) {
+    ctx.out
+        .error("ERR Replica can't interact with the keyspace");
+}
+
+/// REPLCONF options a replica sends (listening-port, capa, ack ...): accepted.
+fn replconf(ctx: &mut ClientCtx) {
+    if ctx.args.len().is_multiple_of(2) {
+        return ctx.out.error(super::SYNTAX_ERR);
+    }
+    // ACK and GETACK expect no reply.
+    if ctx.args.is(1, "ack") || ctx.args.is(1, "getack") {
+        return;
+    }
+    ctx.out.ok();
+}
+
+/// The master REPLICAOF named, while one is set.
+static MASTER: std::sync::Mutex<Option<(String, u16)>> = std::sync::Mutex::new(None);
+
+fn replicaof(ctx: &mut ClientCtx) {
+    let mut master = MASTER.lock().unwrap_or_else(|e| e.into_inner());
+    if ctx.args.is(1, "no") && ctx.args.is(2, "one") {
+        if master.take().is_some() {
+            replication::set_replica(false);
+            tracing::info!("MASTER MODE enabled (user request)");
+        }
+        return ctx.out.ok();
+    }
+    let Some(port) = super::parse_i64(ctx.args.get(2)).filter(|p| (0..=65535).contains(p)) else {
+        return ctx.out.error("ERR Invalid master port");
+    };
+    let host = String::from_utf8_lossy(ctx.args.get(1)).into_owned();
+    if master.as_ref() == Some(&(host.clone(), port as u16)) {
+        return ctx.out.simple("OK Already connected to specified master");
+    }
+    tracing::info!("REPLICAOF {host}:{port} enabled (user request)");
+    *master = Some((host, port as u16));
+    replication::set_replica(true);
+    ctx.out.ok();
+}
+
+/// The master REPLICAOF set, if any (for ROLE and INFO replication).
+pub fn master() -> Option<(String, u16)> {
+    MASTER.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn role(ctx: &mut ClientCtx) {
+    match master() {
+        Some((host, port)) => {
+            ctx.out.array_len(5);
+            ctx.out.bulk(b"slave");
+            ctx.out.bulk(host.as_bytes());
+            ctx.out.integer(port as i64);
+            ctx.out.bulk(b"connect");
+            ctx.out.integer(-1);
+        }
+        None => {
+            ctx.out.array_len(3);
+            ctx.out.bulk(b"master");
+            ctx.out.integer(replication::offset() as i64);
+            ctx.out.array_len(0);
+        }
+    }
+}
+
+/// SAVE: the RDB snapshot a full sync sends, written to `dir`/`dbfilename` (through
+/// a temporary file renamed into place, as Redis does).
+fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let cell = g.session.cell.clone();
+        let (rdb, _) = replication::snapshot(&cell, false).await;
+        let path = {
+            let data = cell.data.borrow();
+            std::path::Path::new(data.config.dir()).join(data.config.dbfilename())
+        };
+        let tmp = path.with_file_name(format!("temp-{}.rdb", std::process::id()));
+        let written = std::fs::write(&tmp, &rdb).and_then(|_| std::fs::rename(&tmp, &path));
+        match written {
+            Ok(()) => {
+                tracing::info!("DB saved on disk");
+                g.w().ok();
+            }
+            Err(e) => {
+                tracing::warn!("failed saving the DB: {e}");
+                g.w().error("ERR");
+            }
+        }
+    })
+}

@@ -1,0 +1,877 @@
+//! Replication, master side: the replica links (SYNC / PSYNC) and the propagation of
+//! writes to them (Redis's replication.c and the `propagate` rules of server.c).
+//!
+//! Every shard executes writes on its own thread, so the stream has to be merged into
+//! one ordered sequence: each effect is appended, under one process-wide mutex, to the
+//! output buffer of every attached link right after it executed on its shard (still on
+//! that shard's thread, so two writes to one key keep their order). MULTI/EXEC and
+//! scripts, which hold every shard, first collect their effects in a *capture* keyed by
+//! their transaction id and append them as one MULTI ... EXEC block when they end.
+//!
+//! With no link attached all of this costs one relaxed atomic load per command.
+//!
+//! Effects are what Redis 7.0 propagates, not always the command as sent: relative
+//! TTLs become absolute (SET ... PXAT, PEXPIREAT), pops with a random or computed
+//! outcome become the deterministic command (SPOP → SREM, INCRBYFLOAT → SET KEEPTTL,
+//! BLPOP → LPOP ...), and writes that changed nothing are not propagated.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::task::{Poll, Waker};
+
+use crate::commands::table::flags;
+use crate::commands::{Args, CommandSpec};
+use crate::shard::ShardData;
+use crate::storage::{Db, NO_EXPIRE};
+
+/// Attached replica links; zero keeps propagation off every hot path.
+static LINKS: AtomicUsize = AtomicUsize::new(0);
+
+/// REPLICAOF host port is in force (this server is a replica whose link is down).
+static IS_REPLICA: AtomicBool = AtomicBool::new(false);
+
+/// Whether any replica link is attached (checked once per command).
+#[inline]
+pub fn active() -> bool {
+    LINKS.load(Ordering::Relaxed) > 0
+}
+
+/// Whether REPLICAOF made this server a replica.
+#[inline]
+pub fn is_replica() -> bool {
+    IS_REPLICA.load(Ordering::Relaxed)
+}
+
+pub fn set_replica(on: bool) {
+    IS_REPLICA.store(on, Ordering::Relaxed);
+}
+
+/// The error a command with these traits gets under the replication settings.
+pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Option<&'static str> {
+    let replica = is_replica();
+    if write && !replica {
+        let min = config.min_replicas_to_write();
+        // Links never report a lag (no REPLCONF ACK handling), so none counts as good.
+        if min > 0 && config.min_replicas_max_lag() > 0 {
+            return Some("NOREPLICAS Not enough good replicas to write.");
+        }
+    }
+    if write && replica && config.replica_read_only() {
+        return Some("READONLY You can't write against a read only replica.");
+    }
+    if replica && !stale_ok && !config.replica_serve_stale_data() {
+        return Some(
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        );
+    }
+    None
+}
+
+pub type Argv = Vec<Vec<u8>>;
+
+struct Link {
+    id: u64,
+    out: Vec<u8>,
+    /// The database the link's stream last selected (None: SELECT before anything).
+    db: Option<usize>,
+    waker: Option<Waker>,
+}
+
+struct Capture {
+    txn: u64,
+    cmds: Vec<(usize, Argv)>,
+}
+
+struct State {
+    links: Vec<Link>,
+    captures: Vec<Capture>,
+    next_id: u64,
+    /// master_repl_offset: bytes of stream produced so far.
+    offset: u64,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    links: Vec::new(),
+    captures: Vec::new(),
+    next_id: 1,
+    offset: 0,
+});
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The replication id this process reports (fixed per process, 40 hex chars).
+pub fn replid() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let seed = crate::util::now_ms() ^ ((std::process::id() as u64) << 32);
+        let mut x = seed | 1;
+        let mut s = String::with_capacity(40);
+        while s.len() < 40 {
+            // xorshift: only needs to look random, never to be secure.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            s.push_str(&format!("{:016x}", x));
+        }
+        s.truncate(40);
+        s
+    })
+}
+
+pub fn offset() -> u64 {
+    state().offset
+}
+
+pub fn link_count() -> usize {
+    LINKS.load(Ordering::Relaxed)
+}
+
+/// Registers a replica link; its stream starts with the next propagated write.
+pub fn attach() -> u64 {
+    let mut st = state();
+    let id = st.next_id;
+    st.next_id += 1;
+    st.links.push(Link {
+        id,
+        out: Vec::new(),
+        db: None,
+        waker: None,
+    });
+    LINKS.fetch_add(1, Ordering::Relaxed);
+    id
+}
+
+pub fn detach(id: u64) {
+    let mut st = state();
+    let before = st.links.len();
+    st.links.retain(|l| l.id != id);
+    if st.links.len() < before {
+        LINKS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The link's pending stream bytes, or Pending (waking `waker` when there are some);
+/// None once the link is gone.
+pub fn poll_output(id: u64, waker: &Waker) -> Poll<Option<Vec<u8>>> {
+    let mut st = state();
+    let Some(l) = st.links.iter_mut().find(|l| l.id == id) else {
+        return Poll::Ready(None);
+    };
+    if l.out.is_empty() {
+        l.waker = Some(waker.clone());
+        Poll::Pending
+    } else {
+        Poll::Ready(Some(std::mem::take(&mut l.out)))
+    }
+}
+
+/// A master's keep-alive PING on one link (every repl-ping-replica-period seconds).
+pub fn ping_link(id: u64) {
+    let mut st = state();
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    st.offset += ping.len() as u64;
+    if let Some(l) = st.links.iter_mut().find(|l| l.id == id) {
+        l.out.extend_from_slice(ping);
+        if let Some(w) = l.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// An empty RDB file (version 10, no keys) with its CRC64.
+pub fn empty_rdb() -> Vec<u8> {
+    assemble_rdb(&[])
+}
+
+/// A DUMP payload's footer: RDB version (2 bytes) and CRC64 (8 bytes).
+const DUMP_FOOTER: usize = 10;
+
+/// RDB length encoding (6-bit, 14-bit or 32-bit forms).
+fn write_len(out: &mut Vec<u8>, n: usize) {
+    if n < 1 << 6 {
+        out.push(n as u8);
+    } else if n < 1 << 14 {
+        out.push(0x40 | (n >> 8) as u8);
+        out.push(n as u8);
+    } else {
+        out.push(0x80);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+}
+
+/// One key's RDB record: optional expiry, type, key, value (DUMP's own encoding, so
+/// the bytes match what DUMP/RESTORE use). Streams have no DUMP encoding yet: None.
+fn rdb_record(e: &crate::storage::Entry, out: &mut Vec<u8>) -> bool {
+    use crate::storage::{dump, Value};
+    let mut payload = Vec::new();
+    match &e.value {
+        Value::Str(s) => {
+            let mut b = [0u8; 24];
+            dump::dump_string(s.bytes(&mut b), &mut payload);
+        }
+        other => match other.to_dump() {
+            Some(d) => payload = dump::dump(&d),
+            None => return false,
+        },
+    }
+    let mut key = Vec::new();
+    dump::dump_string(e.key.as_bytes(), &mut key);
+    if payload.len() <= DUMP_FOOTER || key.len() <= DUMP_FOOTER {
+        return false;
+    }
+    if e.expire_at() != NO_EXPIRE {
+        out.push(0xFC);
+        out.extend_from_slice(&e.expire_at().to_le_bytes());
+    }
+    out.push(payload[0]);
+    out.extend_from_slice(&key[1..key.len() - DUMP_FOOTER]);
+    out.extend_from_slice(&payload[1..payload.len() - DUMP_FOOTER]);
+    true
+}
+
+/// One shard's live keys as RDB records, per database index.
+pub fn shard_records(data: &ShardData, now: u64) -> Vec<Vec<u8>> {
+    data.dbs
+        .iter()
+        .map(|db| {
+            let mut out = Vec::new();
+            if db.is_empty() {
+                return out;
+            }
+            for idx in 0..db.slot_count() {
+                db.for_each_in_slot(idx, now, |e| {
+                    if !rdb_record(e, &mut out) {
+                        tracing::warn!("a stream key is left out of the RDB snapshot");
+                    }
+                });
+            }
+            out
+        })
+        .collect()
+}
+
+/// A whole RDB file from every shard's records (`parts[shard][db]`).
+pub fn assemble_rdb(parts: &[Vec<Vec<u8>>]) -> Vec<u8> {
+    let mut rdb = b"REDIS0010".to_vec();
+    for (k, v) in [("redis-ver", "7.0.15"), ("redis-bits", "64")] {
+        rdb.push(0xFA);
+        rdb.push(k.len() as u8);
+        rdb.extend_from_slice(k.as_bytes());
+        rdb.push(v.len() as u8);
+        rdb.extend_from_slice(v.as_bytes());
+    }
+    let dbs = parts.iter().map(|p| p.len()).max().unwrap_or(0);
+    for db in 0..dbs {
+        let mut selected = false;
+        for shard in parts {
+            let Some(records) = shard.get(db).filter(|r| !r.is_empty()) else {
+                continue;
+            };
+            if !selected {
+                rdb.push(0xFE);
+                write_len(&mut rdb, db);
+                selected = true;
+            }
+            rdb.extend_from_slice(records);
+        }
+    }
+    rdb.push(0xFF);
+    let crc = crate::storage::dump::crc64(0, &rdb);
+    rdb.extend_from_slice(&crc.to_le_bytes());
+    rdb
+}
+
+/// A consistent RDB snapshot of every shard (all locked while it is taken); with
+/// `attach`, a replica link registered at that same point, so its stream carries
+/// exactly the writes after the snapshot.
+pub async fn snapshot(
+    cell: &std::rc::Rc<crate::shard::ShardCell>,
+    attach_link: bool,
+) -> (Vec<u8>, Option<u64>) {
+    let owner = crate::shard::locks::LockOwner {
+        id: cell.next_txn_id(),
+        write: false,
+    };
+    let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
+    let parts = op
+        .on_each(cell, |d| shard_records(d, crate::util::now_ms()))
+        .await;
+    let id = attach_link.then(attach);
+    op.release(cell).await;
+    (assemble_rdb(&parts), id)
+}
+
+fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {
+    out.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
+    for a in argv {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn emit(st: &mut State, db: usize, argv: &[Vec<u8>]) {
+    let mut bytes = Vec::with_capacity(64);
+    encode(&mut bytes, argv);
+    st.offset += bytes.len() as u64;
+    for l in &mut st.links {
+        if l.db != Some(db) {
+            encode(
+                &mut l.out,
+                &[b"SELECT".to_vec(), db.to_string().into_bytes()],
+            );
+            l.db = Some(db);
+        }
+        l.out.extend_from_slice(&bytes);
+        if let Some(w) = l.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// A transaction's effects: one alone goes out as is, several inside MULTI/EXEC
+/// (Redis 7.0's propagatePendingCommands).
+fn emit_block(st: &mut State, cmds: &[(usize, Argv)]) {
+    match cmds {
+        [] => {}
+        [(db, argv)] => emit(st, *db, argv),
+        [(first, _), ..] => {
+            emit(st, *first, &[b"MULTI".to_vec()]);
+            let mut last = *first;
+            for (db, argv) in cmds {
+                emit(st, *db, argv);
+                last = *db;
+            }
+            emit(st, last, &[b"EXEC".to_vec()]);
+        }
+    }
+}
+
+/// Sends one effect to the replicas, or into `txn`'s capture when it has one.
+pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
+    let mut st = state();
+    if let Some(t) = txn {
+        if let Some(c) = st.captures.iter_mut().find(|c| c.txn == t) {
+            c.cmds.push((db, argv));
+            return;
+        }
+    }
+    emit(&mut st, db, &argv);
+}
+
+/// Starts collecting the effects of transaction `txn` (EXEC, a script). False when
+/// no replica is attached or `txn` already collects (a script inside EXEC): then the
+/// caller must not end it.
+pub fn begin_capture(txn: u64) -> bool {
+    if !active() {
+        return false;
+    }
+    let mut st = state();
+    if st.captures.iter().any(|c| c.txn == txn) {
+        return false;
+    }
+    st.captures.push(Capture {
+        txn,
+        cmds: Vec::new(),
+    });
+    true
+}
+
+/// Ends a capture, sending its effects as one block (dropped when the transaction
+/// turned this server into a replica, as Redis does).
+pub fn end_capture(txn: u64) {
+    let mut st = state();
+    let Some(pos) = st.captures.iter().position(|c| c.txn == txn) else {
+        return;
+    };
+    let cap = st.captures.swap_remove(pos);
+    if !is_replica() {
+        emit_block(&mut st, &cap.cmds);
+    }
+}
+
+/// After a keyed command ran on its shard (only called while `active()`): propagates
+/// the keys it found expired, then its own effect.
+pub fn after_keyed(
+    data: &mut ShardData,
+    txn: Option<u64>,
+    db: usize,
+    spec: &CommandSpec,
+    args: &Args,
+    reply: &[u8],
+) {
+    drain_expired(data, txn);
+    if !spec.has(flags::WRITE) || reply.first() == Some(&b'-') {
+        return;
+    }
+    let mut out = Vec::new();
+    effects(spec.name, args, reply, Some(&mut data.dbs[db]), &mut out);
+    for argv in out {
+        propagate(txn, db, argv);
+    }
+}
+
+/// After a keyless or multi-shard (coordinator) command ran at home.
+pub fn after_global(txn: Option<u64>, db: usize, spec: &CommandSpec, args: &Args, reply: &[u8]) {
+    let replicates = spec.has(flags::WRITE) || spec.has(flags::MAY_REPLICATE);
+    if !replicates || reply.first() == Some(&b'-') || self_propagating(spec.name) {
+        return;
+    }
+    let mut out = Vec::new();
+    effects(spec.name, args, reply, None, &mut out);
+    for argv in out {
+        propagate(txn, db, argv);
+    }
+}
+
+/// Commands whose effects are propagated by what they run, not as themselves.
+fn self_propagating(name: &str) -> bool {
+    matches!(
+        name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" | "exec" | "script"
+    )
+}
+
+/// DELs (or UNLINKs, with lazyfree-lazy-expire) for the keys found expired on this
+/// shard since the last call.
+pub fn drain_expired(data: &mut ShardData, txn: Option<u64>) {
+    if data.dbs.iter().all(|d| d.expired_log.is_empty()) {
+        return;
+    }
+    let unlink = data.config.bool_param("lazyfree-lazy-expire") == Some(true);
+    let cmd: &[u8] = if unlink { b"UNLINK" } else { b"DEL" };
+    for (i, db) in data.dbs.iter_mut().enumerate() {
+        for key in std::mem::take(&mut db.expired_log) {
+            propagate(txn, i, vec![cmd.to_vec(), key]);
+        }
+    }
+}
+
+/// A parsed reply, as far as the rewrites need to look into it.
+#[derive(Debug)]
+enum Resp {
+    Bulk(Vec<u8>),
+    Nil,
+    Arr(Vec<Resp>),
+    Other,
+}
+
+impl Resp {
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Resp::Bulk(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    fn items(&self) -> &[Resp] {
+        match self {
+            Resp::Arr(a) => a,
+            _ => &[],
+        }
+    }
+}
+
+fn parse_line(r: &[u8]) -> Option<(&[u8], &[u8])> {
+    let end = r.windows(2).position(|w| w == b"\r\n")?;
+    Some((&r[1..end], &r[end + 2..]))
+}
+
+fn parse(r: &[u8]) -> Option<(Resp, &[u8])> {
+    let kind = *r.first()?;
+    let (line, rest) = parse_line(r)?;
+    let num = || std::str::from_utf8(line).ok()?.parse::<i64>().ok();
+    match kind {
+        b'$' | b'=' => {
+            let n = num()?;
+            if n < 0 {
+                return Some((Resp::Nil, rest));
+            }
+            let n = n as usize;
+            let body = rest.get(..n)?;
+            Some((Resp::Bulk(body.to_vec()), rest.get(n + 2..)?))
+        }
+        b'+' => Some((Resp::Bulk(line.to_vec()), rest)),
+        b'_' => Some((Resp::Nil, rest)),
+        b'*' | b'~' | b'>' | b'%' => {
+            let n = num()?;
+            if n < 0 {
+                return Some((Resp::Nil, rest));
+            }
+            let n = if kind == b'%' { n * 2 } else { n } as usize;
+            let mut items = Vec::with_capacity(n.min(1024));
+            let mut rest = rest;
+            for _ in 0..n {
+                let (item, r2) = parse(rest)?;
+                items.push(item);
+                rest = r2;
+            }
+            Some((Resp::Arr(items), rest))
+        }
+        _ => Some((Resp::Other, rest)),
+    }
+}
+
+fn parsed(reply: &[u8]) -> Resp {
+    parse(reply).map_or(Resp::Other, |(r, _)| r)
+}
+
+fn is_noop(reply: &[u8]) -> bool {
+    matches!(
+        reply,
+        b"$-1\r\n" | b"*-1\r\n" | b"_\r\n" | b"*0\r\n" | b":0\r\n"
+    )
+}
+
+/// Commands that changed nothing when they reply 0, nil or an empty array.
+fn noop_on_empty(name: &str) -> bool {
+    matches!(
+        name,
+        "del"
+            | "unlink"
+            | "expire"
+            | "pexpire"
+            | "expireat"
+            | "pexpireat"
+            | "persist"
+            | "srem"
+            | "hdel"
+            | "zrem"
+            | "zremrangebyscore"
+            | "zremrangebyrank"
+            | "zremrangebylex"
+            | "lrem"
+            | "setnx"
+            | "hsetnx"
+            | "msetnx"
+            | "renamenx"
+            | "move"
+            | "copy"
+            | "smove"
+            | "sadd"
+            | "pfadd"
+            | "lpushx"
+            | "rpushx"
+            | "xdel"
+            | "xtrim"
+            | "xack"
+            | "getdel"
+            | "getex"
+            | "lpop"
+            | "rpop"
+            | "spop"
+            | "zpopmin"
+            | "zpopmax"
+            | "lmove"
+            | "rpoplpush"
+            | "lmpop"
+            | "zmpop"
+            | "blpop"
+            | "brpop"
+            | "blmove"
+            | "brpoplpush"
+            | "blmpop"
+            | "bzpopmin"
+            | "bzpopmax"
+            | "bzmpop"
+            | "xautoclaim"
+            | "xclaim"
+            | "xreadgroup"
+    )
+}
+
+fn word(a: &[u8]) -> Vec<u8> {
+    a.to_vec()
+}
+
+fn ms_arg(ms: u64) -> Vec<u8> {
+    ms.to_string().into_bytes()
+}
+
+/// The key's absolute deadline after the command, if it has one.
+fn deadline(db: &Option<&mut Db>, key: &[u8]) -> Option<u64> {
+    let e = db.as_ref()?.peek(key)?;
+    (e.expire_at() != NO_EXPIRE).then(|| e.expire_at())
+}
+
+fn key_exists(db: &Option<&mut Db>, key: &[u8]) -> bool {
+    db.as_ref().is_some_and(|d| d.peek(key).is_some())
+}
+
+fn has_word(args: &Args, from: usize, words: &[&str]) -> Option<usize> {
+    (from..args.len()).find(|&i| words.iter().any(|w| args.is(i, w)))
+}
+
+/// The effect(s) of a successful write, as Redis 7.0 propagates it. `db` is the
+/// database after the command ran (None for commands that ran across shards).
+fn effects(name: &str, args: &Args, reply: &[u8], db: Option<&mut Db>, out: &mut Vec<Argv>) {
+    if noop_on_empty(name) && is_noop(reply) {
+        return;
+    }
+    if name == "linsert" && reply == b":-1\r\n" {
+        return;
+    }
+    let key = args.get(1);
+    match name {
+        "set" => {
+            if args.len() > 3 && has_word(args, 3, &["ex", "px", "exat", "pxat"]).is_some() {
+                if let Some(at) = deadline(&db, key) {
+                    out.push(vec![
+                        b"SET".to_vec(),
+                        word(key),
+                        word(args.get(2)),
+                        b"PXAT".to_vec(),
+                        ms_arg(at),
+                    ]);
+                    return;
+                }
+            }
+            if !is_noop(reply) || has_word(args, 3, &["get"]).is_some() {
+                out.push(args.to_vecs());
+            }
+        }
+        "setex" | "psetex" => match deadline(&db, key) {
+            Some(at) => out.push(vec![
+                b"SET".to_vec(),
+                word(key),
+                word(args.get(3)),
+                b"PXAT".to_vec(),
+                ms_arg(at),
+            ]),
+            None => out.push(args.to_vecs()),
+        },
+        "expire" | "pexpire" | "expireat" | "pexpireat" => {
+            match (key_exists(&db, key), deadline(&db, key)) {
+                (false, _) => out.push(vec![b"DEL".to_vec(), word(key)]),
+                (true, Some(at)) => out.push(vec![b"PEXPIREAT".to_vec(), word(key), ms_arg(at)]),
+                (true, None) => out.push(args.to_vecs()),
+            }
+        }
+        "getex" => {
+            if has_word(args, 2, &["persist"]).is_some() {
+                out.push(vec![b"PERSIST".to_vec(), word(key)]);
+            } else if has_word(args, 2, &["ex", "px", "exat", "pxat"]).is_some() {
+                match (key_exists(&db, key), deadline(&db, key)) {
+                    (false, _) => out.push(vec![b"DEL".to_vec(), word(key)]),
+                    (true, Some(at)) => {
+                        out.push(vec![b"PEXPIREAT".to_vec(), word(key), ms_arg(at)])
+                    }
+                    (true, None) => {}
+                }
+            }
+        }
+        "getdel" => out.push(vec![b"DEL".to_vec(), word(key)]),
+        "incrbyfloat" => {
+            if let Some(v) = parsed(reply).bytes() {
+                out.push(vec![
+                    b"SET".to_vec(),
+                    word(key),
+                    v.to_vec(),
+                    b"KEEPTTL".to_vec(),
+                ]);
+            }
+        }
+        "hincrbyfloat" => {
+            if let Some(v) = parsed(reply).bytes() {
+                out.push(vec![
+                    b"HSET".to_vec(),
+                    word(key),
+                    word(args.get(2)),
+                    v.to_vec(),
+                ]);
+            }
+        }
+        "spop" => {
+            let r = parsed(reply);
+            let mut argv = vec![b"SREM".to_vec(), word(key)];
+            match &r {
+                Resp::Bulk(m) => argv.push(m.clone()),
+                Resp::Arr(items) => argv.extend(items.iter().filter_map(|i| i.bytes().map(word))),
+                _ => {}
+            }
+            if argv.len() > 2 {
+                out.push(argv);
+            }
+        }
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => {
+            let r = parsed(reply);
+            if let Some(k) = r.items().first().and_then(|k| k.bytes()) {
+                let cmd: &[u8] = match name {
+                    "blpop" => b"LPOP",
+                    "brpop" => b"RPOP",
+                    "bzpopmin" => b"ZPOPMIN",
+                    _ => b"ZPOPMAX",
+                };
+                out.push(vec![cmd.to_vec(), word(k)]);
+            }
+        }
+        "lmpop" | "blmpop" | "zmpop" | "bzmpop" => {
+            let r = parsed(reply);
+            let items = r.items();
+            let (Some(k), Some(popped)) = (items.first().and_then(|k| k.bytes()), items.get(1))
+            else {
+                return;
+            };
+            let n = popped.items().len();
+            let cmd: &[u8] = if name.ends_with("lmpop") {
+                if has_word(args, 2, &["left"]).is_some() {
+                    b"LPOP"
+                } else {
+                    b"RPOP"
+                }
+            } else if has_word(args, 2, &["min"]).is_some() {
+                b"ZPOPMIN"
+            } else {
+                b"ZPOPMAX"
+            };
+            out.push(vec![cmd.to_vec(), word(k), n.to_string().into_bytes()]);
+        }
+        "blmove" => {
+            let mut argv = args.to_vecs();
+            argv[0] = b"LMOVE".to_vec();
+            argv.truncate(5);
+            out.push(argv);
+        }
+        "brpoplpush" => out.push(vec![b"RPOPLPUSH".to_vec(), word(key), word(args.get(2))]),
+        "restore" => {
+            let mut argv = args.to_vecs();
+            let absttl = has_word(args, 4, &["absttl"]).is_some();
+            let ttl = crate::commands::parse_i64(args.get(2)).unwrap_or(0);
+            if ttl > 0 && !absttl {
+                if let Some(at) = deadline(&db, key) {
+                    argv[2] = ms_arg(at);
+                    argv.push(b"ABSTTL".to_vec());
+                }
+            }
+            out.push(argv);
+        }
+        "xadd" => out.push(xadd_with_id(args, reply)),
+        "xreadgroup" => xreadgroup_claims(args, reply, out),
+        "sort" => {
+            if has_word(args, 2, &["store"]).is_some() {
+                out.push(args.to_vecs());
+            }
+        }
+        _ => out.push(args.to_vecs()),
+    }
+}
+
+/// XADD with `*` (or a partial id) propagates the id it generated.
+fn xadd_with_id(args: &Args, reply: &[u8]) -> Argv {
+    let mut argv = args.to_vecs();
+    let Some(id) = parsed(reply).bytes().map(word) else {
+        return argv;
+    };
+    // Skip the options between the key and the id.
+    let mut i = 2;
+    while i < args.len() {
+        if args.is(i, "nomkstream") {
+            i += 1;
+        } else if args.is(i, "maxlen") || args.is(i, "minid") {
+            i += 2;
+            if matches!(args.get(i - 1), b"=" | b"~") {
+                i += 1;
+            }
+        } else if args.is(i, "limit") {
+            i += 2;
+        } else {
+            break;
+        }
+    }
+    if i < argv.len() {
+        argv[i] = id;
+    }
+    argv
+}
+
+/// XREADGROUP ... > delivers new entries: each becomes an XCLAIM that records it in the
+/// consumer's pending list on the replica (or, with NOACK, one XGROUP SETID).
+fn xreadgroup_claims(args: &Args, reply: &[u8], out: &mut Vec<Argv>) {
+    let (Some(g), Some(_)) = (
+        has_word(args, 1, &["group"]),
+        has_word(args, 1, &["streams"]),
+    ) else {
+        return;
+    };
+    let (group, consumer) = (word(args.get(g + 1)), word(args.get(g + 2)));
+    let noack = has_word(args, 1, &["noack"]).is_some();
+    let now = crate::util::now_ms().to_string().into_bytes();
+    let r = parsed(reply);
+    let items = r.items();
+    // RESP2: [key, entries] pairs; RESP3: a map, which parses flat.
+    let resp2 = items
+        .iter()
+        .all(|i| matches!(i, Resp::Arr(a) if a.len() == 2 && matches!(a[0], Resp::Bulk(_))));
+    let pairs: Vec<(&Resp, &Resp)> = if resp2 {
+        items
+            .iter()
+            .map(|i| (&i.items()[0], &i.items()[1]))
+            .collect()
+    } else {
+        items.chunks_exact(2).map(|c| (&c[0], &c[1])).collect()
+    };
+    for (key, entries) in pairs {
+        let Some(key) = key.bytes() else { continue };
+        let ids: Vec<&[u8]> = entries
+            .items()
+            .iter()
+            .filter_map(|e| e.items().first().and_then(|i| i.bytes()))
+            .collect();
+        let Some(last) = ids.last() else { continue };
+        if noack {
+            out.push(vec![
+                b"XGROUP".to_vec(),
+                b"SETID".to_vec(),
+                word(key),
+                group.clone(),
+                word(last),
+            ]);
+            continue;
+        }
+        for id in &ids {
+            out.push(vec![
+                b"XCLAIM".to_vec(),
+                word(key),
+                group.clone(),
+                consumer.clone(),
+                b"0".to_vec(),
+                word(id),
+                b"TIME".to_vec(),
+                now.clone(),
+                b"RETRYCOUNT".to_vec(),
+                b"1".to_vec(),
+                b"FORCE".to_vec(),
+                b"JUSTID".to_vec(),
+                b"LASTID".to_vec(),
+                word(last),
+            ]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_rdb_has_header_eof_and_crc() {
+        let rdb = empty_rdb();
+        assert!(rdb.starts_with(b"REDIS0010"));
+        let body = &rdb[..rdb.len() - 8];
+        assert_eq!(body.last(), Some(&0xFF));
+        let crc = u64::from_le_bytes(rdb[rdb.len() - 8..].try_into().unwrap());
+        assert_eq!(crc, crate::storage::dump::crc64(0, body));
+    }
+
+    #[test]
+    fn parses_nested_replies() {
+        let (r, rest) = parse(b"*2\r\n$1\r\nk\r\n*2\r\n$1\r\na\r\n:3\r\n").unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(r.items().len(), 2);
+        assert_eq!(r.items()[0].bytes(), Some(&b"k"[..]));
+        assert!(matches!(r.items()[1].items()[1], Resp::Other));
+        assert!(matches!(parsed(b"$-1\r\n"), Resp::Nil));
+    }
+}

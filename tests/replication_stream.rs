@@ -1,0 +1,189 @@
+//! The replication stream, seen as a replica sees it: SYNC / PSYNC over a raw socket,
+//! the RDB snapshot, then the propagated commands (Redis 7.0's rewrites, MULTI/EXEC
+//! blocks, expiry DELs), on a 2-shard server with keys on both shards.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+
+struct Replica {
+    r: BufReader<TcpStream>,
+}
+
+impl Replica {
+    /// Attaches with SYNC (or PSYNC ? -1); returns the link and the RDB payload.
+    fn attach(server: &Server, psync: bool) -> (Replica, Vec<u8>) {
+        let mut s = server.raw();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let req: &[u8] = if psync {
+            b"PSYNC ? -1\r\n"
+        } else {
+            b"SYNC\r\n"
+        };
+        s.write_all(req).unwrap();
+        let mut r = BufReader::new(s);
+        if psync {
+            let line = read_line(&mut r);
+            assert!(line.starts_with("+FULLRESYNC "), "{line}");
+            assert_eq!(line.split(' ').nth(1).map(str::len), Some(40));
+        }
+        let len = read_line(&mut r);
+        let len: usize = len.strip_prefix('$').unwrap().parse().unwrap();
+        let mut rdb = vec![0; len];
+        r.read_exact(&mut rdb).unwrap();
+        (Replica { r }, rdb)
+    }
+
+    /// The next propagated command, its name lowercased.
+    fn next(&mut self) -> Vec<String> {
+        let head = read_line(&mut self.r);
+        let n: usize = head.strip_prefix('*').expect("array").parse().unwrap();
+        (0..n)
+            .map(|i| {
+                let len = read_line(&mut self.r);
+                let len: usize = len.strip_prefix('$').unwrap().parse().unwrap();
+                let mut b = vec![0; len + 2];
+                self.r.read_exact(&mut b).unwrap();
+                b.truncate(len);
+                let s = String::from_utf8(b).unwrap();
+                if i == 0 {
+                    s.to_ascii_lowercase()
+                } else {
+                    s
+                }
+            })
+            .collect()
+    }
+
+    /// Checks the next commands against patterns (`*` matches any one argument).
+    fn expect(&mut self, want: &[&str]) {
+        for w in want {
+            let got = self.next();
+            let pat: Vec<&str> = w.split(' ').collect();
+            let ok =
+                got.len() == pat.len() && got.iter().zip(&pat).all(|(g, p)| *p == "*" || g == p);
+            assert!(ok, "expected `{w}`, got {got:?}");
+        }
+    }
+}
+
+fn read_line(r: &mut BufReader<TcpStream>) -> String {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("read");
+    line.trim_end().to_string()
+}
+
+fn cmd(c: &mut redis::Connection, args: &[&str]) -> redis::Value {
+    let mut q = redis::cmd(args[0]);
+    for a in &args[1..] {
+        q.arg(*a);
+    }
+    q.query(c).unwrap()
+}
+
+#[test]
+fn writes_on_both_shards_and_transactions_reach_the_stream() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    cmd(&mut c, &["SET", "before", "snap"]);
+    let (mut repl, rdb) = Replica::attach(&server, false);
+    assert!(rdb.starts_with(b"REDIS0010"));
+    assert!(
+        rdb.windows(6).any(|w| w == b"before"),
+        "snapshot holds the key"
+    );
+
+    cmd(&mut c, &["SET", KEY_SHARD0, "1"]);
+    cmd(&mut c, &["SET", KEY_SHARD1, "2"]);
+    cmd(&mut c, &["DEL", "missing"]);
+    cmd(&mut c, &["INCR", KEY_SHARD1]);
+    repl.expect(&["select 0", "set bar 1", "set foo 2", "incr foo"]);
+
+    // A transaction over both shards: one MULTI/EXEC block, reads left out.
+    cmd(&mut c, &["MULTI"]);
+    cmd(&mut c, &["SET", KEY_SHARD0, "a"]);
+    cmd(&mut c, &["GET", KEY_SHARD1]);
+    cmd(&mut c, &["SET", KEY_SHARD1, "b"]);
+    cmd(&mut c, &["EXEC"]);
+    repl.expect(&["multi", "set bar a", "set foo b", "exec"]);
+
+    // Read-only and single-write transactions: nothing, then the write alone.
+    cmd(&mut c, &["MULTI"]);
+    cmd(&mut c, &["GET", KEY_SHARD0]);
+    cmd(&mut c, &["EXEC"]);
+    cmd(&mut c, &["MULTI"]);
+    cmd(&mut c, &["SELECT", "3"]);
+    cmd(&mut c, &["LPUSH", "l", "x"]);
+    cmd(&mut c, &["EXEC"]);
+    repl.expect(&["select 3", "lpush l x"]);
+}
+
+#[test]
+fn ttls_become_absolute_and_expiry_propagates_del() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, true);
+    cmd(&mut c, &["SET", KEY_SHARD0, "v", "EX", "100"]);
+    cmd(&mut c, &["EXPIRE", KEY_SHARD0, "200"]);
+    cmd(&mut c, &["SET", KEY_SHARD1, "v", "PX", "30"]);
+    cmd(&mut c, &["INCRBYFLOAT", "f", "1.5"]);
+    cmd(&mut c, &["SADD", "s", "m"]);
+    cmd(&mut c, &["SPOP", "s"]);
+    repl.expect(&[
+        "select 0",
+        "set bar v PXAT *",
+        "pexpireat bar *",
+        "set foo v PXAT *",
+        "set f 1.5 KEEPTTL",
+        "sadd s m",
+        "srem s m",
+    ]);
+    std::thread::sleep(Duration::from_millis(100));
+    // Looking the expired key up deletes it: the replica gets the DEL.
+    assert_eq!(cmd(&mut c, &["GET", KEY_SHARD1]), redis::Value::Nil);
+    repl.expect(&["del foo"]);
+}
+
+#[test]
+fn multi_key_command_across_shards_is_one_block() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, false);
+    cmd(&mut c, &["MSET", KEY_SHARD0, "1", KEY_SHARD1, "2"]);
+    repl.expect(&["select 0", "multi"]);
+    let mut parts = vec![repl.next(), repl.next()];
+    parts.sort();
+    assert_eq!(parts, [["mset", "bar", "1"], ["mset", "foo", "2"]]);
+    repl.expect(&["exec"]);
+    // A script's writes: one block too.
+    cmd(
+        &mut c,
+        &[
+            "EVAL",
+            "redis.call('set', KEYS[1], 'x') redis.call('set', KEYS[2], 'y')",
+            "2",
+            KEY_SHARD0,
+            KEY_SHARD1,
+        ],
+    );
+    repl.expect(&["multi", "set bar x", "set foo y", "exec"]);
+}
+
+#[test]
+fn replicaof_makes_writes_readonly() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    cmd(&mut c, &["REPLICAOF", "localhost", "9999"]);
+    let err = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("read only replica"), "{err}");
+    cmd(&mut c, &["REPLICAOF", "NO", "ONE"]);
+    cmd(&mut c, &["SET", "k", "v"]);
+}

@@ -403,6 +403,9 @@ impl Connection {
                 self.note_local(before);
             }
             Kind::Global(f) => {
+                if spec.has(flags::DENYOOM) && self.home_out_of_memory() {
+                    return self.reject(Some(idx), commands::OOM_ERR);
+                }
                 self.flush().await;
                 self.run_global(idx, f, &args).await;
             }
@@ -410,11 +413,26 @@ impl Connection {
         }
     }
 
+    /// Whether this connection's shard is over its maxmemory share with nothing left
+    /// to evict (for commands checked at home: MULTI queueing, EXEC, coordinators).
+    fn home_out_of_memory(&self) -> bool {
+        if self.session.exec_owner.is_some() {
+            return false;
+        }
+        let cell = &self.session.cell;
+        let mut d = cell.data.borrow_mut();
+        d.mem.limit != 0 && d.oom_refuses(true, cell.locks.borrow().is_idle())
+    }
+
     /// Between MULTI and EXEC: queue the command (or refuse it, dooming the
     /// transaction) and reply QUEUED.
     fn queue_in_multi(&mut self, idx: u16, spec: &'static commands::CommandSpec, args: &Args<'_>) {
         if spec.has(flags::NO_MULTI) {
             return self.reject(Some(idx), "ERR Command not allowed inside a transaction");
+        }
+        // Redis refuses a DENYOOM command already when queued, dooming the EXEC.
+        if spec.has(flags::DENYOOM) && self.home_out_of_memory() {
+            return self.reject(Some(idx), commands::OOM_ERR);
         }
         if let Some(m) = self.session.multi.as_mut() {
             m.queue.push((idx, args.to_vecs()));
@@ -448,6 +466,18 @@ impl Connection {
             .error("EXECABORT Transaction discarded because of previous errors.");
             self.record_local_call(idx, before);
             return;
+        }
+        let denyoom = state
+            .queue
+            .iter()
+            .any(|(c, _)| commands::table().specs[*c as usize].has(flags::DENYOOM));
+        if denyoom && self.home_out_of_memory() {
+            commands::multi::unwatch_all(&mut self.session).await;
+            let msg = format!(
+                "EXECABORT Transaction discarded because of: {}",
+                commands::OOM_ERR
+            );
+            return self.reject(Some(idx), &msg);
         }
         let cell = self.session.cell.clone();
         let owner = locks::LockOwner {
@@ -639,6 +669,9 @@ impl Connection {
                 self.queue_split(idx, spec, stride as usize, merge, args)
             }
             Cross::Coordinator(f) => {
+                if spec.has(flags::DENYOOM) && self.home_out_of_memory() {
+                    return self.reject(Some(idx), commands::OOM_ERR);
+                }
                 self.flush().await;
                 self.run_global(idx, f, args).await;
             }
@@ -687,6 +720,15 @@ impl Connection {
                 &mut self.pipe.scratch
             };
             let mut data = cell.data.borrow_mut();
+            // maxmemory: one comparison unless a limit is set (then evict / refuse).
+            if data.mem.limit != 0
+                && data.oom_refuses(spec.has(flags::DENYOOM), cell.locks.borrow().is_idle())
+            {
+                commands::oom_reject(&mut data, idx, proto, target);
+                drop(data);
+                self.note_local(before);
+                return;
+            }
             let mut ctx = ExecCtx {
                 data: &mut data,
                 db: db as usize,
@@ -696,6 +738,11 @@ impl Connection {
             };
             run(&mut ctx);
             let failed = target.get(before) == Some(&b'-');
+            if !failed && spec.has(flags::WRITE) {
+                for p in spec.keys.positions(args) {
+                    data.dbs[db as usize].recharge(args.get(p));
+                }
+            }
             let watched = !(data.watches.is_empty() && data.blocked.is_empty());
             if !failed && watched && spec.has(flags::WRITE) {
                 for p in spec.keys.positions(args) {

@@ -292,6 +292,14 @@ impl Connection {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            // Give back what one big request grew (Redis frees an idle query buffer
+            // too): otherwise used_memory stays up after a huge SADD or MSET.
+            if self.buf.len() > 4 * READ_CHUNK {
+                self.buf = vec![0; READ_CHUNK];
+            }
+            if self.spans.capacity() > 4096 {
+                self.spans = Vec::new();
+            }
         }
         self.session.shared.query_buf_len.set(self.end - self.start);
     }

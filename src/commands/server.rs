@@ -889,15 +889,8 @@ async fn memory_stats(g: &mut GlobalCtx<'_>) {
     }
     int(&mut w, "overhead.total", overhead as i64);
     int(&mut w, "keys.count", keys as i64);
-    int(
-        &mut w,
-        "keys.bytes-per-key",
-        if keys > 0 {
-            (used.saturating_sub(startup) / keys) as i64
-        } else {
-            0
-        },
-    );
+    let per_key = used.saturating_sub(startup).checked_div(keys).unwrap_or(0);
+    int(&mut w, "keys.bytes-per-key", per_key as i64);
     int(&mut w, "dataset.bytes", dataset as i64);
     dbl(
         &mut w,

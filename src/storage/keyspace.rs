@@ -94,8 +94,9 @@ pub fn entry_cost(key: &CompactKey, value: &Value) -> usize {
 #[derive(Default)]
 pub struct Detached {
     slots: Vec<SlotKeys>,
-    /// Big values met while draining, shed in slices of their own.
-    big: Vec<Value>,
+    /// Big values met while draining (with their charges), shed in slices of their
+    /// own; still counted in `bytes` and `keys` until done.
+    big: Vec<(Value, usize)>,
     /// Charged bytes still held.
     pub bytes: usize,
     /// Keys still held.
@@ -113,8 +114,10 @@ impl Detached {
         let mut work = 0;
         let mut released = 0;
         while work < budget {
-            if let Some(v) = self.big.last_mut() {
+            if let Some((v, charge)) = self.big.last_mut() {
                 if shed_value(v, budget - work) {
+                    self.bytes = self.bytes.saturating_sub(*charge);
+                    self.keys = self.keys.saturating_sub(1);
                     self.big.pop();
                     released += 1;
                 }
@@ -125,12 +128,13 @@ impl Detached {
                 break;
             };
             for e in slot.table.drain() {
-                self.bytes = self.bytes.saturating_sub(e.charge());
-                self.keys = self.keys.saturating_sub(1);
                 work += 1;
+                let charge = e.charge();
                 if value_elements(&e.value) > big_threshold {
-                    self.big.push(e.value);
+                    self.big.push((e.value, charge));
                 } else {
+                    self.bytes = self.bytes.saturating_sub(charge);
+                    self.keys = self.keys.saturating_sub(1);
                     released += 1;
                 }
             }
@@ -714,5 +718,15 @@ mod tests {
                 prop_assert_eq!(d.expires_len() <= d.len(), true);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    /// The entry stays one cache line: key 24 + value 24 + deadline 8 + LRU 4 +
+    /// LFU/charge 4 (memory per key, benches/RESULTS.md).
+    #[test]
+    fn entry_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<super::Entry>(), 64);
     }
 }

@@ -414,6 +414,14 @@ impl Connection {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            // Give back what one big request grew (Redis frees an idle query buffer
+            // too): otherwise used_memory stays up after a huge SADD or MSET.
+            if self.buf.len() > 4 * READ_CHUNK {
+                self.buf = vec![0; READ_CHUNK];
+            }
+            if self.spans.capacity() > 4096 {
+                self.spans = Vec::new();
+            }
         }
         self.session.shared.query_buf_len.set(self.end - self.start);
     }
@@ -562,6 +570,9 @@ impl Connection {
                 self.note_local(before);
             }
             Kind::Global(f) => {
+                if spec.has(flags::DENYOOM) && self.home_out_of_memory() {
+                    return self.reject(Some(idx), commands::OOM_ERR);
+                }
                 self.flush().await;
                 self.run_global(idx, f, &args).await;
             }
@@ -586,11 +597,26 @@ impl Connection {
         crate::replication::check(config, write, stale_ok)
     }
 
+    /// Whether this connection's shard is over its maxmemory share with nothing left
+    /// to evict (for commands checked at home: MULTI queueing, EXEC, coordinators).
+    fn home_out_of_memory(&self) -> bool {
+        if self.session.exec_owner.is_some() {
+            return false;
+        }
+        let cell = &self.session.cell;
+        let mut d = cell.data.borrow_mut();
+        d.mem.limit != 0 && d.oom_refuses(true, cell.locks.borrow().is_idle())
+    }
+
     /// Between MULTI and EXEC: queue the command (or refuse it, dooming the
     /// transaction) and reply QUEUED.
     fn queue_in_multi(&mut self, idx: u16, spec: &'static commands::CommandSpec, args: &Args<'_>) {
         if spec.has(flags::NO_MULTI) {
             return self.reject(Some(idx), "ERR Command not allowed inside a transaction");
+        }
+        // Redis refuses a DENYOOM command already when queued, dooming the EXEC.
+        if spec.has(flags::DENYOOM) && self.home_out_of_memory() {
+            return self.reject(Some(idx), commands::OOM_ERR);
         }
         if let Some(m) = self.session.multi.as_mut() {
             m.queue.push((idx, args.to_vecs()));
@@ -658,6 +684,15 @@ impl Connection {
         };
         if let Some(err) = gate {
             return self.exec_abort(idx, err).await;
+        }
+        let denyoom = state
+            .queue
+            .iter()
+            .any(|(c, _)| commands::table().specs[*c as usize].has(flags::DENYOOM));
+        if denyoom && self.home_out_of_memory() {
+            return self
+                .exec_abort(idx, commands::OOM_ERR.trim_start_matches('-'))
+                .await;
         }
         let cell = self.session.cell.clone();
         let owner = locks::LockOwner {
@@ -864,6 +899,9 @@ impl Connection {
                 self.queue_split(idx, spec, stride as usize, merge, args)
             }
             Cross::Coordinator(f) => {
+                if spec.has(flags::DENYOOM) && self.home_out_of_memory() {
+                    return self.reject(Some(idx), commands::OOM_ERR);
+                }
                 self.flush().await;
                 self.run_global(idx, f, args).await;
             }
@@ -912,6 +950,15 @@ impl Connection {
                 &mut self.pipe.scratch
             };
             let mut data = cell.data.borrow_mut();
+            // maxmemory: one comparison unless a limit is set (then evict / refuse).
+            if data.mem.limit != 0
+                && data.oom_refuses(spec.has(flags::DENYOOM), cell.locks.borrow().is_idle())
+            {
+                commands::oom_reject(&mut data, idx, proto, target);
+                drop(data);
+                self.note_local(before);
+                return;
+            }
             let mut ctx = ExecCtx {
                 data: &mut data,
                 db: db as usize,
@@ -926,6 +973,11 @@ impl Connection {
                 crate::replication::after_keyed(&mut data, txn, db as usize, spec, args, reply);
             }
             let failed = target.get(before) == Some(&b'-');
+            if !failed && spec.has(flags::WRITE) {
+                for p in spec.keys.positions(args) {
+                    data.dbs[db as usize].recharge(args.get(p));
+                }
+            }
             let watched = !(data.watches.is_empty() && data.blocked.is_empty());
             if !failed && watched && spec.has(flags::WRITE) {
                 for p in spec.keys.positions(args) {

@@ -1,5 +1,12 @@
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc rather than the system allocator: per-arena statistics and `epoch`-fresh
+/// totals (INFO memory, maxmemory), MEMORY PURGE of dirty pages, fragmentation figures
+/// (allocator_active/resident), and size classes that fragment less than glibc under
+/// millions of small keys and values — what Redis ships with too.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let config = match tessera::config::Config::load(std::env::args().skip(1)) {
         Ok(c) => c,

@@ -338,7 +338,7 @@ fn with_grown_string(
         None => {
             let mut raw = vec![0u8; len];
             f(&mut raw, &mut ctx.out);
-            db.insert(key, Value::Str(StrValue::Raw(raw)), NO_EXPIRE, lru);
+            db.insert(key, Value::Str(StrValue::raw(raw)), NO_EXPIRE, lru);
         }
     }
     crate::pubsub::notify(notify::STRING, "setbit", key, dbi);
@@ -543,7 +543,7 @@ fn store_bitop_result(data: &mut ShardData, db: usize, dest: &[u8], res: Vec<u8>
     } else {
         db.insert(
             dest,
-            Value::Str(StrValue::Raw(res)),
+            Value::Str(StrValue::raw(res)),
             NO_EXPIRE,
             crate::util::lru_clock(),
         );

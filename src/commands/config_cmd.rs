@@ -76,7 +76,7 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 }
                 {
                     let mut d = g.session.cell.data.borrow_mut();
-                    d.limits = crate::storage::limits::EncodingLimits::from_config(&d.config);
+                    d.refresh_config();
                     crate::pubsub::sync_config(&d.config);
                 }
                 let me = g.session.cell.id;
@@ -91,8 +91,7 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                             // Already validated at home, so this cannot fail here.
                             let mut d = c.data.borrow_mut();
                             let _ = d.config.set_many(&refs);
-                            d.limits =
-                                crate::storage::limits::EncodingLimits::from_config(&d.config);
+                            d.refresh_config();
                         }
                     })
                     .await;
@@ -104,6 +103,7 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .call_all(|c| {
                         let mut d = c.data.borrow_mut();
                         d.stats.reset();
+                        d.mem.reset_stats();
                     })
                     .await;
                 g.w().ok();

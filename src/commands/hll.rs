@@ -117,7 +117,7 @@ fn pfadd(ctx: &mut ExecCtx) {
     }
     if let Some(h) = fresh {
         updated = true;
-        ctx.data.dbs[dbi].insert(key, Value::Str(StrValue::Raw(h)), NO_EXPIRE, lru);
+        ctx.data.dbs[dbi].insert(key, Value::Str(StrValue::raw(h)), NO_EXPIRE, lru);
     }
     ctx.out.integer(i64::from(updated));
 }
@@ -260,7 +260,7 @@ fn store_merged(
             let mut h = hll::new_sparse();
             hll::store_registers(&mut h, max, dense, sparse_max).map_err(|_| INVALID_ERR)?;
             let lru = crate::util::lru_clock();
-            d.dbs[db].insert(key, Value::Str(StrValue::Raw(h)), NO_EXPIRE, lru);
+            d.dbs[db].insert(key, Value::Str(StrValue::raw(h)), NO_EXPIRE, lru);
             Ok(())
         }
     }

@@ -75,15 +75,26 @@ pub static COMMANDS: &[CommandSpec] = &[
     kcmd!("randomkey", 1, READONLY, KeySpec::None, Kind::Global(randomkey), "1.0.0", "Return a random key from the keyspace"),
 ];
 
+/// DEL and UNLINK. UNLINK (and DEL under lazyfree-lazy-user-del) hands values with
+/// many elements to the shard's lazy-free task instead of freeing them here.
 fn del(ctx: &mut ExecCtx) {
+    let lazy = ctx.args.is(0, "unlink") || ctx.data.mem.lazy_user_del;
     let mut n = 0;
     for i in 1..ctx.args.len() {
         let key = ctx.args.get(i);
         let now = ctx.now;
-        let db = ctx.db();
-        if db.get(key, now).is_some() && db.remove(key).is_some() {
-            ctx.notify(notify::GENERIC, "del", key);
+        let data = &mut *ctx.data;
+        let db = &mut data.dbs[ctx.db];
+        if db.get(key, now).is_none() {
+            continue;
+        }
+        if let Some(e) = db.remove(key) {
+            crate::pubsub::notify(notify::GENERIC, "del", key, ctx.db);
             n += 1;
+            if lazy {
+                let charge = e.charge();
+                data.lazy.free(e.value, charge);
+            }
         }
     }
     ctx.out.integer(n);
@@ -514,6 +525,7 @@ fn object(ctx: &mut ExecCtx) {
         ));
     }
     let lfu = ctx.data.config.maxmemory_policy().as_str().contains("lfu");
+    let decay = ctx.data.config.lfu_decay_time();
     let key = ctx.args.get(2);
     let now = ctx.now;
     let Some(e) = ctx.data.dbs[ctx.db].get(key, now) else {
@@ -535,7 +547,15 @@ fn object(ctx: &mut ExecCtx) {
             ctx.out.integer(idle as i64)
         }
         _ if !lfu => ctx.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
-        _ => ctx.out.integer(0),
+        _ => {
+            let freq = crate::storage::memory::lfu_decayed(
+                e.lfu_counter(),
+                e.lru,
+                crate::util::lru_clock(),
+                decay,
+            );
+            ctx.out.integer(freq as i64)
+        }
     }
 }
 

@@ -139,11 +139,12 @@ impl<'a> ExecCtx<'a> {
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let now = self.now;
         let lru = self.lru();
+        let lfu = self.lfu_touch();
         let stats = &mut self.data.stats;
         match self.data.dbs[self.db].get(key, now) {
             Some(e) => {
                 stats.keyspace_hits += 1;
-                e.lru = lru;
+                e.touch(lru, lfu);
                 Some(e)
             }
             None => {
@@ -159,11 +160,12 @@ impl<'a> ExecCtx<'a> {
     pub fn read_with_out(&mut self, key: &[u8]) -> (Option<&mut Entry>, &mut ReplyWriter<'a>) {
         let now = self.now;
         let lru = self.lru();
+        let lfu = self.lfu_touch();
         let data = &mut *self.data;
         let entry = match data.dbs[self.db].get(key, now) {
             Some(e) => {
                 data.stats.keyspace_hits += 1;
-                e.lru = lru;
+                e.touch(lru, lfu);
                 Some(e)
             }
             None => {
@@ -179,9 +181,18 @@ impl<'a> ExecCtx<'a> {
     pub fn lookup_write(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let now = self.now;
         let lru = self.lru();
+        let lfu = self.lfu_touch();
         let e = self.data.dbs[self.db].get(key, now)?;
-        e.lru = lru;
+        e.touch(lru, lfu);
         Some(e)
+    }
+
+    /// What an access feeds the LFU counter: (log factor, decay minutes, a random
+    /// number) under an LFU policy, None otherwise.
+    #[inline]
+    fn lfu_touch(&mut self) -> Option<(u64, u64, u64)> {
+        let (factor, decay) = self.data.mem.lfu?;
+        Some((factor, decay, self.data.rng.next_u64()))
     }
 
     pub fn error(&mut self, msg: &str) {
@@ -195,6 +206,17 @@ impl<'a> ExecCtx<'a> {
     pub fn notify(&self, class: u32, event: &str, key: &[u8]) {
         crate::pubsub::notify(class, event, key, self.db)
     }
+}
+
+/// Redis's reply to a DENYOOM command while used memory is over maxmemory.
+pub const OOM_ERR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// Refuses a command for lack of memory: the OOM error, counted as Redis counts a
+/// rejected command (rejected_calls, errorstat_OOM).
+pub fn oom_reject(data: &mut ShardData, cmd: u16, proto: Protocol, out: &mut Vec<u8>) {
+    ReplyWriter { out, proto }.error(OOM_ERR);
+    data.stats.record_rejected(Some(cmd));
+    data.stats.record_error("OOM");
 }
 
 /// The key holds a value of another type than the command works on.

@@ -276,19 +276,11 @@ async fn run_script(
 
 const OOM_ERR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
-/// Used memory (the resident set, as INFO reports it) is above a set maxmemory.
+/// This shard is over its maxmemory share with nothing left to evict: the
+/// script may not run deny-oom commands (Redis checks once, when it starts).
 fn out_of_memory(cell: &ShardCell) -> bool {
-    let max = cell.data.borrow().config.maxmemory();
-    if max == 0 {
-        return false;
-    }
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    pages * 4096 > max
+    let mut d = cell.data.borrow_mut();
+    d.mem.limit != 0 && d.oom_refuses(true, cell.locks.borrow().is_idle())
 }
 
 fn error_reply(proto: Protocol, msg: &str) -> Vec<u8> {

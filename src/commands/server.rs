@@ -11,6 +11,7 @@ use super::table::{self, flags, flags::*, CommandSpec, KeySpec, Kind};
 use super::{parse_i64, ClientCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, SYNTAX_ERR};
 use crate::shard::multi::MultiShardOp;
 use crate::stats::ShardStats;
+use crate::storage::memory;
 
 type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
@@ -61,30 +62,42 @@ fn dbsize<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     })
 }
 
-/// FLUSHDB / FLUSHALL take SYNC or ASYNC; memory is returned at once either way.
-fn flush_mode_ok(g: &mut GlobalCtx) -> bool {
+/// FLUSHDB / FLUSHALL take SYNC or ASYNC. Some(async) if the arguments are valid:
+/// ASYNC, or no argument under lazyfree-lazy-user-flush, frees in the background.
+fn flush_mode(g: &mut GlobalCtx) -> Option<bool> {
     match g.args.len() {
-        1 => true,
-        2 if g.is(1, "sync") || g.is(1, "async") => true,
+        1 => Some(g.session.cell.data.borrow().mem.lazy_user_flush),
+        2 if g.is(1, "sync") => Some(false),
+        2 if g.is(1, "async") => Some(true),
         _ => {
             g.w().error(SYNTAX_ERR);
-            false
+            None
         }
+    }
+}
+
+/// Empties one database of a shard, freeing now or through the lazy-free task.
+fn flush_db(d: &mut crate::shard::ShardData, db: usize, lazy: bool) {
+    if lazy {
+        let tables = d.dbs[db].detach();
+        d.lazy.free_tables(tables);
+    } else {
+        d.dbs[db].clear();
     }
 }
 
 fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
-        if !flush_mode_ok(g) {
+        let Some(lazy) = flush_mode(g) else {
             return;
-        }
+        };
         let db = g.session.db;
         let cell = g.session.cell.clone();
         let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         op.on_each(&cell, move |d| {
             d.watches
                 .touch_flushed(Some(db), &d.dbs, crate::util::now_ms());
-            d.dbs[db].clear();
+            flush_db(d, db, lazy);
             // Blocked XREADGROUP clients learn that their stream is gone.
             d.blocked.signal_all();
         })
@@ -96,14 +109,14 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 
 fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
-        if !flush_mode_ok(g) {
+        let Some(lazy) = flush_mode(g) else {
             return;
-        }
+        };
         let cell = g.session.cell.clone();
         let op = MultiShardOp::lock_all(g.owner(), &cell).await;
-        op.on_each(&cell, |d| {
+        op.on_each(&cell, move |d| {
             d.watches.touch_flushed(None, &d.dbs, crate::util::now_ms());
-            d.dbs.iter_mut().for_each(|db| db.clear());
+            (0..d.dbs.len()).for_each(|db| flush_db(d, db, lazy));
             // Blocked XREADGROUP clients learn that their stream is gone.
             d.blocked.signal_all();
         })
@@ -159,6 +172,9 @@ struct ShardReport {
     expired: u64,
     clients: usize,
     blocked_clients: usize,
+    evicted: u64,
+    eviction_us: u64,
+    dataset: u64,
 }
 
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -209,6 +225,9 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         .map(|(i, db)| (i, db.len(), db.expires_len()))
                         .collect(),
                     expired: d.dbs.iter().map(|db| db.expired_count).sum(),
+                    evicted: d.mem.evicted_keys,
+                    eviction_us: d.mem.eviction_us,
+                    dataset: d.dataset_bytes(),
                     clients: c.clients.borrow().len(),
                     blocked_clients: c
                         .clients
@@ -246,7 +265,7 @@ fn render_info(
         match s.as_str() {
             "server" => info_server(cell, &mut out),
             "clients" => info_clients(reports, cell.data.borrow().config.maxclients(), &mut out),
-            "memory" => info_memory(cell, &mut out),
+            "memory" => info_memory(cell, reports, &mut out),
             "persistence" => out.push_str("# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:0\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:0\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n"),
             "stats" => info_stats(&stats, reports, &mut out),
             "replication" => info_replication(&mut out),
@@ -324,41 +343,81 @@ fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
     );
 }
 
-/// Process memory from /proc (resident set). Allocator-level accounting arrives with
-/// the memory work; until then used_memory reports the resident set.
 fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+    memory::rss_bytes()
 }
 
-fn info_memory(cell: &crate::shard::ShardCell, out: &mut String) {
+/// `a / b` as Redis prints ratios (two decimals), 0 when `b` is 0.
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+fn total_system_memory() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// INFO memory in Redis 7.0's shape. used_memory is jemalloc's allocated bytes; the
+/// dataset is what the shards' keyspaces account for, the overhead the rest.
+fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mut String) {
+    let a = memory::alloc_stats();
+    let used = memory::used_memory();
     let rss = rss_bytes();
+    let peak = memory::peak().max(used);
+    let startup = memory::startup().min(used);
+    let dataset_keys: u64 = reports.iter().map(|r| r.dataset).sum();
+    let overhead = used.saturating_sub(dataset_keys).max(startup).min(used);
+    let dataset = used - overhead;
     let d = cell.data.borrow();
     let maxmemory = d.config.maxmemory();
     let policy = d.config.maxmemory_policy().as_str();
+    drop(d);
     let h = crate::util::bytes_human;
     let scripts = crate::scripting::script_count();
     let (libraries, functions) = crate::scripting::functions::counts();
+    let sysmem = total_system_memory();
+    let pending = memory::LAZYFREE_PENDING.load(std::sync::atomic::Ordering::Relaxed);
+    let freed = memory::LAZYFREED.load(std::sync::atomic::Ordering::Relaxed);
     let _ = write!(
         out,
-        "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{rss}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:100.00%\r\nused_memory_overhead:0\r\nused_memory_startup:0\r\nused_memory_dataset:{rss}\r\nused_memory_dataset_perc:100.00%\r\nallocator_allocated:{rss}\r\nallocator_active:{rss}\r\nallocator_resident:{rss}\r\ntotal_system_memory:0\r\ntotal_system_memory_human:0B\r\nused_memory_lua:0\r\nused_memory_vm_eval:0\r\nused_memory_lua_human:0B\r\nused_memory_scripts_eval:0\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:0\r\nused_memory_vm_total_human:0B\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{policy}\r\nallocator_frag_ratio:1.00\r\nallocator_frag_bytes:0\r\nallocator_rss_ratio:1.00\r\nallocator_rss_bytes:0\r\nrss_overhead_ratio:1.00\r\nrss_overhead_bytes:0\r\nmem_fragmentation_ratio:1.00\r\nmem_fragmentation_bytes:0\r\nmem_not_counted_for_evict:0\r\nmem_replication_backlog:0\r\nmem_total_replication_buffers:0\r\nmem_clients_slaves:0\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:0\r\nmem_allocator:libc\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:0\r\nlazyfreed_objects:0\r\n",
+        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{overhead}\r\nused_memory_startup:{startup}\r\nused_memory_dataset:{dataset}\r\nused_memory_dataset_perc:{:.2}%\r\nallocator_allocated:{}\r\nallocator_active:{}\r\nallocator_resident:{}\r\ntotal_system_memory:{sysmem}\r\ntotal_system_memory_human:{}\r\nused_memory_lua:0\r\nused_memory_vm_eval:0\r\nused_memory_lua_human:0B\r\nused_memory_scripts_eval:0\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:0\r\nused_memory_vm_total_human:0B\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{policy}\r\nallocator_frag_ratio:{:.2}\r\nallocator_frag_bytes:{}\r\nallocator_rss_ratio:{:.2}\r\nallocator_rss_bytes:{}\r\nrss_overhead_ratio:{:.2}\r\nrss_overhead_bytes:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_fragmentation_bytes:{}\r\nmem_not_counted_for_evict:0\r\nmem_replication_backlog:0\r\nmem_total_replication_buffers:0\r\nmem_clients_slaves:0\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:0\r\nmem_allocator:{}\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:{pending}\r\nlazyfreed_objects:{freed}\r\n",
+        h(used),
         h(rss),
-        h(rss),
-        h(rss),
+        h(peak),
+        ratio(used * 100, peak),
+        ratio(dataset * 100, used.saturating_sub(startup)),
+        a.allocated,
+        a.active,
+        a.resident,
+        h(sysmem),
         h(maxmemory),
+        ratio(a.active, a.allocated),
+        a.active as i64 - a.allocated as i64,
+        ratio(a.resident, a.active),
+        a.resident as i64 - a.active as i64,
+        ratio(rss, a.resident),
+        rss as i64 - a.resident as i64,
+        ratio(rss, used),
+        rss as i64 - used as i64,
+        memory::allocator_name(),
     );
 }
 
 fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
     let expired: u64 = reports.iter().map(|r| r.expired).sum();
+    let evicted: u64 = reports.iter().map(|r| r.evicted).sum();
+    let eviction_ms: u64 = reports.iter().map(|r| r.eviction_us).sum::<u64>() / 1000;
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
         s.total_connections,
         s.total_commands,
         s.net_input_bytes,
@@ -672,31 +731,33 @@ const MEMORY_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-/// Bytes a key costs: the entry in its slot table (plus the table's control byte and
-/// spare capacity at its maximum load) and whatever the key and value hold on the heap.
-fn entry_bytes(e: &crate::storage::Entry) -> usize {
-    let slot = std::mem::size_of::<crate::storage::Entry>() + 1;
-    slot * 8 / 7 + e.key.heap_size() + e.value.heap_size()
-}
-
 fn memory<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
         let argc = g.args.len();
         match sub.as_str() {
             "usage" if argc == 3 || argc == 5 => {
-                if argc == 5 && (!g.is(3, "samples") || parse_i64(&g.args[4]).is_none_or(|n| n < 0)) {
-                    let msg = if g.is(3, "samples") { super::NOT_INT } else { SYNTAX_ERR };
+                if argc == 5 && (!g.is(3, "samples") || parse_i64(&g.args[4]).is_none_or(|n| n < 0))
+                {
+                    let msg = if g.is(3, "samples") {
+                        super::NOT_INT
+                    } else {
+                        SYNTAX_ERR
+                    };
                     return g.error(msg);
                 }
                 let key = g.args[2].clone();
                 let db = g.session.db;
                 let cell = g.session.cell.clone();
                 let shard = cell.shard_of(&key);
+                // Tessera measures collections from their structure (segment and
+                // node sizes), so SAMPLES needs no sampling: the figure is exact.
                 let size = cell
                     .call(shard, move |c| {
                         let mut d = c.data.borrow_mut();
-                        d.dbs[db].get(&key, crate::util::now_ms()).map(|e| entry_bytes(e) as i64)
+                        d.dbs[db]
+                            .get(&key, crate::util::now_ms())
+                            .map(|e| crate::storage::keyspace::entry_cost(&e.key, &e.value) as i64)
                     })
                     .await;
                 match size {
@@ -705,10 +766,17 @@ fn memory<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 }
             }
             "doctor" if argc == 2 => {
-                g.w().verbatim("txt", b"Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.")
+                let text = memory_doctor();
+                g.w().verbatim("txt", text.as_bytes())
             }
-            "malloc-stats" if argc == 2 => g.w().verbatim("txt", b"Stats not supported for the current allocator"),
-            "purge" if argc == 2 => g.w().ok(),
+            "malloc-stats" if argc == 2 => {
+                let text = memory::malloc_stats_text();
+                g.w().verbatim("txt", text.as_bytes())
+            }
+            "purge" if argc == 2 => {
+                memory::purge();
+                g.w().ok()
+            }
             "stats" if argc == 2 => memory_stats(g).await,
             "help" if argc == 2 => reply_help(&mut g.w(), MEMORY_HELP),
             "usage" | "doctor" | "malloc-stats" | "purge" | "stats" | "help" => {
@@ -720,54 +788,140 @@ fn memory<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     })
 }
 
-/// MEMORY STATS from what Tessera measures today: the process's resident set and the
-/// key counts. Allocator-level figures arrive with allocator accounting.
+/// Redis's MEMORY DOCTOR: the same diagnoses, from the same figures.
+fn memory_doctor() -> String {
+    let used = memory::used_memory();
+    let peak = memory::peak().max(used);
+    let rss = rss_bytes();
+    let a = memory::alloc_stats();
+    if used < 5 * 1024 * 1024 {
+        return "Hi Sam, this instance is empty or is using very little memory, my issues detector can't be used in these conditions. Please, leave for your mission on Earth and fill it with some data. The new Sam and I will be back to our programming as soon as I finished rebooting.".to_string();
+    }
+    let mut issues = Vec::new();
+    if peak as f64 / used as f64 > 1.5 {
+        issues.push(" * Peak memory: In the past this instance used more than 150% the memory that is currently using. The allocator is normally not able to release memory after a peak, so you can expect to see a big fragmentation ratio, however this is actually harmless and is only due to the memory peak, and if the Redis instance Resident Set Size (RSS) is currently bigger than expected, the memory will be used as soon as you fill the Redis instance with more data. If the memory peak was only occasional and you want to try to reclaim memory, please try the MEMORY PURGE command, otherwise the only other option is to shutdown and restart the instance.\n\n");
+    }
+    if ratio(a.active, a.allocated) > 1.1 && a.active - a.allocated > 10 << 20 {
+        issues.push(" * High allocator fragmentation: This instance has an allocator external fragmentation greater than 1.1. This problem is usually due either to a large peak memory (check if there is a peak memory entry above in the report) or may result from a workload that causes the allocator to fragment memory a lot. You can try enabling 'activedefrag' config option.\n\n");
+    }
+    if ratio(rss, a.resident) > 1.1 && rss.saturating_sub(a.resident) > 10 << 20 {
+        issues.push(" * High process RSS overhead: This instance has non-allocator RSS overhead greater than 1.1 (this means that the Resident Set Size of the Redis process is much larger than the RSS the allocator holds). This problem may be due to Lua scripts or Modules.\n\n");
+    }
+    if issues.is_empty() {
+        return "Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.".to_string();
+    }
+    let mut s =
+        "Sam, I detected a few issues in this Redis instance memory implants:\n\n".to_string();
+    for i in issues {
+        s.push_str(i);
+    }
+    s.push_str("I'm here to keep you safe, Sam. I want to help you.\n");
+    s
+}
+
+/// MEMORY STATS in Redis 7.0's order: allocator figures, per-database key counts,
+/// and the keyspace's own accounting for the dataset.
 async fn memory_stats(g: &mut GlobalCtx<'_>) {
     let cell = g.session.cell.clone();
-    let per_db: Vec<Vec<(usize, usize)>> = cell
+    let per_shard: Vec<(Vec<(usize, usize)>, u64)> = cell
         .call_all(|c| {
-            c.data
-                .borrow()
-                .dbs
-                .iter()
-                .map(|d| (d.len(), d.expires_len()))
-                .collect()
+            let d = c.data.borrow();
+            (
+                d.dbs
+                    .iter()
+                    .map(|db| (db.len(), db.expires_len()))
+                    .collect(),
+                d.dataset_bytes(),
+            )
         })
         .await;
-    let ndb = per_db.first().map_or(0, |v| v.len());
-    let totals: Vec<(usize, usize)> = (0..ndb)
+    let ndb = per_shard.first().map_or(0, |v| v.0.len());
+    let totals: Vec<(usize, usize, usize)> = (0..ndb)
         .map(|i| {
-            per_db
+            per_shard
                 .iter()
-                .fold((0, 0), |(k, e), s| (k + s[i].0, e + s[i].1))
+                .fold((i, 0, 0), |(i, k, e), s| (i, k + s.0[i].0, e + s.0[i].1))
         })
-        .filter(|(k, _)| *k > 0)
+        .filter(|t| t.1 > 0)
         .collect();
-    let keys: usize = totals.iter().map(|t| t.0).sum();
-    let rss = rss_bytes() as i64;
+    let keys: u64 = totals.iter().map(|t| t.1 as u64).sum();
+    let dataset_keys: u64 = per_shard.iter().map(|s| s.1).sum();
+    let a = memory::alloc_stats();
+    let used = memory::used_memory();
+    let peak = memory::peak().max(used);
+    let startup = memory::startup().min(used);
+    let overhead = used.saturating_sub(dataset_keys).max(startup).min(used);
+    let dataset = used - overhead;
+    let rss = rss_bytes();
+    let entry = (std::mem::size_of::<crate::storage::Entry>() + 1) as u64;
     let mut w = g.w();
-    w.map_len(6 + totals.len());
-    for (name, v) in [
-        ("peak.allocated", rss),
-        ("total.allocated", rss),
-        ("startup.allocated", 0),
-        ("keys.count", keys as i64),
-    ] {
-        w.bulk(name.as_bytes());
+    w.map_len(27 + totals.len());
+    let int = |w: &mut crate::protocol::reply::ReplyWriter, k: &str, v: i64| {
+        w.bulk(k.as_bytes());
         w.integer(v);
+    };
+    let dbl = |w: &mut crate::protocol::reply::ReplyWriter, k: &str, v: f64| {
+        w.bulk(k.as_bytes());
+        w.double(v);
+    };
+    int(&mut w, "peak.allocated", peak as i64);
+    int(&mut w, "total.allocated", used as i64);
+    int(&mut w, "startup.allocated", startup as i64);
+    for k in [
+        "replication.backlog",
+        "clients.slaves",
+        "clients.normal",
+        "cluster.links",
+        "aof.buffer",
+        "lua.caches",
+        "functions.caches",
+    ] {
+        int(&mut w, k, 0);
     }
-    w.bulk(b"keys.bytes-per-key");
-    w.integer(if keys > 0 { rss / keys as i64 } else { 0 });
-    w.bulk(b"dataset.bytes");
-    w.integer(rss);
-    for (i, (k, e)) in (0..ndb).zip(totals.iter()) {
+    for (i, k, e) in &totals {
         w.bulk(format!("db.{i}").as_bytes());
         w.map_len(2);
-        w.bulk(b"overhead.hashtable.main");
-        w.integer(*k as i64);
-        w.bulk(b"overhead.hashtable.expires");
-        w.integer(*e as i64);
+        int(
+            &mut w,
+            "overhead.hashtable.main",
+            (*k as u64 * entry) as i64,
+        );
+        int(&mut w, "overhead.hashtable.expires", (*e as u64 * 8) as i64);
     }
+    int(&mut w, "overhead.total", overhead as i64);
+    int(&mut w, "keys.count", keys as i64);
+    let per_key = used.saturating_sub(startup).checked_div(keys).unwrap_or(0);
+    int(&mut w, "keys.bytes-per-key", per_key as i64);
+    int(&mut w, "dataset.bytes", dataset as i64);
+    dbl(
+        &mut w,
+        "dataset.percentage",
+        ratio(dataset * 100, used.saturating_sub(startup)),
+    );
+    dbl(&mut w, "peak.percentage", ratio(used * 100, peak));
+    int(&mut w, "allocator.allocated", a.allocated as i64);
+    int(&mut w, "allocator.active", a.active as i64);
+    int(&mut w, "allocator.resident", a.resident as i64);
+    dbl(
+        &mut w,
+        "allocator-fragmentation.ratio",
+        ratio(a.active, a.allocated),
+    );
+    int(
+        &mut w,
+        "allocator-fragmentation.bytes",
+        a.active as i64 - a.allocated as i64,
+    );
+    dbl(&mut w, "allocator.rss-ratio", ratio(a.resident, a.active));
+    int(
+        &mut w,
+        "allocator.rss-bytes",
+        a.resident as i64 - a.active as i64,
+    );
+    dbl(&mut w, "rss-overhead.ratio", ratio(rss, a.resident));
+    int(&mut w, "rss-overhead.bytes", rss as i64 - a.resident as i64);
+    dbl(&mut w, "fragmentation", ratio(rss, used));
+    int(&mut w, "fragmentation.bytes", rss as i64 - used as i64);
 }
 
 /// INFO replication: the role (REPLICAOF), attached replica links and the stream offset.

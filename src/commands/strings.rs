@@ -757,7 +757,7 @@ fn setrange(ctx: &mut ExecCtx) {
             let mut v = vec![0u8; offset + value.len()];
             v[offset..].copy_from_slice(value);
             let n = v.len() as i64;
-            store_str(ctx, key, StrValue::Raw(v), ExpireOpt::None);
+            store_str(ctx, key, StrValue::raw(v), ExpireOpt::None);
             ctx.notify(notify::STRING, "setrange", key);
             ctx.out.integer(n);
         }

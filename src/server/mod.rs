@@ -178,6 +178,7 @@ pub fn run(config: Config) -> i32 {
                     runtime::spawn_detached(shard::fabric::run_mailbox(cell.clone(), rx));
                 }
                 runtime::spawn_detached(shard::run_active_expiry(cell.clone()));
+                runtime::spawn_detached(crate::storage::evict::run_memory_task(cell.clone()));
                 let mut listeners = Vec::new();
                 for a in &addrs {
                     let addr = format_addr(a, port);
@@ -241,6 +242,7 @@ pub fn run(config: Config) -> i32 {
             }
         }
     }
+    crate::storage::memory::record_startup(n);
     tracing::info!(port, shards = n, "Ready to accept connections tcp");
     let sig = wait_for_signal();
     tracing::info!("Received {sig}, scheduling shutdown...");

@@ -195,6 +195,17 @@ fn run_one(
     );
     let mut data = cell.data.borrow_mut();
     let before = reply.out.len();
+    let spec = &table().specs[c.cmd as usize];
+    if data.mem.limit != 0
+        && data.oom_refuses(
+            spec.has(crate::commands::table::flags::DENYOOM),
+            cell.locks.borrow().is_idle(),
+        )
+    {
+        crate::commands::oom_reject(&mut data, c.cmd, c.proto, &mut reply.out);
+        reply.ends.push(reply.out.len() as u32);
+        return;
+    }
     let mut ctx = ExecCtx {
         data: &mut data,
         db: c.db as usize,
@@ -212,6 +223,11 @@ fn run_one(
         crate::replication::after_keyed(&mut data, txn, c.db as usize, spec, &args, out);
     }
     let failed = reply.out.get(before) == Some(&b'-');
+    if !failed && spec.has(crate::commands::table::flags::WRITE) {
+        for k in batch.keys_of(i) {
+            data.dbs[c.db as usize].recharge(k);
+        }
+    }
     data.stats.record_call(c.cmd, failed);
     if failed {
         // INFO errorstats / total_error_replies count errors produced on any shard.

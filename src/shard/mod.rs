@@ -43,11 +43,21 @@ pub struct ShardData {
     pub limits: crate::storage::limits::EncodingLimits,
     /// CLIENT PAUSE in force: (until unix ms, writes only).
     pub pause: Option<(u64, bool)>,
+    /// maxmemory settings, eviction pool and counters.
+    pub mem: crate::storage::evict::MemState,
+    /// Big values waiting to be freed in the background.
+    pub lazy: crate::storage::evict::LazyFree,
 }
 
 impl ShardData {
     pub fn db(&mut self, index: usize) -> &mut Db {
         &mut self.dbs[index]
+    }
+
+    /// Re-derives what the shard caches from its config (after CONFIG SET).
+    pub fn refresh_config(&mut self) {
+        self.limits = crate::storage::limits::EncodingLimits::from_config(&self.config);
+        self.mem.refresh(&self.config);
     }
 }
 
@@ -100,6 +110,8 @@ pub fn new_shard_data(
     ShardData {
         id,
         dbs,
+        mem: crate::storage::evict::MemState::from_config(&config, slots.shards()),
+        lazy: Default::default(),
         limits: crate::storage::limits::EncodingLimits::from_config(&config),
         config,
         stats: ShardStats::default(),
@@ -158,9 +170,19 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                     break;
                 }
                 let now = crate::util::now_ms();
-                for db in data.dbs.iter_mut() {
+                let data = &mut *data;
+                let lazy = data.mem.lazy_expire;
+                for (i, db) in data.dbs.iter_mut().enumerate() {
                     for _ in 0..16 {
-                        let st = db.expire_some(now, SAMPLES);
+                        // Expiry is a write: WATCHers of the key must fail (Redis's
+                        // signalModifiedKey), and big values may go to lazy free.
+                        let st = db.expire_some_with(now, SAMPLES, |e| {
+                            data.watches.touch(i, &e.key);
+                            if lazy {
+                                let charge = e.charge();
+                                data.lazy.free(e.value, charge);
+                            }
+                        });
                         if st.sampled == 0 || st.expired * 4 <= st.sampled {
                             break;
                         }

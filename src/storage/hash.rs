@@ -522,6 +522,22 @@ impl HashValue {
         }
     }
 
+    /// Lazy free: drops whole table segments until about `budget` pairs went. True
+    /// once nothing big is left; the hash is then only fit for dropping.
+    pub fn shed(&mut self, budget: usize) -> bool {
+        let Enc::Table(t) = &mut self.enc else {
+            return true;
+        };
+        let mut freed = 0;
+        while freed < budget {
+            match t.segs.pop() {
+                Some(seg) => freed += seg.table.len(),
+                None => return true,
+            }
+        }
+        t.segs.is_empty()
+    }
+
     /// Heap bytes held, for memory accounting.
     pub fn heap_size(&self) -> usize {
         let structure = match &self.enc {

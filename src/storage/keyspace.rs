@@ -7,6 +7,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 
 use super::key::CompactKey;
+use super::memory;
 use super::value::Value;
 use crate::config::notify as class;
 use crate::pubsub::notify;
@@ -23,6 +24,9 @@ pub struct Entry {
     expire_at: u64,
     /// Seconds-resolution access clock for OBJECT IDLETIME and LRU eviction.
     pub lru: u32,
+    /// LFU counter (top 8 bits) and the bytes this entry is charged for (low 24 bits,
+    /// `memory::encode_charge`). Lives in what was the entry's padding.
+    meta: u32,
 }
 
 impl Entry {
@@ -34,6 +38,134 @@ impl Entry {
     #[inline]
     fn is_expired(&self, now_ms: u64) -> bool {
         self.expire_at != NO_EXPIRE && self.expire_at <= now_ms
+    }
+
+    /// Bytes this entry is accounted for in its database's `used_bytes`.
+    #[inline]
+    pub fn charge(&self) -> usize {
+        memory::decode_charge(self.meta)
+    }
+
+    /// The raw LFU counter (Redis's 8-bit Morris counter), without decay.
+    #[inline]
+    pub fn lfu_counter(&self) -> u8 {
+        (self.meta >> 24) as u8
+    }
+
+    #[inline]
+    pub fn set_lfu_counter(&mut self, c: u8) {
+        self.meta = (self.meta & 0xFF_FFFF) | ((c as u32) << 24);
+    }
+
+    /// Records an access: the LRU clock always, the LFU counter (decayed for the time
+    /// since the last access, then bumped logarithmically) when `lfu` holds
+    /// (log factor, decay minutes, a random number).
+    #[inline]
+    pub fn touch(&mut self, now_s: u32, lfu: Option<(u64, u64, u64)>) {
+        if let Some((factor, decay, rnd)) = lfu {
+            let c = memory::lfu_decayed(self.lfu_counter(), self.lru, now_s, decay);
+            self.set_lfu_counter(memory::lfu_log_incr(c, factor, rnd));
+        }
+        self.lru = now_s;
+    }
+}
+
+/// What a slot-table entry costs beyond its heap parts: the entry and its control
+/// byte, at the tables' typical load (hashbrown runs between 7/16 and 7/8 full).
+const SLOT_COST: usize = (std::mem::size_of::<Entry>() + 1) * 3 / 2;
+
+/// Bytes charged for a key holding `value`: its slot, the key's and value's heap
+/// blocks at the allocator's size classes.
+pub fn entry_cost(key: &CompactKey, value: &Value) -> usize {
+    use std::mem::size_of;
+    let boxed = |n: usize, heap: usize| memory::alloc_size(n) + heap;
+    SLOT_COST
+        + memory::alloc_size(key.heap_size())
+        + match value {
+            Value::Str(s) => memory::alloc_size(s.heap_size()),
+            Value::List(v) => boxed(size_of::<super::list::ListValue>(), v.heap_size()),
+            Value::Hash(v) => boxed(size_of::<super::hash::HashValue>(), v.heap_size()),
+            Value::Set(v) => boxed(size_of::<super::set::SetValue>(), v.heap_size()),
+            Value::ZSet(v) => boxed(size_of::<super::zset::ZSetValue>(), v.heap_size()),
+            Value::Stream(v) => boxed(size_of::<super::stream::StreamValue>(), v.heap_size()),
+        }
+}
+
+/// Slot tables taken out of a database by FLUSHALL/FLUSHDB ASYNC, freed by the
+/// shard's lazy-free task a slice at a time.
+#[derive(Default)]
+pub struct Detached {
+    slots: Vec<SlotKeys>,
+    /// Big values met while draining (with their charges), shed in slices of their
+    /// own; still counted in `bytes` and `keys` until done.
+    big: Vec<(Value, usize)>,
+    /// Charged bytes still held.
+    pub bytes: usize,
+    /// Keys still held.
+    pub keys: usize,
+}
+
+impl Detached {
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty() && self.big.is_empty()
+    }
+
+    /// Frees about `budget` elements (keys, or members of big values). Returns the
+    /// keys whose memory was fully released.
+    pub fn free_some(&mut self, budget: usize, big_threshold: usize) -> usize {
+        let mut work = 0;
+        let mut released = 0;
+        while work < budget {
+            if let Some((v, charge)) = self.big.last_mut() {
+                if shed_value(v, budget - work) {
+                    self.bytes = self.bytes.saturating_sub(*charge);
+                    self.keys = self.keys.saturating_sub(1);
+                    self.big.pop();
+                    released += 1;
+                }
+                work += budget / 2 + 1;
+                continue;
+            }
+            let Some(mut slot) = self.slots.pop() else {
+                break;
+            };
+            for e in slot.table.drain() {
+                work += 1;
+                let charge = e.charge();
+                if value_elements(&e.value) > big_threshold {
+                    self.big.push((e.value, charge));
+                } else {
+                    self.bytes = self.bytes.saturating_sub(charge);
+                    self.keys = self.keys.saturating_sub(1);
+                    released += 1;
+                }
+            }
+        }
+        released
+    }
+}
+
+/// Elements a value holds: what freeing it costs (Redis's lazyfreeGetFreeEffort).
+pub fn value_elements(v: &Value) -> usize {
+    match v {
+        Value::Str(_) => 1,
+        Value::List(l) => l.len(),
+        Value::Hash(h) => h.len(),
+        Value::Set(s) => s.len(),
+        Value::ZSet(z) => z.len(),
+        Value::Stream(s) => s.len() as usize,
+    }
+}
+
+/// Frees about `budget` elements of a big value in place; true when it is done (what
+/// is left is cheap to drop).
+pub fn shed_value(v: &mut Value, budget: usize) -> bool {
+    match v {
+        Value::Str(_) | Value::Stream(_) => true,
+        Value::List(l) => l.shed(budget),
+        Value::Hash(h) => h.shed(budget),
+        Value::Set(s) => s.shed(budget),
+        Value::ZSet(z) => z.shed(budget),
     }
 }
 
@@ -69,6 +201,8 @@ pub struct Db {
     /// Keys expired while a replica is attached, for their propagated DEL
     /// (drained by `replication::drain_expired`).
     pub expired_log: Vec<Vec<u8>>,
+    /// Sum of the entries' charges (memory accounting).
+    used: usize,
 }
 
 impl Db {
@@ -85,6 +219,7 @@ impl Db {
             expired_count: 0,
             index: 0,
             expired_log: Vec::new(),
+            used: 0,
         }
     }
 
@@ -108,6 +243,12 @@ impl Db {
 
     pub fn expires_len(&self) -> usize {
         self.expires
+    }
+
+    /// Bytes charged to this database's keys (see `entry_cost`).
+    #[inline]
+    pub fn used_bytes(&self) -> usize {
+        self.used
     }
 
     pub fn slot_count(&self) -> usize {
@@ -145,7 +286,8 @@ impl Db {
             self.expired_log
                 .push(occupied.get().key.as_bytes().to_vec());
         }
-        occupied.remove();
+        let (gone, _) = occupied.remove();
+        self.used -= gone.charge();
         slot.ttl_count -= 1;
         self.expires -= 1;
         self.keys -= 1;
@@ -194,6 +336,9 @@ impl Db {
         if self.slots.is_empty() {
             self.slots.resize_with(self.slot_count, SlotKeys::default);
         }
+        let meta =
+            memory::encode_charge(entry_cost(&key, &value)) | ((memory::LFU_INIT_VAL as u32) << 24);
+        self.used += memory::decode_charge(meta);
         let hasher = &self.hasher;
         let slot = &mut self.slots[idx];
         if expire_at != NO_EXPIRE {
@@ -207,6 +352,7 @@ impl Db {
                 value,
                 expire_at,
                 lru,
+                meta,
             },
             |e| hasher.hash_one(e.key.as_bytes()),
         );
@@ -230,6 +376,7 @@ impl Db {
             slot.ttl_count -= 1;
             self.expires -= 1;
         }
+        self.used -= entry.charge();
         self.keys -= 1;
         if slot.table.is_empty() {
             // Give back an emptied slot's table: deletes leave no garbage.
@@ -266,6 +413,96 @@ impl Db {
         self.slots = Vec::new();
         self.keys = 0;
         self.expires = 0;
+        self.used = 0;
+    }
+
+    /// Empties the database at once, handing its tables back to be freed later
+    /// (FLUSHALL/FLUSHDB ASYNC).
+    pub fn detach(&mut self) -> Detached {
+        let d = Detached {
+            slots: std::mem::take(&mut self.slots),
+            big: Vec::new(),
+            bytes: self.used,
+            keys: self.keys,
+        };
+        self.clear();
+        d
+    }
+
+    /// Re-measures a key after a write changed its value in place, so the charge
+    /// follows the value's growth. One probe; O(1) for strings.
+    pub fn recharge(&mut self, key: &[u8]) {
+        let (idx, hash) = self.locate(key);
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return;
+        };
+        let Some(e) = slot.table.find_mut(hash, |e| e.key.as_bytes() == key) else {
+            return;
+        };
+        let old = e.charge();
+        let meta = memory::encode_charge(entry_cost(&e.key, &e.value));
+        e.meta = (e.meta & 0xFF00_0000) | meta;
+        self.used = self.used - old + memory::decode_charge(meta);
+    }
+
+    /// Calls `f` for up to `n` entries of one randomly chosen slot (only entries with a
+    /// TTL if `volatile`), starting at a random position: the eviction pool's sample,
+    /// like Redis's dictGetSomeKeys. Returns how many were offered.
+    pub fn sample(
+        &self,
+        rng: &mut Rng,
+        volatile: bool,
+        n: usize,
+        mut f: impl FnMut(&Entry),
+    ) -> usize {
+        let total = self.slots.len();
+        if total == 0 || (volatile && self.expires == 0) || self.keys == 0 {
+            return 0;
+        }
+        let wanted = |s: &SlotKeys| {
+            if volatile {
+                s.ttl_count > 0
+            } else {
+                !s.table.is_empty()
+            }
+        };
+        // A few random probes, then a scan from a random start (sparse keyspaces).
+        let mut idx = None;
+        for _ in 0..8 {
+            let i = rng.below(total);
+            if wanted(&self.slots[i]) {
+                idx = Some(i);
+                break;
+            }
+        }
+        let idx = match idx {
+            Some(i) => i,
+            None => {
+                let start = rng.below(total);
+                match (0..total)
+                    .map(|k| (start + k) % total)
+                    .find(|&i| wanted(&self.slots[i]))
+                {
+                    Some(i) => i,
+                    None => return 0,
+                }
+            }
+        };
+        let table = &self.slots[idx].table;
+        let len = table.len();
+        let skip = rng.below(len);
+        let mut offered = 0;
+        for e in table.iter().skip(skip).chain(table.iter().take(skip)) {
+            if offered >= n {
+                break;
+            }
+            if volatile && e.expire_at == NO_EXPIRE {
+                continue;
+            }
+            f(e);
+            offered += 1;
+        }
+        offered
     }
 
     /// Calls `f` for every live key of one slot index (0-based within this Db).
@@ -317,6 +554,17 @@ impl Db {
     /// where the last pass stopped, deleting expired ones, until `max_samples` TTL keys
     /// were looked at. Returns how many were looked at and how many expired.
     pub fn expire_some(&mut self, now_ms: u64, max_samples: usize) -> ExpireCycleStats {
+        self.expire_some_with(now_ms, max_samples, |_| {})
+    }
+
+    /// `expire_some`, handing every expired entry to `gone` (to touch WATCHes, or to
+    /// free big values lazily).
+    pub fn expire_some_with(
+        &mut self,
+        now_ms: u64,
+        max_samples: usize,
+        mut gone: impl FnMut(Entry),
+    ) -> ExpireCycleStats {
         let mut stats = ExpireCycleStats::default();
         if self.expires == 0 {
             return stats;
@@ -339,23 +587,24 @@ impl Db {
             let db = self.index;
             let log = crate::replication::active();
             let expired_log = &mut self.expired_log;
-            slot.table.retain(|e| {
+            let mut freed = 0usize;
+            for e in slot.table.extract_if(|e| {
                 if e.expire_at == NO_EXPIRE {
-                    return true;
+                    return false;
                 }
                 stats.sampled += 1;
-                if e.expire_at <= now_ms {
-                    if log {
-                        expired_log.push(e.key.as_bytes().to_vec());
-                    }
-                    removed += 1;
-                    removed_ttl += 1;
-                    notify(class::EXPIRED, "expired", e.key.as_bytes(), db);
-                    false
-                } else {
-                    true
+                e.expire_at <= now_ms
+            }) {
+                if log {
+                    expired_log.push(e.key.as_bytes().to_vec());
                 }
-            });
+                notify(class::EXPIRED, "expired", e.key.as_bytes(), db);
+                removed += 1;
+                removed_ttl += 1;
+                freed += e.charge();
+                gone(e);
+            }
+            self.used -= freed;
             slot.ttl_count -= removed_ttl;
             self.expires -= removed_ttl as usize;
             self.keys -= removed;
@@ -373,6 +622,7 @@ impl Db {
         std::mem::swap(&mut self.slots, &mut other.slots);
         std::mem::swap(&mut self.keys, &mut other.keys);
         std::mem::swap(&mut self.expires, &mut other.expires);
+        std::mem::swap(&mut self.used, &mut other.used);
         // The hashers differ per Db only if created with different seeds; Tessera
         // creates every Db of a shard with the same hasher, so tables stay valid.
     }
@@ -508,5 +758,15 @@ mod tests {
                 prop_assert_eq!(d.expires_len() <= d.len(), true);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod layout {
+    /// The entry stays one cache line: key 24 + value 24 + deadline 8 + LRU 4 +
+    /// LFU/charge 4 (memory per key, benches/RESULTS.md).
+    #[test]
+    fn entry_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<super::Entry>(), 64);
     }
 }

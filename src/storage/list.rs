@@ -223,6 +223,19 @@ impl ListValue {
         "quicklist"
     }
 
+    /// Lazy free: drops whole nodes from the tail until about `budget` elements went.
+    /// True once none is left; the list is then only fit for dropping.
+    pub fn shed(&mut self, budget: usize) -> bool {
+        let mut freed = 0;
+        while freed < budget {
+            match self.nodes.pop_back() {
+                Some(n) => freed += n.count as usize,
+                None => return true,
+            }
+        }
+        self.nodes.is_empty()
+    }
+
     /// Heap bytes held, for memory accounting.
     pub fn heap_size(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()

@@ -1,11 +1,13 @@
 //! Keyspace, slot tables, value encodings, expiry and the DUMP/RESTORE format.
 pub mod dump;
+pub mod evict;
 pub mod hash;
 pub mod hll;
 pub mod key;
 pub mod keyspace;
 pub mod limits;
 pub mod list;
+pub mod memory;
 pub mod set;
 pub mod stream;
 pub mod value;

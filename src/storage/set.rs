@@ -470,6 +470,23 @@ impl SetValue {
         }
     }
 
+    /// Lazy free: drops whole segments (at most SEG_MAX members each) until about
+    /// `budget` members went. True once nothing big is left; the set is then only fit
+    /// for dropping.
+    pub fn shed(&mut self, budget: usize) -> bool {
+        let Repr::Hash(h) = &mut self.repr else {
+            return true;
+        };
+        let mut freed = 0;
+        while freed < budget {
+            match h.segs.pop() {
+                Some(seg) => freed += seg.table.len(),
+                None => return true,
+            }
+        }
+        h.segs.is_empty()
+    }
+
     /// Heap bytes held, for memory accounting.
     pub fn heap_size(&self) -> usize {
         match &self.repr {

@@ -23,8 +23,9 @@ pub enum StrValue {
     /// An immutable string in one exact-sized heap block.
     Heap(Box<[u8]>),
     /// A string that has been modified in place (APPEND, SETRANGE): keeps spare
-    /// capacity so repeated appends are amortised, as Redis's raw sds does.
-    Raw(Vec<u8>),
+    /// capacity so repeated appends are amortised, as Redis's raw sds does. Boxed so
+    /// the rare mutable form does not make every value (and entry) 8 bytes bigger.
+    Raw(Box<Vec<u8>>),
 }
 
 impl std::fmt::Debug for StrValue {
@@ -103,6 +104,11 @@ impl StrValue {
         }
     }
 
+    /// The mutable form (APPEND, SETRANGE, SETBIT, HyperLogLogs).
+    pub fn raw(v: Vec<u8>) -> StrValue {
+        StrValue::Raw(Box::new(v))
+    }
+
     pub fn from_vec(v: Vec<u8>) -> StrValue {
         if v.len() <= INLINE_CAP || parse_canonical_i64(&v).is_some() {
             return Self::from_bytes(&v);
@@ -157,7 +163,7 @@ impl StrValue {
     pub fn make_raw(&mut self) -> &mut Vec<u8> {
         if !matches!(self, StrValue::Raw(_)) {
             let v = self.to_vec();
-            *self = StrValue::Raw(v);
+            *self = StrValue::raw(v);
         }
         match self {
             StrValue::Raw(v) => v,
@@ -178,7 +184,7 @@ impl StrValue {
     pub fn heap_size(&self) -> usize {
         match self {
             StrValue::Heap(b) => b.len(),
-            StrValue::Raw(v) => v.capacity(),
+            StrValue::Raw(v) => v.capacity() + std::mem::size_of::<Vec<u8>>(),
             _ => 0,
         }
     }

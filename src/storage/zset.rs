@@ -221,6 +221,17 @@ impl ZSetValue {
     }
 
     /// Heap bytes held, for memory accounting.
+    /// Lazy free: drops members from the slab's end until about `budget` went. True
+    /// once none is left; the sorted set is then only fit for dropping.
+    pub fn shed(&mut self, budget: usize) -> bool {
+        let Repr::Skiplist(s) = &mut self.repr else {
+            return true;
+        };
+        let keep = s.slots.len().saturating_sub(budget.max(1));
+        s.slots.truncate(keep);
+        s.slots.is_empty()
+    }
+
     pub fn heap_size(&self) -> usize {
         match &self.repr {
             Repr::Listpack(v) => {

@@ -1,0 +1,347 @@
+//! maxmemory, the eight eviction policies, OOM refusals, LFU/LRU introspection and
+//! lazy free, black-box over TCP against a 2-shard server.
+
+mod common;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+const MB: u64 = 1024 * 1024;
+
+fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg(section).query(c).expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+}
+
+fn used(c: &mut redis::Connection) -> u64 {
+    info_field(c, "memory", "used_memory")
+}
+
+fn config(c: &mut redis::Connection, k: &str, v: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(k)
+        .arg(v)
+        .query(c)
+        .expect("config set");
+}
+
+/// Writes `n` keys `prefix:i` (values of `size` bytes, with a TTL if `ttl`) in
+/// pipelines of 500; returns how many writes failed.
+fn fill(c: &mut redis::Connection, prefix: &str, n: usize, size: usize, ttl: bool) -> usize {
+    let val = "v".repeat(size);
+    let mut failed = 0;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut p = redis::pipe();
+        for i in chunk {
+            let key = format!("{prefix}:{i}");
+            if ttl {
+                p.cmd("SET").arg(&key).arg(&val).arg("EX").arg(10_000);
+            } else {
+                p.cmd("SET").arg(&key).arg(&val);
+            }
+        }
+        let replies: Vec<redis::Value> = p.query(c).expect("pipeline");
+        failed += replies
+            .iter()
+            .filter(|r| matches!(r, redis::Value::ServerError(_)))
+            .count();
+    }
+    failed
+}
+
+#[test]
+fn every_policy_keeps_used_memory_near_the_limit() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    for policy in [
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    ] {
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flushall");
+        config(&mut c, "maxmemory", "0");
+        let base = used(&mut c);
+        let limit = base + 12 * MB;
+        config(&mut c, "maxmemory-policy", policy);
+        config(&mut c, "maxmemory", &limit.to_string());
+        // ~30 MB of keys, all with a TTL so volatile policies can evict them too.
+        let failed = fill(&mut c, policy, 150_000, 100, true);
+        assert_eq!(failed, 0, "{policy}: writes failed");
+        std::thread::sleep(Duration::from_millis(100));
+        let u = used(&mut c);
+        assert!(
+            u <= limit + limit / 20,
+            "{policy}: used {u} over limit {limit}"
+        );
+        assert!(info_field(&mut c, "stats", "evicted_keys") > 0, "{policy}");
+        let keys: u64 = redis::cmd("DBSIZE").query(&mut c).expect("dbsize");
+        assert!(keys > 10_000 && keys < 150_000, "{policy}: {keys} keys");
+    }
+}
+
+#[test]
+fn volatile_policies_evict_only_keys_with_a_ttl() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    for policy in [
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    ] {
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flushall");
+        config(&mut c, "maxmemory", "0");
+        let base = used(&mut c);
+        config(&mut c, "maxmemory-policy", policy);
+        config(&mut c, "maxmemory", &(base + 10 * MB).to_string());
+        assert_eq!(fill(&mut c, "keep", 2_000, 100, false), 0);
+        fill(&mut c, "ttl", 120_000, 100, true);
+        for i in 0..2_000 {
+            let e: bool = redis::cmd("EXISTS")
+                .arg(format!("keep:{i}"))
+                .query(&mut c)
+                .expect("exists");
+            assert!(e, "{policy}: keep:{i} was evicted");
+        }
+        assert!(info_field(&mut c, "stats", "evicted_keys") > 0);
+    }
+}
+
+#[test]
+fn noeviction_refuses_writes_but_serves_reads_and_deletes() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    assert_eq!(fill(&mut c, "k", 20_000, 100, false), 0);
+    let u = used(&mut c);
+    config(&mut c, "maxmemory-policy", "noeviction");
+    config(&mut c, "maxmemory", &(u / 2).to_string());
+    for key in [KEY_SHARD0, KEY_SHARD1, "{bar}x", "{foo}x"] {
+        let err = redis::cmd("SET")
+            .arg(key)
+            .arg("v")
+            .query::<()>(&mut c)
+            .expect_err("OOM");
+        assert_eq!(err.code(), Some("OOM"));
+        assert!(err
+            .to_string()
+            .contains("command not allowed when used memory"));
+    }
+    // Cross-shard writes are refused too; reads and deletes are served.
+    let err = redis::cmd("MSET")
+        .arg("{bar}a")
+        .arg(1)
+        .arg("{foo}a")
+        .arg(2)
+        .query::<()>(&mut c)
+        .expect_err("OOM");
+    assert_eq!(err.code(), Some("OOM"));
+    let v: String = redis::cmd("GET").arg("k:1").query(&mut c).expect("get");
+    assert_eq!(v.len(), 100);
+    let n: u64 = redis::cmd("DEL")
+        .arg("k:1")
+        .arg("k:2")
+        .query(&mut c)
+        .expect("del");
+    assert_eq!(n, 2);
+    // MULTI: a DENYOOM command is refused when queued and dooms the EXEC.
+    let _: () = redis::cmd("MULTI").query(&mut c).expect("multi");
+    let _ = redis::cmd("SET").arg("a").arg("b").query::<()>(&mut c);
+    let err = redis::cmd("EXEC")
+        .query::<()>(&mut c)
+        .expect_err("execabort");
+    assert_eq!(err.code(), Some("EXECABORT"));
+    // Raising the limit lets writes through again.
+    config(&mut c, "maxmemory", "0");
+    let _: () = redis::cmd("SET")
+        .arg("a")
+        .arg("b")
+        .query(&mut c)
+        .expect("set");
+}
+
+#[test]
+fn three_times_maxmemory_under_allkeys_lru() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let mut probe = s.client();
+    let base = used(&mut c);
+    let limit = base + 16 * MB;
+    config(&mut c, "maxmemory-policy", "allkeys-lru");
+    config(&mut c, "maxmemory", &limit.to_string());
+    // About 48 MB of writes in rounds, sampling used_memory after each round.
+    let mut worst = 0;
+    for round in 0..12 {
+        let prefix = format!("r{round}");
+        assert_eq!(
+            fill(&mut c, &prefix, 20_000, 150, false),
+            0,
+            "a write failed"
+        );
+        worst = worst.max(used(&mut probe));
+        for i in (19_900..20_000).step_by(7) {
+            let e: bool = redis::cmd("EXISTS")
+                .arg(format!("{prefix}:{i}"))
+                .query(&mut c)
+                .expect("exists");
+            assert!(e, "{prefix}:{i} just written is gone");
+        }
+    }
+    assert!(
+        worst <= limit + limit / 20,
+        "used_memory reached {worst}, limit {limit}"
+    );
+    assert!(info_field(&mut c, "stats", "evicted_keys") > 100_000);
+}
+
+#[test]
+fn lfu_and_lru_introspection() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query(&mut c)
+        .expect("set");
+    let err = redis::cmd("OBJECT")
+        .arg("FREQ")
+        .arg("k")
+        .query::<i64>(&mut c)
+        .expect_err("not lfu");
+    assert!(err
+        .to_string()
+        .contains("An LFU maxmemory policy is not selected"));
+    let idle: i64 = redis::cmd("OBJECT")
+        .arg("IDLETIME")
+        .arg("k")
+        .query(&mut c)
+        .expect("idletime");
+    assert!(idle <= 1);
+    config(&mut c, "maxmemory-policy", "allkeys-lfu");
+    let _: () = redis::cmd("SET")
+        .arg("hot")
+        .arg("v")
+        .query(&mut c)
+        .expect("set");
+    for _ in 0..200 {
+        let _: String = redis::cmd("GET").arg("hot").query(&mut c).expect("get");
+    }
+    let f: i64 = redis::cmd("OBJECT")
+        .arg("FREQ")
+        .arg("hot")
+        .query(&mut c)
+        .expect("freq");
+    assert!(f > 5 && f < 255, "freq {f}");
+    let err = redis::cmd("OBJECT")
+        .arg("IDLETIME")
+        .arg("hot")
+        .query::<i64>(&mut c)
+        .expect_err("lfu");
+    assert!(err
+        .to_string()
+        .contains("An LFU maxmemory policy is selected"));
+    // MEMORY USAGE grows with the value; MEMORY STATS/DOCTOR/MALLOC-STATS/PURGE answer.
+    let small: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("hot")
+        .query(&mut c)
+        .expect("usage");
+    let _: () = redis::cmd("SET")
+        .arg("big")
+        .arg("x".repeat(10_000))
+        .query(&mut c)
+        .expect("set");
+    let big: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("big")
+        .query(&mut c)
+        .expect("usage");
+    assert!(big > small + 10_000, "{small} {big}");
+    let _: redis::Value = redis::cmd("MEMORY")
+        .arg("STATS")
+        .query(&mut c)
+        .expect("stats");
+    let _: String = redis::cmd("MEMORY")
+        .arg("MALLOC-STATS")
+        .query(&mut c)
+        .expect("malloc");
+    let _: () = redis::cmd("MEMORY")
+        .arg("PURGE")
+        .query(&mut c)
+        .expect("purge");
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(&mut c)
+        .expect("info");
+    assert!(info.contains("mem_allocator:jemalloc-5."), "{info}");
+    assert!(info.contains("maxmemory_policy:allkeys-lfu"));
+}
+
+#[test]
+fn unlink_of_a_big_set_does_not_stall_its_shard() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let members = if cfg!(debug_assertions) {
+        300_000
+    } else {
+        2_000_000
+    };
+    for chunk in (0..members).collect::<Vec<_>>().chunks(50_000) {
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg("{bar}big");
+        for i in chunk {
+            cmd.arg(format!("member-{i:012}"));
+        }
+        let _: i64 = cmd.query(&mut c).expect("sadd");
+    }
+    let _: () = redis::cmd("SET")
+        .arg("{bar}k")
+        .arg("v")
+        .query(&mut c)
+        .expect("set");
+    let port = s.port;
+    let reader = std::thread::spawn(move || {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("url");
+        let mut g = client.get_connection().expect("connect");
+        let mut worst = Duration::ZERO;
+        let end = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < end {
+            let t = Instant::now();
+            let _: String = redis::cmd("GET").arg("{bar}k").query(&mut g).expect("get");
+            worst = worst.max(t.elapsed());
+        }
+        worst
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let n: i64 = redis::cmd("UNLINK")
+        .arg("{bar}big")
+        .query(&mut c)
+        .expect("unlink");
+    assert_eq!(n, 1);
+    let worst = reader.join().expect("reader");
+    let allowed = if cfg!(debug_assertions) { 60 } else { 5 };
+    assert!(
+        worst < Duration::from_millis(allowed),
+        "a GET waited {worst:?} while the set was freed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut c, "memory", "lazyfree_pending_objects") > 0 {
+        assert!(Instant::now() < deadline, "lazy free never finished");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(info_field(&mut c, "memory", "lazyfreed_objects") >= 1);
+    // FLUSHALL ASYNC empties at once and frees in the background.
+    let _: () = redis::cmd("FLUSHALL")
+        .arg("ASYNC")
+        .query(&mut c)
+        .expect("flush");
+    let n: i64 = redis::cmd("DBSIZE").query(&mut c).expect("dbsize");
+    assert_eq!(n, 0);
+}

@@ -49,6 +49,9 @@ struct Pipeline {
     order: Vec<Part>,
     scratch: Vec<u8>,
     merge_parts: Vec<(u16, u32)>,
+    /// Split commands that may belong in the slowlog: their parts
+    /// (`merge_parts[from..to]`) and slowlog argv.
+    split_slow: Vec<(u32, u32, Vec<Vec<u8>>)>,
 }
 
 impl Pipeline {
@@ -59,6 +62,7 @@ impl Pipeline {
             order: Vec::new(),
             scratch: Vec::new(),
             merge_parts: Vec::new(),
+            split_slow: Vec::new(),
         }
     }
 
@@ -86,6 +90,12 @@ pub struct Connection {
     /// Input read while a blocking command waited (to notice the client leaving);
     /// parsed once the command ends.
     stash: Vec<u8>,
+    /// Whether commands are timed (latency tracking, slowlog or latency monitor on),
+    /// read once per read batch.
+    timing: bool,
+    /// When the last command run here ended: the next one's start, so timing costs
+    /// one clock read per command. None after anything else took time (a wait, a read).
+    mark: Option<std::time::Instant>,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -153,6 +163,8 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         now,
         last_cmd: None,
         stash: Vec::new(),
+        timing: false,
+        mark: None,
     };
     conn.run().await;
     commands::multi::unwatch_all(&mut conn.session).await;
@@ -235,8 +247,10 @@ impl Connection {
         true
     }
 
-    fn limits(&self) -> ParseLimits {
+    fn limits(&mut self) -> ParseLimits {
         let data = self.session.cell.data.borrow();
+        self.timing = data.observe.timing();
+        self.mark = None;
         ParseLimits {
             max_bulk_len: data.config.proto_max_bulk_len() as usize,
             ..ParseLimits::default()
@@ -359,11 +373,20 @@ impl Connection {
             return;
         };
         self.last_cmd = Some((idx, spec));
-        self.session.shared.last_cmd.set(spec.name);
+        let t = commands::table();
+        let stat = t.stat_id(idx, &args);
+        self.session.shared.last_cmd.set(t.stat_name(stat));
         if !spec.arity_ok(args.len()) {
             self.reject(
                 Some(idx),
                 &format!("ERR wrong number of arguments for '{}' command", spec.name),
+            );
+            return;
+        }
+        if let Some(sub) = t.stat_sub(stat).filter(|s| !s.arity_ok(args.len())) {
+            self.reject(
+                Some(stat),
+                &format!("ERR wrong number of arguments for '{}' command", sub.name),
             );
             return;
         }
@@ -379,7 +402,7 @@ impl Connection {
         if self.session.multi.is_some() {
             if spec.name == "exec" {
                 self.flush().await;
-                return self.exec(idx).await;
+                return self.exec(idx, &args).await;
             }
             if !commands::multi::runs_inside_multi(spec.name) {
                 return self.queue_in_multi(idx, spec, &args);
@@ -389,6 +412,7 @@ impl Connection {
             Kind::Client(f) => {
                 let proto = self.session.proto;
                 let before = self.reply_target().len();
+                let t0 = self.clock_start();
                 let target: &mut Vec<u8> = if self.pipe.is_empty() {
                     &mut self.out
                 } else {
@@ -399,7 +423,7 @@ impl Connection {
                     args,
                     out: ReplyWriter { out: target, proto },
                 });
-                self.record_local_call(idx, before);
+                self.finish_local(idx, before, t0, &args);
                 self.note_local(before);
             }
             Kind::Global(f) => {
@@ -432,10 +456,11 @@ impl Connection {
 
     /// EXEC: every queued command runs while the transaction holds every shard, so it
     /// is atomic and isolated across cores; WATCHed keys are checked under the locks.
-    async fn exec(&mut self, idx: u16) {
+    async fn exec(&mut self, idx: u16, args: &Args<'_>) {
         let Some(state) = self.session.multi.take() else {
             return;
         };
+        let t0 = self.timing.then(std::time::Instant::now);
         self.session.shared.multi_count.set(-1);
         let proto = self.session.proto;
         if state.aborted {
@@ -446,7 +471,7 @@ impl Connection {
                 proto,
             }
             .error("EXECABORT Transaction discarded because of previous errors.");
-            self.record_local_call(idx, before);
+            self.finish_local(idx, before, t0, args);
             return;
         }
         let cell = self.session.cell.clone();
@@ -465,7 +490,7 @@ impl Connection {
                 proto,
             }
             .null_array();
-            self.record_local_call(idx, before);
+            self.finish_local(idx, before, t0, args);
             return;
         }
         self.session.exec_owner = Some(owner.id);
@@ -485,7 +510,7 @@ impl Connection {
         self.pipe.locked = false;
         self.session.exec_owner = None;
         op.release(&cell).await;
-        self.record_local_call(idx, before);
+        self.finish_local(idx, before, t0, args);
     }
 
     /// CLIENT REPLY OFF / SKIP: drop what the command produced. `before` is where its
@@ -511,7 +536,25 @@ impl Connection {
         }
     }
 
-    fn record_local_call(&mut self, idx: u16, before: usize) {
+    /// Where timing of a command run here starts: the end of the previous one when
+    /// nothing happened since, else now. None when timing is off.
+    #[inline]
+    fn clock_start(&mut self) -> Option<std::time::Instant> {
+        if !self.timing {
+            return None;
+        }
+        Some(*self.mark.get_or_insert_with(std::time::Instant::now))
+    }
+
+    /// Accounts a command that ran here: commandstats / errorstats, its latency
+    /// (histogram, latency monitor) and, if slow, a slowlog entry.
+    fn finish_local(
+        &mut self,
+        idx: u16,
+        before: usize,
+        t0: Option<std::time::Instant>,
+        args: &Args<'_>,
+    ) {
         let failed_prefix = {
             let target = if self.pipe.is_empty() {
                 &self.out
@@ -521,15 +564,80 @@ impl Connection {
             (target.get(before) == Some(&b'-'))
                 .then(|| error_prefix(&target[before + 1..]).to_string())
         };
-        let mut data = self.session.cell.data.borrow_mut();
-        data.stats.record_call(idx, failed_prefix.is_some());
+        let t = commands::table();
+        let stat = t.stat_id(idx, args);
+        let mut usec = 0;
+        let mut slow = None;
+        let cell = self.session.cell.clone();
+        let mut data = cell.data.borrow_mut();
+        if let Some(t0) = t0 {
+            let t1 = std::time::Instant::now();
+            self.mark = Some(t1);
+            let ns = t1.duration_since(t0).as_nanos() as u64;
+            usec = ns / 1000;
+            let cmd_flags = t.stat_flags(stat);
+            data.observe.record(stat, cmd_flags, ns);
+            if data.observe.is_slow(usec) && cmd_flags & flags::SKIP_SLOWLOG == 0 {
+                slow = Some(crate::observe::SlowRecord {
+                    time: crate::util::now_ms() / 1000,
+                    usec,
+                    argv: crate::observe::slow_argv(args),
+                });
+            }
+        }
+        data.stats.record_timed(stat, failed_prefix.is_some(), usec);
         if let Some(p) = failed_prefix {
             data.stats.record_error(&p);
+        }
+        if let Some(rec) = slow {
+            let (peer, name) = self.client_ident();
+            data.observe.push_slow(rec, peer, name);
+        }
+    }
+
+    /// The client's address and name, as the slowlog records them.
+    fn client_ident(&self) -> (String, Vec<u8>) {
+        let sh = &self.session.shared;
+        (
+            sh.addr.to_string(),
+            sh.name.borrow().clone().unwrap_or_default(),
+        )
+    }
+
+    /// Logs the slow commands a batch reported, as this client's.
+    fn log_remote_slow(&mut self, replies: &mut [Option<BatchReply>]) {
+        for r in replies.iter_mut().flatten() {
+            if r.slow.is_empty() {
+                continue;
+            }
+            let (peer, name) = self.client_ident();
+            let mut data = self.session.cell.data.borrow_mut();
+            for (_, rec) in r.slow.drain(..) {
+                data.observe.push_slow(rec, peer.clone(), name.clone());
+            }
+        }
+        // A split command took as long as its parts together.
+        for (from, to, argv) in std::mem::take(&mut self.pipe.split_slow) {
+            let usec: u64 = self.pipe.merge_parts[from as usize..to as usize]
+                .iter()
+                .filter_map(|&(s, i)| replies[s as usize].as_ref().map(|r| r.part_usec(i)))
+                .sum();
+            let mut data = self.session.cell.data.borrow_mut();
+            if data.observe.is_slow(usec) {
+                let rec = crate::observe::SlowRecord {
+                    time: crate::util::now_ms() / 1000,
+                    usec,
+                    argv,
+                };
+                let (peer, name) = self.client_ident();
+                data.observe.push_slow(rec, peer, name);
+            }
         }
     }
 
     async fn run_global(&mut self, idx: u16, f: commands::GlobalFn, args: &Args<'_>) {
         let before = self.out.len();
+        let t0 = self.timing.then(std::time::Instant::now);
         let spec = &commands::table().specs[idx as usize];
         let write = spec.has(flags::WRITE);
         let may_block = spec.has(flags::BLOCKING)
@@ -543,7 +651,7 @@ impl Connection {
         };
         if !may_block {
             f(&mut ctx).await;
-            self.record_local_call(idx, before);
+            self.finish_local(idx, before, t0, args);
             return;
         }
         // A blocking command may wait for long: watch the socket meanwhile, so a
@@ -581,7 +689,7 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         }
-        self.record_local_call(idx, before);
+        self.finish_local(idx, before, t0, args);
     }
 
     /// Appends input read during a blocking command to the unparsed input.
@@ -631,6 +739,8 @@ impl Connection {
                 let i =
                     self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
                 self.pipe.order.push(Part::Remote(target as u16, i as u32));
+                // Queueing is not this command's time, nor the next local one's.
+                self.mark = None;
             }
             return;
         }
@@ -677,9 +787,11 @@ impl Connection {
                 .map(|p| args.get(p).to_vec())
                 .collect();
             locks::wait_unlocked(&cell.locks, db, keys).await;
+            self.mark = None;
         }
         let proto = self.session.proto;
         let before = self.reply_target().len();
+        let t0 = self.clock_start();
         {
             let target: &mut Vec<u8> = if self.pipe.is_empty() {
                 &mut self.out
@@ -709,7 +821,7 @@ impl Connection {
                 }
             }
         }
-        self.record_local_call(idx, before);
+        self.finish_local(idx, before, t0, args);
         self.note_local(before);
     }
 
@@ -745,6 +857,10 @@ impl Connection {
         }
         let to = self.pipe.merge_parts.len() as u32;
         self.pipe.order.push(Part::Merged { merge, from, to });
+        if self.timing {
+            let argv = crate::observe::slow_argv(args);
+            self.pipe.split_slow.push((from, to, argv));
+        }
     }
 
     /// Sends every pending batch, waits for the replies and writes them in order.
@@ -778,6 +894,8 @@ impl Connection {
             }
         }
         self.assemble(&replies);
+        self.log_remote_slow(&mut replies);
+        self.mark = None;
         self.pipe.order.clear();
         self.pipe.scratch.clear();
         self.pipe.merge_parts.clear();

@@ -77,6 +77,8 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 {
                     let mut d = g.session.cell.data.borrow_mut();
                     d.limits = crate::storage::limits::EncodingLimits::from_config(&d.config);
+                    let d = &mut *d;
+                    d.observe.refresh(&d.config);
                 }
                 let me = g.session.cell.id;
                 g.session
@@ -92,6 +94,8 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                             let _ = d.config.set_many(&refs);
                             d.limits =
                                 crate::storage::limits::EncodingLimits::from_config(&d.config);
+                            let d = &mut *d;
+                            d.observe.refresh(&d.config);
                         }
                     })
                     .await;
@@ -103,6 +107,7 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .call_all(|c| {
                         let mut d = c.data.borrow_mut();
                         d.stats.reset();
+                        d.observe.reset_histograms();
                     })
                     .await;
                 g.w().ok();

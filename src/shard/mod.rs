@@ -43,6 +43,8 @@ pub struct ShardData {
     pub limits: crate::storage::limits::EncodingLimits,
     /// CLIENT PAUSE in force: (until unix ms, writes only).
     pub pause: Option<(u64, bool)>,
+    /// Latency histograms, latency monitor events and the slow log of this shard.
+    pub observe: crate::observe::Observer,
 }
 
 impl ShardData {
@@ -101,6 +103,7 @@ pub fn new_shard_data(
         id,
         dbs,
         limits: crate::storage::limits::EncodingLimits::from_config(&config),
+        observe: crate::observe::Observer::new(&config),
         config,
         stats: ShardStats::default(),
         rng: Rng::new(

@@ -96,6 +96,8 @@ pub struct Connection {
     /// When the last command run here ended: the next one's start, so timing costs
     /// one clock read per command. None after anything else took time (a wait, a read).
     mark: Option<std::time::Instant>,
+    /// After MONITOR: the feed of every command the server runs.
+    monitor: Option<futures_channel::mpsc::UnboundedReceiver<Vec<u8>>>,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -165,8 +167,12 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         stash: Vec::new(),
         timing: false,
         mark: None,
+        monitor: None,
     };
     conn.run().await;
+    if conn.monitor.is_some() {
+        crate::observe::monitor_unregister(shared.id);
+    }
     commands::multi::unwatch_all(&mut conn.session).await;
     cell.clients.borrow_mut().remove(shared.id);
     CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
@@ -175,7 +181,12 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
 impl Connection {
     async fn run(&mut self) {
         loop {
-            if !self.read_more().await {
+            let more = if self.monitor.is_some() {
+                self.read_or_feed().await
+            } else {
+                self.read_more().await
+            };
+            if !more {
                 return;
             }
             self.process_input().await;
@@ -194,6 +205,73 @@ impl Connection {
                 return;
             }
         }
+    }
+
+    /// A monitor's wait: writes feed lines as they come until input arrives.
+    /// False on EOF, error or kill.
+    async fn read_or_feed(&mut self) -> bool {
+        use std::task::Poll;
+        loop {
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+            if self.buf.len() - self.end < READ_CHUNK {
+                self.buf.resize(self.end + READ_CHUNK, 0);
+            }
+            let Some(rx) = self.monitor.as_mut() else {
+                return self.read_more().await;
+            };
+            let mut lines: Vec<u8> = Vec::new();
+            let got = {
+                let mut rd = Box::pin(self.stream.read(&mut self.buf[self.end..]));
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
+                        return Poll::Ready(Some(r));
+                    }
+                    while let Poll::Ready(Some(l)) =
+                        futures_core::Stream::poll_next(std::pin::Pin::new(&mut *rx), cx)
+                    {
+                        lines.extend_from_slice(&l);
+                    }
+                    if lines.is_empty() {
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(None)
+                    }
+                })
+                .await
+            };
+            match got {
+                Some(Ok(0)) | Some(Err(_)) => return false,
+                Some(Ok(n)) => {
+                    self.end += n;
+                    self.now = crate::util::now_ms();
+                    self.session.shared.last_interaction_ms.set(self.now);
+                    return !self.session.shared.killed.get();
+                }
+                None => {
+                    if self.stream.write_all(&lines).await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// MONITOR: reply OK, then stream every command the server runs.
+    async fn start_monitor(&mut self, idx: u16, args: &Args<'_>) {
+        self.flush().await;
+        let before = self.out.len();
+        ReplyWriter {
+            out: &mut self.out,
+            proto: self.session.proto,
+        }
+        .ok();
+        if self.monitor.is_none() {
+            self.monitor = Some(crate::observe::monitor_register(self.session.id()));
+        }
+        self.finish_local(idx, before, None, args);
     }
 
     /// Reads whatever the socket has into the buffer. False on EOF, error or kill.
@@ -402,11 +480,20 @@ impl Connection {
         if self.session.multi.is_some() {
             if spec.name == "exec" {
                 self.flush().await;
-                return self.exec(idx, &args).await;
+                self.exec(idx, &args).await;
+                // Redis feeds EXEC to monitors after the commands it ran.
+                crate::observe::monitor_feed(self.session.db, Some(&self.session.shared.addr), &args);
+                return;
             }
             if !commands::multi::runs_inside_multi(spec.name) {
                 return self.queue_in_multi(idx, spec, &args);
             }
+        }
+        if crate::observe::monitoring() && t.stat_flags(stat) & flags::ADMIN == 0 {
+            crate::observe::monitor_feed(self.session.db, Some(&self.session.shared.addr), &args);
+        }
+        if spec.name == "monitor" {
+            return self.start_monitor(idx, &args).await;
         }
         match spec.kind {
             Kind::Client(f) => {

@@ -291,6 +291,65 @@ pub fn is_redacted(args: &Args, i: usize) -> bool {
     false
 }
 
+/* MONITOR: every shard may run commands a monitor must see, and monitors may sit
+ * on any shard, so the registry is process-wide. Executing shards only pay one
+ * relaxed atomic load per command while nobody monitors. */
+
+type MonitorTx = futures_channel::mpsc::UnboundedSender<Vec<u8>>;
+
+static MONITOR_COUNT: AtomicU64 = AtomicU64::new(0);
+static MONITORS: std::sync::Mutex<Vec<(u64, MonitorTx)>> = std::sync::Mutex::new(Vec::new());
+
+/// Registers client `id` as a monitor; its lines arrive on the returned receiver.
+pub fn monitor_register(id: u64) -> futures_channel::mpsc::UnboundedReceiver<Vec<u8>> {
+    let (tx, rx) = futures_channel::mpsc::unbounded();
+    let mut m = MONITORS.lock().unwrap_or_else(|e| e.into_inner());
+    m.push((id, tx));
+    MONITOR_COUNT.store(m.len() as u64, Ordering::Relaxed);
+    rx
+}
+
+/// Removes client `id` from the monitors (it left, or RESET).
+pub fn monitor_unregister(id: u64) {
+    let mut m = MONITORS.lock().unwrap_or_else(|e| e.into_inner());
+    m.retain(|(i, _)| *i != id);
+    MONITOR_COUNT.store(m.len() as u64, Ordering::Relaxed);
+}
+
+/// Whether anyone monitors (cheap: check before building a line).
+#[inline]
+pub fn monitoring() -> bool {
+    MONITOR_COUNT.load(Ordering::Relaxed) > 0
+}
+
+/// Sends a command to every monitor in Redis's format:
+/// `+<unix s>.<us> [<db> <addr>|lua] "arg" ...`, secrets redacted.
+pub fn monitor_feed(db: usize, peer: Option<&std::net::SocketAddr>, args: &Args) {
+    if !monitoring() {
+        return;
+    }
+    let us = crate::util::now_us();
+    let mut line = match peer {
+        Some(p) => format!("+{}.{:06} [{db} {p}] ", us / 1_000_000, us % 1_000_000),
+        None => format!("+{}.{:06} [{db} lua] ", us / 1_000_000, us % 1_000_000),
+    };
+    for j in 0..args.len() {
+        if j > 0 {
+            line.push(' ');
+        }
+        if is_redacted(args, j) {
+            line.push_str("\"(redacted)\"");
+        } else {
+            line.push_str(&crate::config::repr(args.get(j)));
+        }
+    }
+    line.push_str("\r\n");
+    let m = MONITORS.lock().unwrap_or_else(|e| e.into_inner());
+    for (_, tx) in m.iter() {
+        let _ = tx.unbounded_send(line.clone().into_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 
 use super::keys::reply_help;
 use super::strings::cmd;
-use super::table::{self, CommandSpec, KeySpec, Kind};
+use super::table::{self, flags::*, CommandSpec, KeySpec, Kind};
 use super::{parse_i64, GlobalCtx};
 use crate::observe::{merge_histograms, EventSeries, SlowEntry};
 use crate::protocol::reply::ReplyWriter;
@@ -21,6 +21,7 @@ type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 #[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { group: "server", acl: &["@slow"], ..cmd!("latency", -2, 0, KeySpec::None, Kind::Global(latency), "2.8.13", "A container for latency diagnostics commands") },
+    CommandSpec { group: "server", acl: &["@admin", "@slow", "@dangerous"], ..cmd!("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, KeySpec::None, Kind::Client(monitor), "1.0.0", "Listen for all requests received by the server in real time") },
     CommandSpec { group: "server", acl: &["@slow"], ..cmd!("slowlog", -2, 0, KeySpec::None, Kind::Global(slowlog), "2.2.12", "A container for slow log commands") },
 ];
 
@@ -82,6 +83,12 @@ async fn merged_events(g: &mut GlobalCtx<'_>) -> Vec<(&'static str, EventSeries)
     }
     all.sort_by_key(|(n, _)| *n);
     all
+}
+
+/// MONITOR itself is taken over by the connection (it streams the feed); this only
+/// runs where the connection does not, e.g. from a script, which Redis refuses too.
+fn monitor(ctx: &mut super::ClientCtx) {
+    ctx.out.error("ERR MONITOR isn't allowed in this context");
 }
 
 fn latency<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {

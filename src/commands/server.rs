@@ -697,6 +697,10 @@ fn key_flags(name: &str, args: &super::Args, n: usize) -> String {
         let get = (3..args.len()).any(|i| args.is(i, "get"));
         return if get { "RW access update" } else { "OW update" }.to_string();
     }
+    if name == "sort" && n > 0 {
+        // SORT's middle spec (BY / GET patterns) never yields a key here.
+        return "OW update".to_string();
+    }
     if name == "bitfield" {
         let write = (2..args.len()).any(|i| args.is(i, "set") || args.is(i, "incrby"));
         return if write { "RW access update" } else { "RO access" }.to_string();

@@ -150,6 +150,7 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
         let start = std::time::Instant::now();
         loop {
             let mut more = false;
+            let step_start = std::time::Instant::now();
             {
                 let mut data = cell.data.borrow_mut();
                 if !data.active_expire || !cell.locks.borrow().is_idle() {
@@ -165,6 +166,9 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                         more = true;
                     }
                 }
+                // The latency monitor's "expire-cycle" event: one uninterrupted step.
+                let ms = step_start.elapsed().as_millis() as u64;
+                data.observe.add_event_if_needed("expire-cycle", ms);
             }
             if !more || start.elapsed() >= budget {
                 break;

@@ -1339,7 +1339,10 @@ fn port_available(value: &[u8]) -> Result<(), String> {
     }
     match std::net::TcpListener::bind(("127.0.0.1", port)) {
         Ok(_) => Ok(()),
-        Err(e) => Err(format!("Unable to listen on this port: {}", io_error_text(&e))),
+        Err(e) => Err(format!(
+            "Unable to listen on this port: {}",
+            io_error_text(&e)
+        )),
     }
 }
 

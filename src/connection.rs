@@ -482,7 +482,11 @@ impl Connection {
                 self.flush().await;
                 self.exec(idx, &args).await;
                 // Redis feeds EXEC to monitors after the commands it ran.
-                crate::observe::monitor_feed(self.session.db, Some(&self.session.shared.addr), &args);
+                crate::observe::monitor_feed(
+                    self.session.db,
+                    Some(&self.session.shared.addr),
+                    &args,
+                );
                 return;
             }
             if !commands::multi::runs_inside_multi(spec.name) {

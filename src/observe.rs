@@ -143,7 +143,8 @@ impl Observer {
     #[inline]
     pub fn record(&mut self, id: u16, cmd_flags: u32, ns: u64) {
         if self.tracking {
-            self.histogram(id).saturating_record(ns.clamp(HIST_MIN_NS, HIST_MAX_NS));
+            self.histogram(id)
+                .saturating_record(ns.clamp(HIST_MIN_NS, HIST_MAX_NS));
         }
         let ms = ns / 1_000_000;
         if self.threshold_ms > 0 && ms >= self.threshold_ms {
@@ -208,7 +209,7 @@ impl Observer {
             .enumerate()
             .filter_map(|(i, h)| {
                 let h = h.as_ref()?;
-                let keep = h.len() > 0 && wanted.is_none_or(|w| w.contains(&(i as u16)));
+                let keep = !h.is_empty() && wanted.is_none_or(|w| w.contains(&(i as u16)));
                 keep.then(|| (i as u16, (**h).clone()))
             })
             .collect()
@@ -361,7 +362,10 @@ mod tests {
         s.add(10, 7);
         s.add(10, 3);
         s.add(11, 2);
-        assert_eq!(s.samples.iter().copied().collect::<Vec<_>>(), [(10, 7), (11, 2)]);
+        assert_eq!(
+            s.samples.iter().copied().collect::<Vec<_>>(),
+            [(10, 7), (11, 2)]
+        );
         assert_eq!(s.max, 7);
         let mut other = EventSeries::default();
         other.add(11, 9);

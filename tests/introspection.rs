@@ -76,7 +76,9 @@ fn slowlog_merges_entries_of_both_shards_newest_first() {
         .arg("-2")
         .query::<Value>(&mut c)
         .unwrap_err();
-    assert!(err.to_string().contains("count should be greater than or equal to -1"));
+    assert!(err
+        .to_string()
+        .contains("count should be greater than or equal to -1"));
 }
 
 #[test]
@@ -96,7 +98,10 @@ fn slowlog_trims_arguments_like_redis() {
     assert_eq!(log[0].2, ["CONFIG", "SET", "requirepass", "(redacted)"]);
     assert_eq!(log[1].2.len(), 32);
     assert_eq!(log[1].2[31], "... (11 more arguments)");
-    assert_eq!(log[2].2[3], format!("{}... (2 more bytes)", "A".repeat(128)));
+    assert_eq!(
+        log[2].2[3],
+        format!("{}... (2 more bytes)", "A".repeat(128))
+    );
 }
 
 #[test]
@@ -158,7 +163,10 @@ fn commandstats_time_calls_and_name_subcommands() {
     let _: () = cmd(&mut c, &["SET", KEY_SHARD0, "a"]);
     let _: () = cmd(&mut c, &["SET", KEY_SHARD1, "b"]);
     let _: String = cmd(&mut c, &["CLIENT", "LIST"]);
-    let _ = redis::cmd("CLIENT").arg("LIST").arg("x").query::<Value>(&mut c);
+    let _ = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("x")
+        .query::<Value>(&mut c);
     let _ = redis::cmd("INCR").arg(KEY_SHARD1).query::<Value>(&mut c);
     let info: String = cmd(&mut c, &["INFO", "commandstats"]);
     let line = |name: &str| {
@@ -171,7 +179,10 @@ fn commandstats_time_calls_and_name_subcommands() {
     assert!(set.starts_with("cmdstat_set:calls=2,usec="), "{set}");
     assert!(set.contains(",usec_per_call=") && set.ends_with("rejected_calls=0,failed_calls=0"));
     let list = line("client|list");
-    assert!(list.contains("calls=2,") && list.ends_with("failed_calls=1"), "{list}");
+    assert!(
+        list.contains("calls=2,") && list.ends_with("failed_calls=1"),
+        "{list}"
+    );
     assert!(line("incr").ends_with("failed_calls=1"));
     let info: String = cmd(&mut c, &["INFO", "errorstats"]);
     assert!(info.contains("errorstat_ERR:count="), "{info}");
@@ -210,7 +221,18 @@ fn command_list_info_and_getkeys_know_subcommands() {
     assert_eq!(keys, ["k"]);
     let keys: Vec<String> = cmd(&mut c, &["COMMAND", "GETKEYS", "EVAL", "return 1", "0"]);
     assert!(keys.is_empty());
-    let v: Value = cmd(&mut c, &["COMMAND", "GETKEYSANDFLAGS", "LMOVE", "a", "b", "LEFT", "RIGHT"]);
+    let v: Value = cmd(
+        &mut c,
+        &[
+            "COMMAND",
+            "GETKEYSANDFLAGS",
+            "LMOVE",
+            "a",
+            "b",
+            "LEFT",
+            "RIGHT",
+        ],
+    );
     let Value::Array(k) = v else { panic!() };
     assert_eq!(k.len(), 2);
     let v: Value = cmd(&mut c, &["COMMAND", "INFO", "config|get", "get|key"]);
@@ -257,7 +279,8 @@ fn latency_monitor_records_slow_commands() {
 fn monitor_sees_commands_of_every_shard() {
     let s = Server::start(2);
     let mut mon = s.raw();
-    mon.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    mon.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     std::io::Write::write_all(&mut mon, b"MONITOR\r\n").expect("write");
     let mut rd = BufReader::new(mon);
     let mut line = String::new();
@@ -278,7 +301,10 @@ fn monitor_sees_commands_of_every_shard() {
                 break;
             }
         }
-        assert!(line.starts_with('+') && line.contains(" [0 127.0.0.1:"), "{line}");
+        assert!(
+            line.starts_with('+') && line.contains(" [0 127.0.0.1:"),
+            "{line}"
+        );
         assert!(line.trim_end().ends_with(&want), "{line}");
     }
 }

@@ -253,11 +253,7 @@ fn reply_cdf(w: &mut ReplyWriter, h: &Histogram<u64>) {
 }
 
 /// The `latency_percentiles_usec_<cmd>` lines of INFO latencystats.
-pub fn render_latencystats(
-    out: &mut String,
-    hists: &[(u16, Histogram<u64>)],
-    percentiles: &[f64],
-) {
+pub fn render_latencystats(out: &mut String, hists: &[(u16, Histogram<u64>)], percentiles: &[f64]) {
     let t = table::table();
     let mut sorted: Vec<&(u16, Histogram<u64>)> = hists.iter().collect();
     sorted.sort_by_key(|(id, _)| t.stat_name(*id));
@@ -375,19 +371,28 @@ fn slowlog<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 } else {
                     10
                 };
-                let take = if count < 0 { max } else { (count as usize).min(max) };
+                let take = if count < 0 {
+                    max
+                } else {
+                    (count as usize).min(max)
+                };
                 let mut all: Vec<SlowEntry> = g
                     .session
                     .cell
                     .call_all(move |c| {
                         let d = c.data.borrow();
-                        d.observe.slowlog.iter().take(take).cloned().collect::<Vec<_>>()
+                        d.observe
+                            .slowlog
+                            .iter()
+                            .take(take)
+                            .cloned()
+                            .collect::<Vec<_>>()
                     })
                     .await
                     .into_iter()
                     .flatten()
                     .collect();
-                all.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+                all.sort_unstable_by_key(|e| std::cmp::Reverse(e.id));
                 all.truncate(take);
                 let mut w = g.w();
                 w.array_len(all.len());

@@ -472,7 +472,8 @@ impl Meta {
         let id = t.lookup_full(name)?;
         Some(match t.stat_sub(id) {
             Some(sub) => {
-                let group = table::lookup(sub.parent().as_bytes()).map_or("server", |(_, s)| s.group);
+                let group =
+                    table::lookup(sub.parent().as_bytes()).map_or("server", |(_, s)| s.group);
                 Meta::of_sub(sub, group)
             }
             None => Meta::of_command(id, t.specs[id as usize]),
@@ -703,7 +704,12 @@ fn key_flags(name: &str, args: &super::Args, n: usize) -> String {
     }
     if name == "bitfield" {
         let write = (2..args.len()).any(|i| args.is(i, "set") || args.is(i, "incrby"));
-        return if write { "RW access update" } else { "RO access" }.to_string();
+        return if write {
+            "RW access update"
+        } else {
+            "RO access"
+        }
+        .to_string();
     }
     let specs = super::subcommands::KEY_FLAGS
         .iter()

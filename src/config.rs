@@ -202,6 +202,12 @@ impl ParamFlags {
     pub const SENSITIVE: ParamFlags = ParamFlags(2);
     /// CONFIG SET allowed only as `enable-protected-configs` permits.
     pub const PROTECTED: ParamFlags = ParamFlags(4);
+    /// Left out of CONFIG GET globs; only an exact name finds it (Redis's
+    /// HIDDEN_CONFIG: debugging knobs).
+    pub const HIDDEN: ParamFlags = ParamFlags(8);
+    /// Immutable in Tessera although Redis can change it at run time (listeners
+    /// are created once per shard): CONFIG SET to the current value is a no-op.
+    pub const FIXED_AT_START: ParamFlags = ParamFlags(16);
 
     pub const fn contains(self, other: ParamFlags) -> bool {
         self.0 & other.0 == other.0
@@ -349,13 +355,14 @@ const fn special(name: &'static str, kind: Special, default: &'static str) -> Co
 }
 
 const IMMUTABLE: ParamFlags = ParamFlags::IMMUTABLE;
+const FIXED: ParamFlags = ParamFlags::IMMUTABLE.union(ParamFlags::FIXED_AT_START);
 const LONG_MAX_U: u64 = i64::MAX as u64;
 
 const TABLE: &[ConfigParam] = &[
     // Networking.  `bind` is immutable (unlike Redis 7.0) because listeners
     // are created once per shard thread and never rebound, same as `port`.
-    special("bind", Special::Bind, "127.0.0.1").flag(IMMUTABLE),
-    int("port", 0, 65535, "6379").flag(IMMUTABLE),
+    special("bind", Special::Bind, "127.0.0.1").flag(FIXED),
+    int("port", 0, 65535, "6379").flag(FIXED),
     int("tcp-backlog", 0, INT_MAX, "511").flag(IMMUTABLE),
     string("unixsocket", "").flag(IMMUTABLE),
     int("timeout", 0, INT_MAX, "0"),
@@ -378,8 +385,8 @@ const TABLE: &[ConfigParam] = &[
     enumeration("enable-protected-configs", PROTECTED_ACTION_NAMES, "no").flag(IMMUTABLE),
     boolean("jemalloc-bg-thread", "yes"),
     // Tessera's own: shard threads (0 = one per CPU) and CPU pinning.
-    int("threads", 0, 4096, "0").flag(IMMUTABLE),
-    special("cpus", Special::CpuList, "").flag(IMMUTABLE),
+    int("threads", 0, 4096, "0").flag(FIXED),
+    special("cpus", Special::CpuList, "").flag(FIXED),
     // Client limits.
     memory("proto-max-bulk-len", MB, LONG_MAX_U, "512mb"),
     memory("client-query-buffer-limit", MB, LONG_MAX_U, "1gb"),
@@ -432,6 +439,9 @@ const TABLE: &[ConfigParam] = &[
     int("slowlog-log-slower-than", -1, LONG_MAX, "10000"),
     int("slowlog-max-len", 0, LONG_MAX, "128"),
     int("latency-monitor-threshold", 0, LONG_MAX, "0"),
+    // Redis's hidden debugging delays (accepted, reported on exact request only).
+    int("key-load-delay", INT_MIN, INT_MAX, "0").flag(ParamFlags::HIDDEN),
+    int("rdb-key-save-delay", INT_MIN, INT_MAX, "0").flag(ParamFlags::HIDDEN),
     boolean("latency-tracking", "yes"),
     special(
         "latency-tracking-info-percentiles",
@@ -1336,6 +1346,25 @@ fn fatal(err: &str) -> String {
     format!("*** FATAL CONFIG FILE ERROR (Redis {REDIS_VERSION}) ***\n{err}")
 }
 
+/// CONFIG SET port: Redis rebinds, and fails with this when the port is taken.
+/// Tessera cannot move its listeners, so a free port still ends as immutable.
+fn port_available(value: &[u8]) -> Result<(), String> {
+    let port: u16 = std::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or("argument couldn't be parsed into an integer")?;
+    if port == 0 {
+        return Ok(());
+    }
+    match std::net::TcpListener::bind(("127.0.0.1", port)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "Unable to listen on this port: {}",
+            io_error_text(&e)
+        )),
+    }
+}
+
 fn set_failed(arg: &str, err: &str) -> String {
     format!("ERR CONFIG SET failed (possibly related to argument '{arg}') - {err}")
 }
@@ -1540,7 +1569,10 @@ impl Config {
                 continue;
             }
             for (idx, entry) in entries() {
-                if !seen(&out, entry) && glob_match(pattern, entry.as_bytes(), true) {
+                let hidden = PARAMS
+                    .get(idx)
+                    .is_some_and(|p| p.flags.contains(ParamFlags::HIDDEN));
+                if !hidden && !seen(&out, entry) && glob_match(pattern, entry.as_bytes(), true) {
                     out.push((entry.to_string(), self.render_at(idx)));
                 }
             }
@@ -1615,6 +1647,14 @@ impl Config {
                 ));
             };
             let flags = PARAMS.get(idx).map_or(ParamFlags::NONE, |p| p.flags);
+            if flags.contains(ParamFlags::FIXED_AT_START) {
+                if self.render_at(idx).as_bytes() == value {
+                    continue;
+                }
+                if entry == "port" {
+                    port_available(value).map_err(|e| set_failed(&shown, &e))?;
+                }
+            }
             if flags.contains(ParamFlags::IMMUTABLE) {
                 return Err(set_failed(&shown, "can't set immutable config"));
             }
@@ -2722,8 +2762,14 @@ mod tests {
         assert_eq!(names("*ziplist*").len(), 5);
         assert_eq!(names("LUA-TIME-*"), ["lua-time-limit"]);
         assert_eq!(get1(&c, "lua-time-limit"), "5000");
+        // Every name but the hidden ones, which need their exact name.
         let all = c.get(b"*");
-        assert_eq!(all.len(), entries().count());
+        let hidden = ["key-load-delay", "rdb-key-save-delay"];
+        assert_eq!(all.len(), entries().count() - hidden.len());
+        for h in hidden {
+            assert!(all.iter().all(|(n, _)| n != h));
+            assert_eq!(get1(&c, h), "0");
+        }
         // Several patterns: each name once.
         let many = c.get_many(&[b"port", b"po*", b"PORT"]);
         assert_eq!(many, [("port".to_string(), "6379".to_string())]);

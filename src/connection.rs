@@ -58,6 +58,9 @@ struct Pipeline {
     order: Vec<Part>,
     scratch: Vec<u8>,
     merge_parts: Vec<(u16, u32)>,
+    /// Split commands that may belong in the slowlog: their parts
+    /// (`merge_parts[from..to]`) and slowlog argv.
+    split_slow: Vec<(u32, u32, Vec<Vec<u8>>)>,
 }
 
 impl Pipeline {
@@ -71,6 +74,7 @@ impl Pipeline {
             order: Vec::new(),
             scratch: Vec::new(),
             merge_parts: Vec::new(),
+            split_slow: Vec::new(),
         }
     }
 
@@ -100,6 +104,14 @@ pub struct Connection {
     stash: Vec<u8>,
     /// SYNC / PSYNC turned this client into a replica link (its id).
     replica_link: Option<u64>,
+    /// Whether commands are timed (latency tracking, slowlog or latency monitor on),
+    /// read once per read batch.
+    timing: bool,
+    /// When the last command run here ended: the next one's start, so timing costs
+    /// one clock read per command. None after anything else took time (a wait, a read).
+    mark: Option<std::time::Instant>,
+    /// After MONITOR: the feed of every command the server runs.
+    monitor: Option<futures_channel::mpsc::UnboundedReceiver<Vec<u8>>>,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -169,8 +181,14 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         last_cmd: None,
         stash: Vec::new(),
         replica_link: None,
+        timing: false,
+        mark: None,
+        monitor: None,
     };
     conn.run().await;
+    if conn.monitor.is_some() {
+        crate::observe::monitor_unregister(shared.id);
+    }
     commands::multi::unwatch_all(&mut conn.session).await;
     crate::pubsub::unsubscribe_all_silently(&shared);
     cell.clients.borrow_mut().remove(shared.id);
@@ -180,7 +198,12 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
 impl Connection {
     async fn run(&mut self) {
         loop {
-            if !self.read_more().await {
+            let more = if self.monitor.is_some() {
+                self.read_or_feed().await
+            } else {
+                self.read_more().await
+            };
+            if !more {
                 return;
             }
             self.process_input().await;
@@ -292,6 +315,73 @@ impl Connection {
         }
     }
 
+    /// A monitor's wait: writes feed lines as they come until input arrives.
+    /// False on EOF, error or kill.
+    async fn read_or_feed(&mut self) -> bool {
+        use std::task::Poll;
+        loop {
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+            if self.buf.len() - self.end < READ_CHUNK {
+                self.buf.resize(self.end + READ_CHUNK, 0);
+            }
+            let Some(rx) = self.monitor.as_mut() else {
+                return self.read_more().await;
+            };
+            let mut lines: Vec<u8> = Vec::new();
+            let got = {
+                let mut rd = Box::pin(self.stream.read(&mut self.buf[self.end..]));
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
+                        return Poll::Ready(Some(r));
+                    }
+                    while let Poll::Ready(Some(l)) =
+                        futures_core::Stream::poll_next(std::pin::Pin::new(&mut *rx), cx)
+                    {
+                        lines.extend_from_slice(&l);
+                    }
+                    if lines.is_empty() {
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(None)
+                    }
+                })
+                .await
+            };
+            match got {
+                Some(Ok(0)) | Some(Err(_)) => return false,
+                Some(Ok(n)) => {
+                    self.end += n;
+                    self.now = crate::util::now_ms();
+                    self.session.shared.last_interaction_ms.set(self.now);
+                    return !self.session.shared.killed.get();
+                }
+                None => {
+                    if self.stream.write_all(&lines).await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// MONITOR: reply OK, then stream every command the server runs.
+    async fn start_monitor(&mut self, idx: u16, args: &Args<'_>) {
+        self.flush().await;
+        let before = self.out.len();
+        ReplyWriter {
+            out: &mut self.out,
+            proto: self.session.proto,
+        }
+        .ok();
+        if self.monitor.is_none() {
+            self.monitor = Some(crate::observe::monitor_register(self.session.id()));
+        }
+        self.finish_local(idx, before, None, args);
+    }
+
     /// Reads whatever the socket has into the buffer. False on EOF, error or kill.
     async fn read_more(&mut self) -> bool {
         if self.start == self.end {
@@ -354,8 +444,10 @@ impl Connection {
         true
     }
 
-    fn limits(&self) -> ParseLimits {
+    fn limits(&mut self) -> ParseLimits {
         let data = self.session.cell.data.borrow();
+        self.timing = data.observe.timing();
+        self.mark = None;
         ParseLimits {
             max_bulk_len: data.config.proto_max_bulk_len() as usize,
             ..ParseLimits::default()
@@ -503,11 +595,20 @@ impl Connection {
             return;
         };
         self.last_cmd = Some((idx, spec));
-        self.session.shared.last_cmd.set(spec.name);
+        let t = commands::table();
+        let stat = t.stat_id(idx, &args);
+        self.session.shared.last_cmd.set(t.stat_name(stat));
         if !spec.arity_ok(args.len()) {
             self.reject(
                 Some(idx),
                 &format!("ERR wrong number of arguments for '{}' command", spec.name),
+            );
+            return;
+        }
+        if let Some(sub) = t.stat_sub(stat).filter(|s| !s.arity_ok(args.len())) {
+            self.reject(
+                Some(stat),
+                &format!("ERR wrong number of arguments for '{}' command", sub.name),
             );
             return;
         }
@@ -526,7 +627,7 @@ impl Connection {
         if let Some(busy) = crate::scripting::busy_error() {
             if !spec.has(flags::ALLOW_BUSY) {
                 if spec.name == "exec" && self.session.multi.is_some() {
-                    return self.exec_abort(idx, busy).await;
+                    return self.exec_abort(idx, &args, busy).await;
                 }
                 return self.reject(Some(idx), busy);
             }
@@ -537,20 +638,34 @@ impl Connection {
         if self.session.multi.is_some() {
             if spec.name == "exec" {
                 self.flush().await;
-                return self.exec(idx).await;
+                self.exec(idx, &args).await;
+                // Redis feeds EXEC to monitors after the commands it ran.
+                crate::observe::monitor_feed(
+                    self.session.db,
+                    Some(&self.session.shared.addr),
+                    &args,
+                );
+                return;
             }
             if !commands::multi::runs_inside_multi(spec.name) {
                 return self.queue_in_multi(idx, spec, &args);
             }
         }
+        if crate::observe::monitoring() && t.stat_flags(stat) & flags::ADMIN == 0 {
+            crate::observe::monitor_feed(self.session.db, Some(&self.session.shared.addr), &args);
+        }
         if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
             self.flush().await;
             return self.start_replica(spec.name == "psync").await;
+        }
+        if spec.name == "monitor" {
+            return self.start_monitor(idx, &args).await;
         }
         match spec.kind {
             Kind::Client(f) => {
                 let proto = self.session.proto;
                 let before = self.reply_target().len();
+                let t0 = self.clock_start();
                 let target: &mut Vec<u8> = if self.pipe.is_empty() {
                     &mut self.out
                 } else {
@@ -566,7 +681,7 @@ impl Connection {
                     let reply = &self.reply_target()[before..];
                     crate::replication::after_global(txn, db, spec, &args, reply);
                 }
-                self.record_local_call(idx, before);
+                self.finish_local(idx, before, t0, &args);
                 self.note_local(before);
             }
             Kind::Global(f) => {
@@ -634,7 +749,7 @@ impl Connection {
 
     /// EXEC refused before it started (Redis's execCommandAbort): the transaction is
     /// discarded and the error says why.
-    async fn exec_abort(&mut self, idx: u16, err: &str) {
+    async fn exec_abort(&mut self, idx: u16, args: &Args<'_>, err: &str) {
         self.flush().await;
         self.session.multi = None;
         self.session.shared.multi_count.set(-1);
@@ -647,15 +762,16 @@ impl Connection {
         .error(&format!(
             "EXECABORT Transaction discarded because of: {err}"
         ));
-        self.record_local_call(idx, before);
+        self.finish_local(idx, before, None, args);
     }
 
     /// EXEC: every queued command runs while the transaction holds every shard, so it
     /// is atomic and isolated across cores; WATCHed keys are checked under the locks.
-    async fn exec(&mut self, idx: u16) {
+    async fn exec(&mut self, idx: u16, args: &Args<'_>) {
         let Some(state) = self.session.multi.take() else {
             return;
         };
+        let t0 = self.timing.then(std::time::Instant::now);
         self.session.shared.multi_count.set(-1);
         let proto = self.session.proto;
         if state.aborted {
@@ -666,7 +782,7 @@ impl Connection {
                 proto,
             }
             .error("EXECABORT Transaction discarded because of previous errors.");
-            self.record_local_call(idx, before);
+            self.finish_local(idx, before, t0, args);
             return;
         }
         let gate = {
@@ -683,7 +799,7 @@ impl Connection {
             crate::replication::check(config, write, stale_ok)
         };
         if let Some(err) = gate {
-            return self.exec_abort(idx, err).await;
+            return self.exec_abort(idx, args, err).await;
         }
         let denyoom = state
             .queue
@@ -691,7 +807,7 @@ impl Connection {
             .any(|(c, _)| commands::table().specs[*c as usize].has(flags::DENYOOM));
         if denyoom && self.home_out_of_memory() {
             return self
-                .exec_abort(idx, commands::OOM_ERR.trim_start_matches('-'))
+                .exec_abort(idx, args, commands::OOM_ERR.trim_start_matches('-'))
                 .await;
         }
         let cell = self.session.cell.clone();
@@ -710,7 +826,7 @@ impl Connection {
                 proto,
             }
             .null_array();
-            self.record_local_call(idx, before);
+            self.finish_local(idx, before, t0, args);
             return;
         }
         self.session.exec_owner = Some(owner.id);
@@ -735,7 +851,7 @@ impl Connection {
             crate::replication::end_capture(owner.id);
         }
         op.release(&cell).await;
-        self.record_local_call(idx, before);
+        self.finish_local(idx, before, t0, args);
     }
 
     /// CLIENT REPLY OFF / SKIP: drop what the command produced. `before` is where its
@@ -761,7 +877,25 @@ impl Connection {
         }
     }
 
-    fn record_local_call(&mut self, idx: u16, before: usize) {
+    /// Where timing of a command run here starts: the end of the previous one when
+    /// nothing happened since, else now. None when timing is off.
+    #[inline]
+    fn clock_start(&mut self) -> Option<std::time::Instant> {
+        if !self.timing {
+            return None;
+        }
+        Some(*self.mark.get_or_insert_with(std::time::Instant::now))
+    }
+
+    /// Accounts a command that ran here: commandstats / errorstats, its latency
+    /// (histogram, latency monitor) and, if slow, a slowlog entry.
+    fn finish_local(
+        &mut self,
+        idx: u16,
+        before: usize,
+        t0: Option<std::time::Instant>,
+        args: &Args<'_>,
+    ) {
         let failed_prefix = {
             let target = if self.pipe.is_empty() {
                 &self.out
@@ -771,15 +905,80 @@ impl Connection {
             (target.get(before) == Some(&b'-'))
                 .then(|| error_prefix(&target[before + 1..]).to_string())
         };
-        let mut data = self.session.cell.data.borrow_mut();
-        data.stats.record_call(idx, failed_prefix.is_some());
+        let t = commands::table();
+        let stat = t.stat_id(idx, args);
+        let mut usec = 0;
+        let mut slow = None;
+        let cell = self.session.cell.clone();
+        let mut data = cell.data.borrow_mut();
+        if let Some(t0) = t0 {
+            let t1 = std::time::Instant::now();
+            self.mark = Some(t1);
+            let ns = t1.duration_since(t0).as_nanos() as u64;
+            usec = ns / 1000;
+            let cmd_flags = t.stat_flags(stat);
+            data.observe.record(stat, cmd_flags, ns);
+            if data.observe.is_slow(usec) && cmd_flags & flags::SKIP_SLOWLOG == 0 {
+                slow = Some(crate::observe::SlowRecord {
+                    time: crate::util::now_ms() / 1000,
+                    usec,
+                    argv: crate::observe::slow_argv(args),
+                });
+            }
+        }
+        data.stats.record_timed(stat, failed_prefix.is_some(), usec);
         if let Some(p) = failed_prefix {
             data.stats.record_error(&p);
+        }
+        if let Some(rec) = slow {
+            let (peer, name) = self.client_ident();
+            data.observe.push_slow(rec, peer, name);
+        }
+    }
+
+    /// The client's address and name, as the slowlog records them.
+    fn client_ident(&self) -> (String, Vec<u8>) {
+        let sh = &self.session.shared;
+        (
+            sh.addr.to_string(),
+            sh.name.borrow().clone().unwrap_or_default(),
+        )
+    }
+
+    /// Logs the slow commands a batch reported, as this client's.
+    fn log_remote_slow(&mut self, replies: &mut [Option<BatchReply>]) {
+        for r in replies.iter_mut().flatten() {
+            if r.slow.is_empty() {
+                continue;
+            }
+            let (peer, name) = self.client_ident();
+            let mut data = self.session.cell.data.borrow_mut();
+            for (_, rec) in r.slow.drain(..) {
+                data.observe.push_slow(rec, peer.clone(), name.clone());
+            }
+        }
+        // A split command took as long as its parts together.
+        for (from, to, argv) in std::mem::take(&mut self.pipe.split_slow) {
+            let usec: u64 = self.pipe.merge_parts[from as usize..to as usize]
+                .iter()
+                .filter_map(|&(s, i)| replies[s as usize].as_ref().map(|r| r.part_usec(i)))
+                .sum();
+            let mut data = self.session.cell.data.borrow_mut();
+            if data.observe.is_slow(usec) {
+                let rec = crate::observe::SlowRecord {
+                    time: crate::util::now_ms() / 1000,
+                    usec,
+                    argv,
+                };
+                let (peer, name) = self.client_ident();
+                data.observe.push_slow(rec, peer, name);
+            }
         }
     }
 
     async fn run_global(&mut self, idx: u16, f: commands::GlobalFn, args: &Args<'_>) {
         let before = self.out.len();
+        let t0 = self.timing.then(std::time::Instant::now);
         let spec = &commands::table().specs[idx as usize];
         let write = spec.has(flags::WRITE);
         let may_block = spec.has(flags::BLOCKING)
@@ -794,7 +993,7 @@ impl Connection {
         if !may_block {
             f(&mut ctx).await;
             self.after_global(spec, args, before);
-            self.record_local_call(idx, before);
+            self.finish_local(idx, before, t0, args);
             return;
         }
         // A blocking command may wait for long: watch the socket meanwhile, so a
@@ -833,7 +1032,7 @@ impl Connection {
             return;
         }
         self.after_global(spec, args, before);
-        self.record_local_call(idx, before);
+        self.finish_local(idx, before, t0, args);
     }
 
     /// Propagates what a keyless or multi-shard command did (its reply is at `before`).
@@ -891,6 +1090,8 @@ impl Connection {
                 let i =
                     self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
                 self.pipe.order.push(Part::Remote(target as u16, i as u32));
+                // Queueing is not this command's time, nor the next local one's.
+                self.mark = None;
             }
             return;
         }
@@ -940,9 +1141,11 @@ impl Connection {
                 .map(|p| args.get(p).to_vec())
                 .collect();
             locks::wait_unlocked(&cell.locks, db, keys).await;
+            self.mark = None;
         }
         let proto = self.session.proto;
         let before = self.reply_target().len();
+        let t0 = self.clock_start();
         {
             let target: &mut Vec<u8> = if self.pipe.is_empty() {
                 &mut self.out
@@ -991,7 +1194,7 @@ impl Connection {
                 }
             }
         }
-        self.record_local_call(idx, before);
+        self.finish_local(idx, before, t0, args);
         self.note_local(before);
     }
 
@@ -1027,6 +1230,10 @@ impl Connection {
         }
         let to = self.pipe.merge_parts.len() as u32;
         self.pipe.order.push(Part::Merged { merge, from, to });
+        if self.timing {
+            let argv = crate::observe::slow_argv(args);
+            self.pipe.split_slow.push((from, to, argv));
+        }
     }
 
     /// Sends every pending batch, waits for the replies and writes them in order.
@@ -1068,6 +1275,8 @@ impl Connection {
             self.pipe.waiting = waiting;
         }
         self.assemble(&replies);
+        self.log_remote_slow(&mut replies);
+        self.mark = None;
         for (s, r) in replies.iter_mut().enumerate() {
             if let Some(mut r) = r.take() {
                 r.clear();

@@ -5,6 +5,8 @@ use hashbrown::HashMap;
 #[derive(Default, Clone, Copy, Debug)]
 pub struct CommandStat {
     pub calls: u64,
+    /// Microseconds spent executing, over all calls.
+    pub usec: u64,
     pub failed_calls: u64,
     pub rejected_calls: u64,
 }
@@ -30,7 +32,7 @@ impl ShardStats {
         let i = cmd as usize;
         if i >= self.commands.len() {
             self.commands.resize(
-                crate::commands::table().specs.len().max(i + 1),
+                crate::commands::table().stat_count().max(i + 1),
                 CommandStat::default(),
             );
         }
@@ -40,13 +42,20 @@ impl ShardStats {
         }
     }
 
+    /// A call of stat id `id` (a command or subcommand) that took `usec`.
+    #[inline]
+    pub fn record_timed(&mut self, id: u16, failed: bool, usec: u64) {
+        self.record_call(id, failed);
+        self.commands[id as usize].usec += usec;
+    }
+
     /// A command refused before it ran (unknown, arity, auth ...).
     pub fn record_rejected(&mut self, cmd: Option<u16>) {
         if let Some(c) = cmd {
             let i = c as usize;
             if i >= self.commands.len() {
                 self.commands.resize(
-                    crate::commands::table().specs.len().max(i + 1),
+                    crate::commands::table().stat_count().max(i + 1),
                     CommandStat::default(),
                 );
             }
@@ -75,6 +84,7 @@ impl ShardStats {
         }
         for (a, b) in self.commands.iter_mut().zip(&other.commands) {
             a.calls += b.calls;
+            a.usec += b.usec;
             a.failed_calls += b.failed_calls;
             a.rejected_calls += b.rejected_calls;
         }

@@ -104,6 +104,7 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         let mut d = c.data.borrow_mut();
                         d.stats.reset();
                         d.mem.reset_stats();
+                        d.observe.reset_histograms();
                     })
                     .await;
                 g.w().ok();

@@ -237,9 +237,18 @@ fn pexpireat(ctx: &mut ExecCtx) {
 fn ttl_generic(ctx: &mut ExecCtx, ms: bool, relative: bool) {
     let key = ctx.args.get(1);
     let now = ctx.now;
-    let at = match ctx.lookup_read(key) {
-        None => return ctx.out.integer(-2),
-        Some(e) => e.expire_at(),
+    // Redis looks the key up with LOOKUP_NOTOUCH: TTL counts a hit or miss but does
+    // not refresh the key's access time (OBJECT IDLETIME).
+    let d = &mut *ctx.data;
+    let at = match d.dbs[ctx.db].get(key, now) {
+        None => {
+            d.stats.keyspace_misses += 1;
+            return ctx.out.integer(-2);
+        }
+        Some(e) => {
+            d.stats.keyspace_hits += 1;
+            e.expire_at()
+        }
     };
     if at == NO_EXPIRE {
         return ctx.out.integer(-1);

@@ -18,6 +18,7 @@ pub mod geo;
 pub mod hashes;
 pub mod hll;
 pub mod keys;
+pub mod latency;
 pub mod lists;
 pub mod multi;
 pub mod pubsub;
@@ -28,6 +29,7 @@ pub mod sets;
 pub mod sort;
 pub mod streams;
 pub mod strings;
+pub mod subcommands;
 pub mod table;
 pub mod zsets;
 

@@ -355,6 +355,10 @@ async fn call(
             }
         }
     }
+    if crate::observe::monitoring() && !spec.has(ADMIN) {
+        let (buf, spans) = owned_args(&argv);
+        crate::observe::monitor_feed(fake.db, None, &Args::new(&buf, &spans));
+    }
     let cell = fake.cell.clone();
     let mut out = Vec::new();
     match spec.kind {

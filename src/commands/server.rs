@@ -7,6 +7,7 @@ use std::pin::Pin;
 
 use super::keys::reply_help;
 use super::strings::cmd;
+use super::subcommands::SubSpec;
 use super::table::{self, flags, flags::*, CommandSpec, KeySpec, Kind};
 use super::{parse_i64, ClientCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, SYNTAX_ERR};
 use crate::shard::multi::MultiShardOp;
@@ -175,6 +176,8 @@ struct ShardReport {
     evicted: u64,
     eviction_us: u64,
     dataset: u64,
+    /// Latency histograms, only when INFO latencystats is asked for.
+    hists: Vec<(u16, hdrhistogram::Histogram<u64>)>,
 }
 
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -213,10 +216,16 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             }
         }
         let cell = g.session.cell.clone();
+        let want_hists = sections.iter().any(|s| s == "latencystats");
         let reports = cell
-            .call_all(|c| {
+            .call_all(move |c| {
                 let d = c.data.borrow();
                 ShardReport {
+                    hists: if want_hists {
+                        d.observe.histograms(None)
+                    } else {
+                        Vec::new()
+                    },
                     stats: d.stats.clone(),
                     keyspace: d
                         .dbs
@@ -288,15 +297,31 @@ fn render_info(
                     if c.calls == 0 && c.rejected_calls == 0 && c.failed_calls == 0 {
                         continue;
                     }
-                    let Some(spec) = t.specs.get(i) else { continue };
+                    let name = t.stat_name(i as u16);
+                    if name.is_empty() {
+                        continue;
+                    }
+                    let per_call = if c.calls == 0 {
+                        0.0
+                    } else {
+                        c.usec as f64 / c.calls as f64
+                    };
                     let _ = write!(
                         out,
-                        "cmdstat_{}:calls={},usec=0,usec_per_call=0.00,rejected_calls={},failed_calls={}\r\n",
-                        spec.name, c.calls, c.rejected_calls, c.failed_calls
+                        "cmdstat_{}:calls={},usec={},usec_per_call={:.2},rejected_calls={},failed_calls={}\r\n",
+                        name, c.calls, c.usec, per_call, c.rejected_calls, c.failed_calls
                     );
                 }
             }
-            "latencystats" => out.push_str("# Latencystats\r\n"),
+            "latencystats" => {
+                out.push_str("# Latencystats\r\n");
+                let mut all = Vec::new();
+                for r in reports {
+                    crate::observe::merge_histograms(&mut all, r.hists.clone());
+                }
+                let pct = cell.data.borrow().config.latency_tracking_info_percentiles().to_vec();
+                super::latency::render_latencystats(&mut out, &all, &pct);
+            }
             _ => {}
         }
     }
@@ -458,44 +483,125 @@ fn info_keyspace(reports: &[ShardReport], out: &mut String) {
     }
 }
 
-/// One COMMAND INFO entry in Redis 7.0's shape.
-fn command_entry(out: &mut crate::protocol::reply::ReplyWriter, spec: &CommandSpec) {
+/// What COMMAND INFO / DOCS show of a command or a subcommand.
+struct Meta {
+    name: &'static str,
+    arity: i16,
+    flags: u32,
+    triple: (i64, i64, i64),
+    acl: &'static [&'static str],
+    group: &'static str,
+    since: &'static str,
+    summary: &'static str,
+    /// The command's index, for its subcommands (None for a subcommand).
+    idx: Option<u16>,
+}
+
+impl Meta {
+    fn of_command(idx: u16, spec: &'static CommandSpec) -> Meta {
+        Meta {
+            name: spec.name,
+            arity: spec.arity,
+            flags: spec.flags,
+            triple: spec.keys.triple(),
+            acl: spec.acl,
+            group: spec.group,
+            since: spec.since,
+            summary: spec.summary,
+            idx: Some(idx),
+        }
+    }
+
+    fn of_sub(sub: &'static SubSpec, group: &'static str) -> Meta {
+        Meta {
+            name: sub.name,
+            arity: sub.arity,
+            flags: sub.flags,
+            triple: (sub.keys.0 as i64, sub.keys.1 as i64, sub.keys.2 as i64),
+            acl: sub.acl,
+            group,
+            since: sub.since,
+            summary: sub.summary,
+            idx: None,
+        }
+    }
+
+    /// A command or subcommand by full name (`get`, `config|get`).
+    fn lookup(name: &[u8]) -> Option<Meta> {
+        let t = table::table();
+        let id = t.lookup_full(name)?;
+        Some(match t.stat_sub(id) {
+            Some(sub) => {
+                let group =
+                    table::lookup(sub.parent().as_bytes()).map_or("server", |(_, s)| s.group);
+                Meta::of_sub(sub, group)
+            }
+            None => Meta::of_command(id, t.specs[id as usize]),
+        })
+    }
+
+    fn subs(&self) -> Vec<Meta> {
+        match self.idx {
+            Some(i) => table::table()
+                .subcommands(i)
+                .iter()
+                .map(|s| Meta::of_sub(s, self.group))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// One COMMAND INFO entry in Redis 7.0's shape (subcommands nested in the last field).
+fn command_entry(out: &mut crate::protocol::reply::ReplyWriter, m: &Meta) {
     out.array_len(10);
-    out.bulk(spec.name.as_bytes());
-    out.integer(spec.arity as i64);
+    out.bulk(m.name.as_bytes());
+    out.integer(m.arity as i64);
     let names: Vec<&str> = flags::NAMES
         .iter()
-        .filter(|(f, _)| spec.flags & f != 0)
+        .filter(|(f, _)| m.flags & f != 0)
         .map(|(_, n)| *n)
         .collect();
     out.set_len(names.len());
     for n in names {
         out.simple(n);
     }
-    let (first, last, step) = spec.keys.triple();
+    let (first, last, step) = m.triple;
     out.integer(first);
     out.integer(last);
     out.integer(step);
-    out.set_len(spec.acl.len());
-    for a in spec.acl {
+    out.set_len(m.acl.len());
+    for a in m.acl {
         out.simple(a);
     }
     out.set_len(0);
     out.array_len(0);
-    out.array_len(0);
+    let subs = m.subs();
+    out.array_len(subs.len());
+    for s in &subs {
+        command_entry(out, s);
+    }
 }
 
-fn command_doc(out: &mut crate::protocol::reply::ReplyWriter, spec: &CommandSpec) {
-    out.bulk(spec.name.as_bytes());
-    out.map_len(4);
+fn command_doc(out: &mut crate::protocol::reply::ReplyWriter, m: &Meta) {
+    out.bulk(m.name.as_bytes());
+    let subs = m.subs();
+    out.map_len(if subs.is_empty() { 4 } else { 5 });
     out.bulk(b"summary");
-    out.bulk(spec.summary.as_bytes());
+    out.bulk(m.summary.as_bytes());
     out.bulk(b"since");
-    out.bulk(spec.since.as_bytes());
+    out.bulk(m.since.as_bytes());
     out.bulk(b"group");
-    out.bulk(spec.group.as_bytes());
+    out.bulk(m.group.as_bytes());
     out.bulk(b"complexity");
     out.bulk(b"");
+    if !subs.is_empty() {
+        out.bulk(b"subcommands");
+        out.map_len(subs.len());
+        for s in &subs {
+            command_doc(out, s);
+        }
+    }
 }
 
 const COMMAND_HELP: &[&str] = &[
@@ -522,13 +628,23 @@ const COMMAND_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
+fn all_commands() -> Vec<Meta> {
+    table::table()
+        .specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Meta::of_command(i as u16, s))
+        .collect()
+}
+
 fn command(ctx: &mut ClientCtx) {
     let t = table::table();
     let argc = ctx.args.len();
     if argc == 1 {
-        ctx.out.array_len(t.specs.len());
-        for s in &t.specs {
-            command_entry(&mut ctx.out, s);
+        let all = all_commands();
+        ctx.out.array_len(all.len());
+        for m in &all {
+            command_entry(&mut ctx.out, m);
         }
         return;
     }
@@ -539,31 +655,32 @@ fn command(ctx: &mut ClientCtx) {
         "list" => command_list(ctx),
         "info" => {
             if argc == 2 {
-                ctx.out.array_len(t.specs.len());
-                for s in &t.specs {
-                    command_entry(&mut ctx.out, s);
+                let all = all_commands();
+                ctx.out.array_len(all.len());
+                for m in &all {
+                    command_entry(&mut ctx.out, m);
                 }
                 return;
             }
             ctx.out.array_len(argc - 2);
             for i in 2..argc {
-                match table::lookup(ctx.args.get(i)) {
-                    Some((_, s)) => command_entry(&mut ctx.out, s),
+                match Meta::lookup(ctx.args.get(i)) {
+                    Some(m) => command_entry(&mut ctx.out, &m),
                     None => ctx.out.null_array(),
                 }
             }
         }
         "docs" => {
-            let specs: Vec<&CommandSpec> = if argc == 2 {
-                t.specs.to_vec()
+            let metas: Vec<Meta> = if argc == 2 {
+                all_commands()
             } else {
                 (2..argc)
-                    .filter_map(|i| table::lookup(ctx.args.get(i)).map(|(_, s)| s))
+                    .filter_map(|i| Meta::lookup(ctx.args.get(i)))
                     .collect()
             };
-            ctx.out.map_len(specs.len());
-            for s in specs {
-                command_doc(&mut ctx.out, s);
+            ctx.out.map_len(metas.len());
+            for m in &metas {
+                command_doc(&mut ctx.out, m);
             }
         }
         "getkeys" | "getkeysandflags" if argc >= 3 => {
@@ -579,19 +696,23 @@ fn command(ctx: &mut ClientCtx) {
     }
 }
 
+/// COMMAND LIST [FILTERBY MODULE name | ACLCAT cat | PATTERN glob]: every command
+/// followed by its subcommands (full names).
 fn command_list(ctx: &mut ClientCtx) {
     let t = table::table();
     let argc = ctx.args.len();
-    let mut names: Vec<&str> = t.specs.iter().map(|s| s.name).collect();
+    let mut names: Vec<(&'static str, &'static [&'static str])> = Vec::new();
+    for (i, s) in t.specs.iter().enumerate() {
+        names.push((s.name, s.acl));
+        names.extend(t.subcommands(i as u16).iter().map(|x| (x.name, x.acl)));
+    }
     if argc == 5 && ctx.args.is(2, "filterby") {
         let arg = ctx.args.get(4).to_vec();
         if ctx.args.is(3, "pattern") {
-            names.retain(|n| crate::util::glob::glob_match(&arg, n.as_bytes(), true));
+            names.retain(|(n, _)| crate::util::glob::glob_match(&arg, n.as_bytes(), true));
         } else if ctx.args.is(3, "aclcat") {
             let cat = format!("@{}", String::from_utf8_lossy(&arg).to_ascii_lowercase());
-            names.retain(|n| {
-                table::lookup(n.as_bytes()).is_some_and(|(_, s)| s.acl.contains(&cat.as_str()))
-            });
+            names.retain(|(_, acl)| acl.contains(&cat.as_str()));
         } else if ctx.args.is(3, "module") {
             names.clear();
         } else {
@@ -601,35 +722,104 @@ fn command_list(ctx: &mut ClientCtx) {
         return ctx.out.error(SYNTAX_ERR);
     }
     ctx.out.array_len(names.len());
-    for n in names {
+    for (n, _) in names {
         ctx.out.bulk(n.as_bytes());
     }
 }
 
+/// The command (or, for a container, the subcommand) an argv names, with its flags,
+/// key positions and full name.
+fn getkeys_target(args: &super::Args) -> Option<(u32, KeySpec, &'static str, i16)> {
+    let t = table::table();
+    let (idx, spec) = table::lookup(args.get(0))?;
+    if t.subcommands(idx).is_empty() {
+        return Some((spec.flags, spec.keys, spec.name, spec.arity));
+    }
+    let id = t.stat_id(idx, args);
+    let sub = t.stat_sub(id)?;
+    let (first, last, step) = sub.keys;
+    let keys = if first == 0 {
+        KeySpec::None
+    } else {
+        KeySpec::Range {
+            first: first as u8,
+            last,
+            step: step as u8,
+        }
+    };
+    Some((sub.flags, keys, sub.name, sub.arity))
+}
+
+/// COMMAND GETKEYSANDFLAGS's flags for the `n`-th key found: Redis's key-spec flags
+/// (the `n`-th spec, the last one for any further keys), with SET's and BITFIELD's
+/// argument-dependent variants.
+fn key_flags(name: &str, args: &super::Args, n: usize) -> String {
+    if name == "set" {
+        let get = (3..args.len()).any(|i| args.is(i, "get"));
+        return if get { "RW access update" } else { "OW update" }.to_string();
+    }
+    if name == "sort" && n > 0 {
+        // SORT's middle spec (BY / GET patterns) never yields a key here.
+        return "OW update".to_string();
+    }
+    if name == "bitfield" {
+        let write = (2..args.len()).any(|i| args.is(i, "set") || args.is(i, "incrby"));
+        return if write {
+            "RW access update"
+        } else {
+            "RO access"
+        }
+        .to_string();
+    }
+    let specs = super::subcommands::KEY_FLAGS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(&[][..], |(_, f)| *f);
+    specs
+        .get(n.min(specs.len().saturating_sub(1)))
+        .unwrap_or(&"RW")
+        .to_string()
+}
+
 fn command_getkeys(ctx: &mut ClientCtx, with_flags: bool) {
-    let Some((_, spec)) = table::lookup(ctx.args.get(2)) else {
+    let cmd_args = ctx.args.tail(2);
+    let Some((cmd_flags, keyspec, name, arity)) = getkeys_target(&cmd_args) else {
         return ctx.out.error("ERR Invalid command specified");
     };
-    let argc = ctx.args.len() - 2;
-    if !spec.arity_ok(argc) {
+    if matches!(keyspec, KeySpec::None) {
+        return ctx.out.error("ERR The command has no key arguments");
+    }
+    let argc = cmd_args.len() as isize;
+    let arity_ok = if arity >= 0 {
+        argc == arity as isize
+    } else {
+        argc >= -(arity as isize)
+    };
+    if !arity_ok {
         return ctx
             .out
             .error("ERR Invalid number of arguments specified for command");
     }
-    let keys: Vec<usize> = spec.keys.positions(&ctx.args.tail(2)).collect();
+    let keys: Vec<usize> = keyspec.positions(&cmd_args).collect();
     if keys.is_empty() {
-        return ctx.out.error("ERR The command has no key arguments");
+        if cmd_flags & flags::NO_MANDATORY_KEYS != 0 {
+            return ctx.out.array_len(0);
+        }
+        return ctx.out.error("ERR Invalid arguments specified for command");
     }
     ctx.out.array_len(keys.len());
-    for p in keys {
+    for (n, p) in keys.into_iter().enumerate() {
         if with_flags {
             ctx.out.array_len(2);
-            ctx.out.bulk(ctx.args.get(p + 2));
-            let f = if spec.has(flags::WRITE) { "RW" } else { "RO" };
-            ctx.out.set_len(1);
-            ctx.out.simple(f);
+            ctx.out.bulk(cmd_args.get(p));
+            let f = key_flags(name, &cmd_args, n);
+            let words: Vec<&str> = f.split(' ').collect();
+            ctx.out.set_len(words.len());
+            for w in words {
+                ctx.out.simple(w);
+            }
         } else {
-            ctx.out.bulk(ctx.args.get(p + 2));
+            ctx.out.bulk(cmd_args.get(p));
         }
     }
 }

@@ -4,6 +4,7 @@ use std::sync::OnceLock;
 
 use hashbrown::HashMap;
 
+use super::subcommands::{SubSpec, SUBS};
 use super::{ClientFn, GlobalFn, KeyedFn};
 
 /// Command flags, as COMMAND INFO reports them.
@@ -308,6 +309,87 @@ impl CommandSpec {
 pub struct CommandTable {
     pub specs: Vec<&'static CommandSpec>,
     by_name: HashMap<&'static [u8], u16>,
+    /// Subcommands of the implemented containers, grouped by container.
+    pub subs: Vec<&'static SubSpec>,
+    /// Per command: its subcommands' range in `subs` (empty for plain commands).
+    sub_ranges: Vec<(u16, u16)>,
+}
+
+impl CommandTable {
+    /// The subcommands of command `idx` (empty unless it is a container).
+    pub fn subcommands(&self, idx: u16) -> &[&'static SubSpec] {
+        match self.sub_ranges.get(idx as usize) {
+            Some(&(a, b)) => &self.subs[a as usize..b as usize],
+            None => &[],
+        }
+    }
+
+    /// The id commandstats, latency histograms and slowlog know a call by: the command
+    /// itself, or for a container its subcommand (`specs.len() + index in subs`). An
+    /// unknown subcommand counts as the container (its handler replies the error).
+    #[inline]
+    pub fn stat_id(&self, idx: u16, args: &super::Args) -> u16 {
+        let (a, b) = self.sub_ranges[idx as usize];
+        if a == b {
+            return idx;
+        }
+        let word = args.get(1);
+        (a..b)
+            .find(|&i| {
+                self.subs[i as usize]
+                    .short()
+                    .as_bytes()
+                    .eq_ignore_ascii_case(word)
+            })
+            .map_or(idx, |i| (self.specs.len() + i as usize) as u16)
+    }
+
+    /// How many stat ids exist (commands plus subcommands).
+    pub fn stat_count(&self) -> usize {
+        self.specs.len() + self.subs.len()
+    }
+
+    /// The subcommand a stat id stands for, if it is one.
+    pub fn stat_sub(&self, id: u16) -> Option<&'static SubSpec> {
+        (id as usize)
+            .checked_sub(self.specs.len())
+            .and_then(|i| self.subs.get(i).copied())
+    }
+
+    /// The flags of a stat id's command or subcommand.
+    pub fn stat_flags(&self, id: u16) -> u32 {
+        match self.stat_sub(id) {
+            Some(s) => s.flags,
+            None => self.specs.get(id as usize).map_or(0, |s| s.flags),
+        }
+    }
+
+    /// The full name of a stat id (`get`, `client|list`).
+    pub fn stat_name(&self, id: u16) -> &'static str {
+        match self.stat_sub(id) {
+            Some(s) => s.name,
+            None => self.specs.get(id as usize).map_or("", |s| s.name),
+        }
+    }
+
+    /// Finds a command or subcommand by full name (`get`, `CLIENT|LIST`).
+    pub fn lookup_full(&self, name: &[u8]) -> Option<u16> {
+        match name.iter().position(|&b| b == b'|') {
+            None => lookup(name).map(|(i, _)| i),
+            Some(p) => {
+                let (idx, _) = lookup(&name[..p])?;
+                let (a, b) = self.sub_ranges[idx as usize];
+                (a..b)
+                    .find(|&i| {
+                        self.subs[i as usize]
+                            .short()
+                            .as_bytes()
+                            .eq_ignore_ascii_case(&name[p + 1..])
+                    })
+                    .map(|i| (self.specs.len() + i as usize) as u16)
+            }
+        }
+    }
 }
 
 fn build() -> CommandTable {
@@ -332,15 +414,28 @@ fn build() -> CommandTable {
         super::geo::COMMANDS,
         super::scripting::COMMANDS,
         super::pubsub::COMMANDS,
+        super::latency::COMMANDS,
     ] {
         specs.extend(family.iter());
     }
-    let by_name = specs
+    let by_name: HashMap<&'static [u8], u16> = specs
         .iter()
         .enumerate()
         .map(|(i, s)| (s.name.as_bytes(), i as u16))
         .collect();
-    CommandTable { specs, by_name }
+    let mut subs = Vec::new();
+    let mut sub_ranges = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let a = subs.len() as u16;
+        subs.extend(SUBS.iter().filter(|s| s.parent() == spec.name));
+        sub_ranges.push((a, subs.len() as u16));
+    }
+    CommandTable {
+        specs,
+        by_name,
+        subs,
+        sub_ranges,
+    }
 }
 
 pub fn table() -> &'static CommandTable {

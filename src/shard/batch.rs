@@ -155,6 +155,22 @@ impl OwnedBatch {
 pub struct BatchReply {
     pub out: Vec<u8>,
     ends: Vec<u32>,
+    /// Commands slow enough for the slowlog, which the sending connection logs with
+    /// its client's address and name: (index in the batch, what to log).
+    pub slow: Vec<(u32, crate::observe::SlowRecord)>,
+    /// Time taken by each part of a split command (index in the batch, usec): the
+    /// connection decides whether the whole command was slow.
+    pub part_usec: Vec<(u32, u64)>,
+}
+
+impl BatchReply {
+    /// How long part `i` of a split command took (0 if not timed).
+    pub fn part_usec(&self, i: u32) -> u64 {
+        self.part_usec
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map_or(0, |(_, u)| *u)
+    }
 }
 
 impl BatchReply {
@@ -162,6 +178,8 @@ impl BatchReply {
     pub fn clear(&mut self) {
         self.out.clear();
         self.ends.clear();
+        self.slow.clear();
+        self.part_usec.clear();
     }
 
     pub fn get(&self, i: usize) -> &[u8] {
@@ -179,13 +197,15 @@ fn handler_of(cmd: u16, split_part: bool) -> KeyedFn {
     }
 }
 
-/// Runs one command of the batch and appends its reply.
+/// Runs one command of the batch and appends its reply. `clock` is the end of the
+/// previous command (None when timing is off): one clock read per command.
 fn run_one(
     cell: &ShardCell,
     batch: &OwnedBatch,
     i: usize,
     (now, txn): (u64, Option<TxnId>),
     reply: &mut BatchReply,
+    clock: &mut Option<std::time::Instant>,
 ) {
     let c = batch.cmds[i];
     let run = handler_of(c.cmd, c.split_part);
@@ -228,7 +248,30 @@ fn run_one(
             data.dbs[c.db as usize].recharge(k);
         }
     }
-    data.stats.record_call(c.cmd, failed);
+    let t = table();
+    let stat = t.stat_id(c.cmd, &args);
+    let mut usec = 0;
+    if let Some(t0) = *clock {
+        let t1 = std::time::Instant::now();
+        *clock = Some(t1);
+        let ns = t1.duration_since(t0).as_nanos() as u64;
+        usec = ns / 1000;
+        let cmd_flags = t.stat_flags(stat);
+        data.observe.record(stat, cmd_flags, ns);
+        if c.split_part {
+            reply.part_usec.push((i as u32, usec));
+        } else if data.observe.is_slow(usec)
+            && cmd_flags & crate::commands::table::flags::SKIP_SLOWLOG == 0
+        {
+            let rec = crate::observe::SlowRecord {
+                time: now / 1000,
+                usec,
+                argv: crate::observe::slow_argv(&args),
+            };
+            reply.slow.push((i as u32, rec));
+        }
+    }
+    data.stats.record_timed(stat, failed, usec);
     if failed {
         // INFO errorstats / total_error_replies count errors produced on any shard.
         data.stats
@@ -254,11 +297,17 @@ fn run_until_blocked(
     reply: &mut BatchReply,
 ) -> Option<usize> {
     let now = crate::util::now_ms();
+    let mut clock = cell
+        .data
+        .borrow()
+        .observe
+        .timing()
+        .then(std::time::Instant::now);
     for i in from..batch.cmds.len() {
         if txn.is_none() && batch.blocked(i, cell) {
             return Some(i);
         }
-        run_one(cell, batch, i, (now, txn), reply);
+        run_one(cell, batch, i, (now, txn), reply, &mut clock);
     }
     None
 }
@@ -269,6 +318,8 @@ pub async fn run(cell: &Rc<ShardCell>, batch: &OwnedBatch, txn: Option<TxnId>) -
     let mut reply = BatchReply {
         out: Vec::with_capacity(64 * batch.len()),
         ends: Vec::with_capacity(batch.len()),
+        slow: Vec::new(),
+        part_usec: Vec::new(),
     };
     let mut from = 0;
     while let Some(i) = run_until_blocked(cell, batch, from, txn, &mut reply) {

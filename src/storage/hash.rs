@@ -415,8 +415,22 @@ impl Table {
         }
     }
 
+    /// Heap bytes, exact for a few segments and estimated from a sample beyond: every
+    /// write re-measures its key, so this must not walk a million-field hash.
     fn heap_size(&self) -> usize {
-        let tables: usize = self.segs.iter().map(|s| s.table.allocation_size()).sum();
+        const EXACT: usize = 16;
+        let sample: usize = self
+            .segs
+            .iter()
+            .take(EXACT)
+            .map(|s| s.table.allocation_size())
+            .sum();
+        let tables = if self.segs.len() <= EXACT {
+            sample
+        } else {
+            let sampled_len: usize = self.segs.iter().take(EXACT).map(|s| s.table.len()).sum();
+            sample * self.len / sampled_len.max(1)
+        };
         tables
             + self.segs.capacity() * std::mem::size_of::<Seg>()
             + self.dir.capacity() * std::mem::size_of::<u32>()

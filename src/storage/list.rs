@@ -237,9 +237,22 @@ impl ListValue {
     }
 
     /// Heap bytes held, for memory accounting.
+    /// Heap bytes, exact for a few nodes and estimated from a sample beyond: every
+    /// write re-measures its key, so this must not walk a long list's nodes.
     pub fn heap_size(&self) -> usize {
-        self.nodes.capacity() * std::mem::size_of::<Node>()
-            + self.nodes.iter().map(|n| n.buf.capacity()).sum::<usize>()
+        const EXACT: usize = 16;
+        let sample: usize = self
+            .nodes
+            .iter()
+            .take(EXACT)
+            .map(|n| n.buf.capacity())
+            .sum();
+        let bufs = if self.nodes.len() <= EXACT {
+            sample
+        } else {
+            sample / EXACT * self.nodes.len()
+        };
+        self.nodes.capacity() * std::mem::size_of::<Node>() + bufs
     }
 
     /// The DUMP representation.

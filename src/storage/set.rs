@@ -362,12 +362,22 @@ impl HashMembers {
         }
     }
 
+    /// Heap bytes, exact for a few segments and estimated from a sample beyond: every
+    /// write re-measures its key, so this must not walk a huge set's segments.
     fn heap_size(&self) -> usize {
-        let tables: usize = self
+        const EXACT: usize = 16;
+        let per_slot = std::mem::size_of::<Slot>() + 1;
+        let sample: usize = self
             .segs
             .iter()
-            .map(|s| s.table.capacity() * (std::mem::size_of::<Slot>() + 1))
+            .take(EXACT)
+            .map(|s| s.table.capacity() * per_slot)
             .sum();
+        let tables = if self.segs.len() <= EXACT {
+            sample
+        } else {
+            sample / EXACT * self.segs.len()
+        };
         tables
             + self.bytes
             + self.dir.capacity() * 4

@@ -485,12 +485,17 @@ impl StreamValue {
         "stream"
     }
 
+    /// Heap bytes, exact for a few nodes and estimated from a sample beyond: every
+    /// XADD re-measures its key, so this must not walk a long stream's nodes.
     pub fn heap_size(&self) -> usize {
-        let nodes: usize = self
-            .nodes
-            .values()
-            .map(|n| n.data.capacity() + n.offs.capacity() * 4 + 64)
-            .sum();
+        const EXACT: usize = 16;
+        let node = |n: &Node| n.data.capacity() + n.offs.capacity() * 4 + 64;
+        let sample: usize = self.nodes.values().take(EXACT).map(node).sum();
+        let nodes = if self.nodes.len() <= EXACT {
+            sample
+        } else {
+            sample / EXACT * self.nodes.len()
+        };
         let groups: usize = self
             .groups
             .iter()

@@ -483,19 +483,8 @@ fn try_here(d: &mut ShardData, db: usize, req: &Request, retry: bool) -> Try {
     {
         let src = &req.keys[0];
         let dbr = &mut d.dbs[db];
-        let dst_ok = match dbr.get(dst, now) {
-            None => true,
-            Some(e) => matches!(e.value, Value::List(_)),
-        };
-        let popped = match dbr.get(src, now).map(|e| &e.value) {
-            None => Ok(None),
-            Some(Value::List(_)) if !dst_ok => Err(()),
-            Some(Value::List(_)) => {
-                pop_key(dbr, src, now, PopKind::List { front: from_front }, false)
-            }
-            Some(_) if retry => Ok(None),
-            Some(_) => Err(()),
-        };
+        let dst_ok = accepts_list(dbr, dst, now);
+        let popped = pop_source(dbr, src, now, from_front, dst_ok, retry);
         let emptied = dbr.peek(src).is_none();
         return match popped {
             Ok(Some(Popped::One(v))) => {
@@ -623,6 +612,31 @@ async fn try_pop(
 /// Pops from one key as `kind` says: Ok(None) if it is missing, Err(()) if it holds
 /// another type. Removes the key when it empties. `notify`: emit the pop's keyspace
 /// events here (BLMOVE emits its own, in Redis's order).
+/// Whether BLMOVE's destination can take the element: missing, or a list.
+fn accepts_list(dbr: &mut Db, key: &[u8], now: u64) -> bool {
+    dbr.get(key, now)
+        .is_none_or(|e| matches!(e.value, Value::List(_)))
+}
+
+/// BLMOVE's pop from its source. Err(()): WRONGTYPE (the source is not a list, or the
+/// destination cannot take the element). A retry passes over a source of another type.
+fn pop_source(
+    dbr: &mut Db,
+    src: &[u8],
+    now: u64,
+    from_front: bool,
+    dst_ok: bool,
+    retry: bool,
+) -> Result<Option<Popped>, ()> {
+    match dbr.get(src, now).map(|e| &e.value) {
+        None => Ok(None),
+        Some(Value::List(_)) if !dst_ok => Err(()),
+        Some(Value::List(_)) => pop_key(dbr, src, now, PopKind::List { front: from_front }, false),
+        Some(_) if retry => Ok(None),
+        Some(_) => Err(()),
+    }
+}
+
 fn pop_key(
     db: &mut Db,
     key: &[u8],
@@ -696,10 +710,7 @@ async fn try_move(
     let d = dst.to_vec();
     let dst_ok = op
         .on(cell, cell.shard_of(dst), move |data| {
-            match data.dbs[db].get(&d, crate::util::now_ms()) {
-                None => true,
-                Some(e) => matches!(e.value, Value::List(_)),
-            }
+            accepts_list(&mut data.dbs[db], &d, crate::util::now_ms())
         })
         .await;
     let s = src.to_vec();
@@ -707,15 +718,7 @@ async fn try_move(
         .on(cell, cell.shard_of(src), move |data| {
             let dbr = &mut data.dbs[db];
             let now = crate::util::now_ms();
-            let r = match dbr.get(&s, now).map(|e| &e.value) {
-                None => Ok(None),
-                Some(Value::List(_)) if !dst_ok => Err(()),
-                Some(Value::List(_)) => {
-                    pop_key(dbr, &s, now, PopKind::List { front: from_front }, false)
-                }
-                Some(_) if retry => Ok(None),
-                Some(_) => Err(()),
-            };
+            let r = pop_source(dbr, &s, now, from_front, dst_ok, retry);
             (r, dbr.peek(&s).is_none())
         })
         .await;
@@ -796,11 +799,7 @@ impl LocalServe for LocalPop {
             ) {
                 return None;
             }
-            let dst_ok = match data.dbs[db].get(dst, now) {
-                None => true,
-                Some(e) => matches!(e.value, Value::List(_)),
-            };
-            if !dst_ok {
+            if !accepts_list(&mut data.dbs[db], dst, now) {
                 // Redis answers the receiver WRONGTYPE and leaves the source alone.
                 w.error(WRONGTYPE);
                 return Some(ServedReply {

@@ -5,49 +5,9 @@
 mod common;
 use common::*;
 
-use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, Value};
-
-fn q<T: redis::FromRedisValue>(c: &mut Connection, args: &[&str]) -> T {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-/// Runs a command on a fresh connection in a thread: the blocked client.
-fn spawn_blocked(
-    s: &Server,
-    args: &[&str],
-) -> (u64, thread::JoinHandle<redis::RedisResult<Value>>) {
-    let mut c = s.client();
-    let id: u64 = q(&mut c, &["CLIENT", "ID"]);
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let h = thread::spawn(move || {
-        let mut cmd = redis::cmd(&args[0]);
-        for a in &args[1..] {
-            cmd.arg(a);
-        }
-        cmd.query::<Value>(&mut c)
-    });
-    (id, h)
-}
-
-/// Waits until `n` clients are blocked.
-fn wait_blocked(c: &mut Connection, n: usize) {
-    let start = Instant::now();
-    loop {
-        let info: String = q(c, &["INFO", "clients"]);
-        if info.contains(&format!("blocked_clients:{n}\r\n")) {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "{info}");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
+use redis::Value;
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())

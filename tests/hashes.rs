@@ -6,25 +6,6 @@ use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 
-fn q<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn err(c: &mut redis::Connection, args: &[&str]) -> String {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    match cmd.query::<redis::Value>(c) {
-        Err(e) => e.to_string(),
-        Ok(v) => panic!("{args:?} should fail, got {v:?}"),
-    }
-}
-
 fn encoding(c: &mut redis::Connection, key: &str) -> String {
     q(c, &["OBJECT", "ENCODING", key])
 }

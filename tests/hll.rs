@@ -5,36 +5,13 @@
 mod common;
 use common::*;
 
-use redis::{cmd, Connection, RedisResult, Value};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use redis::{cmd, Connection};
 
 /// Keys on shard 0 ("bar" and its hash tag) and shard 1 ("foo").
 const A: &str = "{bar}a";
 const A2: &str = "{bar}b";
 const B: &str = "{foo}a";
 const B2: &str = "{foo}b";
-
-fn q<T: redis::FromRedisValue>(c: &mut Connection, args: &[&str]) -> T {
-    let mut command = cmd(args[0]);
-    for a in &args[1..] {
-        command.arg(*a);
-    }
-    command.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn err(c: &mut Connection, args: &[&str]) -> String {
-    let mut command = cmd(args[0]);
-    for a in &args[1..] {
-        command.arg(*a);
-    }
-    let r: RedisResult<Value> = command.query(c);
-    match r {
-        Err(e) => e.to_string(),
-        Ok(v) => panic!("{args:?}: expected an error, got {v:?}"),
-    }
-}
 
 fn pfadd(c: &mut Connection, key: &str, elements: impl IntoIterator<Item = String>) -> i64 {
     let mut command = cmd("PFADD");
@@ -186,50 +163,15 @@ fn sparse_promotes_to_dense_at_the_configured_size() {
 // Byte compatibility with a real redis-server, when one is installed
 // ---------------------------------------------------------------------------
 
-struct Redis(Child, u16);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_redis() -> Option<Redis> {
-    let port = (7210..7250).find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())?;
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let r = Redis(child, port);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(r);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
 #[test]
 fn byte_identical_to_redis() {
-    let Some(redis) = start_redis() else {
+    let Some(redis) = ReferenceRedis::start() else {
         eprintln!("redis-server not available: comparison skipped");
         return;
     };
     let s = Server::start(2);
     let mut ours = s.client();
-    let mut theirs = redis::Client::open(format!("redis://127.0.0.1:{}/", redis.1))
+    let mut theirs = redis::Client::open(format!("redis://127.0.0.1:{}/", redis.port))
         .and_then(|c| c.get_connection())
         .expect("connect to redis-server");
     let mut seed = 0x1234_5678_9abc_def0u64;

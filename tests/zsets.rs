@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 
-use redis::{cmd, Connection, RedisResult, Value};
+use redis::{cmd, Connection, Value};
 use std::io::Write;
 
 /// Keys on shard 0 ("bar" and its hash tag) and shard 1 ("foo").
@@ -13,26 +13,6 @@ const A2: &str = "{bar}b";
 const B: &str = "{foo}a";
 const B2: &str = "{foo}b";
 const A3: &str = "{bar}c";
-
-fn q<T: redis::FromRedisValue>(c: &mut Connection, args: &[&str]) -> T {
-    let mut command = cmd(args[0]);
-    for a in &args[1..] {
-        command.arg(*a);
-    }
-    command.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn err(c: &mut Connection, args: &[&str]) -> String {
-    let mut command = cmd(args[0]);
-    for a in &args[1..] {
-        command.arg(*a);
-    }
-    let r: RedisResult<Value> = command.query(c);
-    match r {
-        Err(e) => e.to_string(),
-        Ok(v) => panic!("{args:?}: expected an error, got {v:?}"),
-    }
-}
 
 fn strs(c: &mut Connection, args: &[&str]) -> Vec<String> {
     q(c, args)

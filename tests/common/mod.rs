@@ -126,3 +126,101 @@ impl Drop for Server {
 /// 12182 fall in different halves of the slot space).
 pub const KEY_SHARD0: &str = "bar";
 pub const KEY_SHARD1: &str = "foo";
+
+/// Runs a command and returns its reply as `T`; panics (naming the command) on error.
+pub fn q<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs a command that must fail and returns the error's text.
+pub fn err(c: &mut redis::Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<redis::Value>(c) {
+        Err(e) => e.to_string(),
+        Ok(v) => panic!("{args:?}: expected an error, got {v:?}"),
+    }
+}
+
+/// Runs a command on a fresh connection in a thread (a client that blocks); returns
+/// that connection's CLIENT ID and the thread.
+pub fn spawn_blocked(
+    s: &Server,
+    args: &[&str],
+) -> (
+    u64,
+    std::thread::JoinHandle<redis::RedisResult<redis::Value>>,
+) {
+    let mut c = s.client();
+    let id: u64 = q(&mut c, &["CLIENT", "ID"]);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let h = std::thread::spawn(move || {
+        let mut cmd = redis::cmd(&args[0]);
+        for a in &args[1..] {
+            cmd.arg(a);
+        }
+        cmd.query::<redis::Value>(&mut c)
+    });
+    (id, h)
+}
+
+/// Waits until INFO reports `n` blocked clients.
+pub fn wait_blocked(c: &mut redis::Connection, n: usize) {
+    let start = Instant::now();
+    loop {
+        let info: String = q(c, &["INFO", "clients"]);
+        if info.contains(&format!("blocked_clients:{n}\r\n")) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{info}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A real redis-server on a free port, for byte-for-byte comparisons. None when
+/// redis-server is not installed (the comparison is then skipped).
+pub struct ReferenceRedis {
+    child: Child,
+    pub port: u16,
+}
+
+impl ReferenceRedis {
+    pub fn start() -> Option<ReferenceRedis> {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let r = ReferenceRedis { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(r);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for ReferenceRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -37,8 +37,16 @@ enum Part {
     Local(u32, u32),
     /// The `idx`-th reply of the batch sent to `shard`.
     Remote(u16, u32),
-    /// A split command: its per-key parts are `merge_parts[from..to]`.
-    Merged { merge: Merge, from: u32, to: u32 },
+    /// A split command: its parts, one per shard, are `merge_parts[from..to]`; it
+    /// has `groups` key groups, and for an array merge `merge_order[order..]` says
+    /// which shard answers each group, in the client's order.
+    Merged {
+        merge: Merge,
+        from: u32,
+        to: u32,
+        order: u32,
+        groups: u32,
+    },
 }
 
 /// What a shard sends back for a batch: the replies and the emptied batch buffers.
@@ -58,10 +66,20 @@ struct Pipeline {
     order: Vec<Part>,
     scratch: Vec<u8>,
     merge_parts: Vec<(u16, u32)>,
+    merge_order: Vec<u16>,
+    /// Read positions in each part's reply while an array merge is assembled.
+    cursors: Vec<usize>,
+    /// While a split command is queued: its part index on each shard (or NO_PART).
+    part_of: Vec<u32>,
     /// Split commands that may belong in the slowlog: their parts
-    /// (`merge_parts[from..to]`) and slowlog argv.
-    split_slow: Vec<(u32, u32, Vec<Vec<u8>>)>,
+    /// (`merge_parts[from..to]`) and their arguments (`split_spans[a..b]` over
+    /// `split_args`), copied flat so that only a slow command pays for its argv.
+    split_slow: Vec<(u32, u32, u32, u32)>,
+    split_args: Vec<u8>,
+    split_spans: Vec<ArgSpan>,
 }
+
+const NO_PART: u32 = u32::MAX;
 
 impl Pipeline {
     fn new(shards: usize) -> Pipeline {
@@ -74,7 +92,12 @@ impl Pipeline {
             order: Vec::new(),
             scratch: Vec::new(),
             merge_parts: Vec::new(),
+            merge_order: Vec::new(),
+            cursors: Vec::new(),
+            part_of: vec![NO_PART; shards],
             split_slow: Vec::new(),
+            split_args: Vec::new(),
+            split_spans: Vec::new(),
         }
     }
 
@@ -958,22 +981,30 @@ impl Connection {
             }
         }
         // A split command took as long as its parts together.
-        for (from, to, argv) in std::mem::take(&mut self.pipe.split_slow) {
+        let split_slow = std::mem::take(&mut self.pipe.split_slow);
+        for &(from, to, a, b) in &split_slow {
             let usec: u64 = self.pipe.merge_parts[from as usize..to as usize]
                 .iter()
                 .filter_map(|&(s, i)| replies[s as usize].as_ref().map(|r| r.part_usec(i)))
                 .sum();
             let mut data = self.session.cell.data.borrow_mut();
             if data.observe.is_slow(usec) {
+                let spans = &self.pipe.split_spans[a as usize..b as usize];
+                let args = Args::new(&self.pipe.split_args, spans);
                 let rec = crate::observe::SlowRecord {
                     time: crate::util::now_ms() / 1000,
                     usec,
-                    argv,
+                    argv: crate::observe::slow_argv(&args),
                 };
                 let (peer, name) = self.client_ident();
                 data.observe.push_slow(rec, peer, name);
             }
         }
+        let mut split_slow = split_slow;
+        split_slow.clear();
+        self.pipe.split_slow = split_slow;
+        self.pipe.split_args.clear();
+        self.pipe.split_spans.clear();
     }
 
     async fn run_global(&mut self, idx: u16, f: commands::GlobalFn, args: &Args<'_>) {
@@ -1217,22 +1248,51 @@ impl Connection {
         let db = self.session.db as u8;
         let proto = self.session.proto;
         self.pipe.locked = true;
+        // One part per shard holding all the key groups it owns: a shard runs the
+        // command once per pipeline entry, not once per key.
         let from = self.pipe.merge_parts.len() as u32;
+        let order = self.pipe.merge_order.len() as u32;
+        let keep_order = merge == Merge::Array;
         let mut group: Vec<&[u8]> = Vec::with_capacity(stride);
         let mut i = 1;
         while i < args.len() {
             group.clear();
             group.extend((i..i + stride).map(|j| args.get(j)));
             let s = cell.shard_of(group[0]);
-            let part = self.pipe.batches[s].push_part(idx, db, proto, args.get(0), &group);
-            self.pipe.merge_parts.push((s as u16, part as u32));
+            if self.pipe.part_of[s] == NO_PART {
+                let first = self.pipe.merge_parts.len() as u32 == from;
+                let part = self.pipe.batches[s].open_part(idx, db, proto, args.get(0), first);
+                self.pipe.part_of[s] = part as u32;
+                self.pipe.merge_parts.push((s as u16, part as u32));
+            }
+            self.pipe.batches[s].extend_part(&group);
+            if keep_order {
+                self.pipe.merge_order.push(s as u16);
+            }
             i += stride;
         }
         let to = self.pipe.merge_parts.len() as u32;
-        self.pipe.order.push(Part::Merged { merge, from, to });
+        for &(s, _) in &self.pipe.merge_parts[from as usize..] {
+            self.pipe.part_of[s as usize] = NO_PART;
+        }
+        let groups = ((args.len() - 1) / stride) as u32;
+        self.pipe.order.push(Part::Merged {
+            merge,
+            from,
+            to,
+            order,
+            groups,
+        });
         if self.timing {
-            let argv = crate::observe::slow_argv(args);
-            self.pipe.split_slow.push((from, to, argv));
+            let a = self.pipe.split_spans.len() as u32;
+            for j in 0..args.len() {
+                let start = self.pipe.split_args.len() as u32;
+                self.pipe.split_args.extend_from_slice(args.get(j));
+                let end = self.pipe.split_args.len() as u32;
+                self.pipe.split_spans.push(ArgSpan { start, end });
+            }
+            let b = self.pipe.split_spans.len() as u32;
+            self.pipe.split_slow.push((from, to, a, b));
         }
     }
 
@@ -1287,6 +1347,7 @@ impl Connection {
         self.pipe.order.clear();
         self.pipe.scratch.clear();
         self.pipe.merge_parts.clear();
+        self.pipe.merge_order.clear();
         self.pipe.locked = false;
     }
 
@@ -1305,18 +1366,26 @@ impl Connection {
         for (pos, &s) in shards.iter().enumerate() {
             let last = pos + 1 == shards.len();
             let b = std::mem::take(&mut self.pipe.batches[s]);
-            let reply = cell
+            let spare = std::mem::take(&mut self.pipe.spare_replies[s]);
+            let (reply, mut b) = cell
                 .call_async(s, move |c| {
                     Box::pin(async move {
-                        locks::acquire(&c.locks, b.lock_set(), txn).await;
-                        let r = batch::run(&c, &b, Some(txn)).await;
+                        let set = b.lock_set(&c.locks.borrow());
                         if last {
-                            c.locks.borrow_mut().release(txn);
+                            // Runs at once once free (batch::run_into never waits
+                            // for its own operation): no lock to take or release.
+                            locks::wait_free(&c.locks, set, txn).await;
+                        } else {
+                            locks::acquire(&c.locks, set, txn).await;
                         }
-                        r
+                        let r = batch::run_into(&c, &b, Some(txn), spare).await;
+                        (r, b)
                     })
                 })
                 .await;
+            // The emptied batch goes back for the next pipeline: no reallocation.
+            b.clear();
+            self.pipe.batches[s] = b;
             replies[s] = Some(reply);
         }
         if captured {
@@ -1340,22 +1409,66 @@ impl Connection {
                         self.out.extend_from_slice(r.get(i as usize));
                     }
                 }
-                Part::Merged { merge, from, to } => {
+                Part::Merged {
+                    merge,
+                    from,
+                    to,
+                    order,
+                    groups,
+                } => {
                     let parts = &self.pipe.merge_parts[from as usize..to as usize];
-                    let pieces = parts.iter().filter_map(|&(s, i)| {
-                        replies[s as usize].as_ref().map(|r| r.get(i as usize))
-                    });
-                    merge_replies(
-                        merge,
-                        pieces,
-                        parts.len(),
-                        &mut ReplyWriter {
-                            out: &mut self.out,
-                            proto,
-                        },
-                    );
+                    let mut w = ReplyWriter {
+                        out: &mut self.out,
+                        proto,
+                    };
+                    if merge == Merge::Array {
+                        let order =
+                            &self.pipe.merge_order[order as usize..(order + groups) as usize];
+                        merge_in_order(parts, order, replies, &mut self.pipe.cursors, &mut w);
+                    } else {
+                        let pieces = parts.iter().filter_map(|&(s, i)| {
+                            replies[s as usize].as_ref().map(|r| r.get(i as usize))
+                        });
+                        merge_replies(merge, pieces, parts.len(), &mut w);
+                    }
                 }
             }
+        }
+    }
+}
+
+/// The array reply of a split command whose per-shard parts each answered several
+/// key groups back to back: takes the elements in the client's key order (`order`
+/// names the shard of each group). A part that failed as a whole answers each of its
+/// groups with its error.
+fn merge_in_order(
+    parts: &[(u16, u32)],
+    order: &[u16],
+    replies: &[Option<BatchReply>],
+    cursors: &mut Vec<usize>,
+    w: &mut ReplyWriter,
+) {
+    cursors.clear();
+    cursors.resize(parts.len(), 0);
+    w.array_len(order.len());
+    for &shard in order {
+        let Some(j) = parts.iter().position(|&(s, _)| s == shard) else {
+            w.null();
+            continue;
+        };
+        let Some(reply) = &replies[shard as usize] else {
+            w.null();
+            continue;
+        };
+        let piece = reply.get(parts[j].1 as usize);
+        let rest = piece.get(cursors[j]..).unwrap_or_default();
+        if piece.first() == Some(&b'-') {
+            w.out.extend_from_slice(piece);
+        } else if let Some(n) = crate::protocol::reply::value_len(rest) {
+            w.out.extend_from_slice(&rest[..n]);
+            cursors[j] += n;
+        } else {
+            w.null();
         }
     }
 }

@@ -755,3 +755,51 @@ fn binary_values_and_big_payload() {
     );
     assert_eq!(c.c("STRLEN big"), i(100_000));
 }
+
+/// Multi-key commands over keys of both shards: each shard runs one part holding all
+/// its keys, and the connection puts MGET's elements back in the client's key order.
+#[test]
+fn split_commands_keep_key_order_and_count_once() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let keys: Vec<String> = (0..24).map(|i| format!("k{i}")).collect();
+    assert!((0..2).all(|sh| keys.iter().any(|k| shard(k) == sh)));
+    let _: () = q(&mut c, &["CONFIG", "RESETSTAT"]);
+    let mut mset = vec!["MSET"];
+    for k in &keys[..20] {
+        mset.push(k);
+        mset.push(k);
+    }
+    // A repeated key keeps its last value, as in Redis.
+    mset.extend(["k3", "last"]);
+    let _: () = q(&mut c, &mset);
+    let _: () = q(&mut c, &["HSET", "k21", "f", "v"]);
+    let mut p = redis::pipe();
+    let mut mget = redis::cmd("MGET");
+    for k in &keys {
+        mget.arg(k);
+    }
+    p.add_command(mget.clone());
+    p.cmd("EXISTS").arg("k0").arg("k1").arg("k0").arg("k22");
+    p.cmd("DEL").arg("k5").arg("k6").arg("k23").arg("k7");
+    p.add_command(mget);
+    type Rows = (Vec<Option<String>>, i64, i64, Vec<Option<String>>);
+    let (first, exists, deleted, second): Rows = p.query(&mut c).expect("pipeline");
+    let expect = |gone: &[usize]| -> Vec<Option<String>> {
+        (0..24)
+            .map(|i| match i {
+                3 => Some("last".to_string()),
+                _ if i >= 20 || gone.contains(&i) => None,
+                _ => Some(format!("k{i}")),
+            })
+            .collect()
+    };
+    assert_eq!(first, expect(&[]));
+    assert_eq!(exists, 3);
+    assert_eq!(deleted, 3);
+    assert_eq!(second, expect(&[5, 6, 7]));
+    let info: String = q(&mut c, &["INFO", "commandstats"]);
+    assert!(info.contains("cmdstat_mset:calls=1,"), "{info}");
+    assert!(info.contains("cmdstat_mget:calls=2,"), "{info}");
+    assert!(info.contains("cmdstat_del:calls=1,"), "{info}");
+}

@@ -842,3 +842,76 @@ mod tests {
         }
     }
 }
+
+/// The length of the first RESP value in `buf` (a reply this server wrote), or None
+/// when it is incomplete or malformed. Used to pick single elements out of replies
+/// that were produced back to back, such as the per-shard parts of an MGET.
+pub fn value_len(buf: &[u8]) -> Option<usize> {
+    value_len_at(buf, 0, 0)
+}
+
+fn value_len_at(buf: &[u8], at: usize, depth: u32) -> Option<usize> {
+    // Replies nest a few levels at most; the bound keeps a bad buffer off the stack.
+    if depth > 64 {
+        return None;
+    }
+    let kind = *buf.get(at)?;
+    let line_end = at + 1 + buf.get(at + 1..)?.windows(2).position(|w| w == b"\r\n")?;
+    let after_line = line_end + 2;
+    let header = || -> Option<i64> {
+        std::str::from_utf8(&buf[at + 1..line_end])
+            .ok()?
+            .parse()
+            .ok()
+    };
+    match kind {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(after_line - at),
+        b'$' | b'=' | b'!' => {
+            let n = header()?;
+            if n < 0 {
+                return Some(after_line - at);
+            }
+            let end = after_line.checked_add(n as usize)?.checked_add(2)?;
+            (end <= buf.len()).then_some(end - at)
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let n = header()?;
+            if n < 0 {
+                return Some(after_line - at);
+            }
+            let items = if matches!(kind, b'%' | b'|') {
+                2 * n
+            } else {
+                n
+            };
+            let mut pos = after_line;
+            for _ in 0..items {
+                pos += value_len_at(buf, pos, depth + 1)?;
+            }
+            if kind == b'|' {
+                // An attribute precedes the value it describes.
+                pos += value_len_at(buf, pos, depth + 1)?;
+            }
+            Some(pos - at)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod value_len_tests {
+    use super::value_len;
+
+    #[test]
+    fn measures_first_value() {
+        assert_eq!(value_len(b"$3\r\nabc\r\n$-1\r\n"), Some(9));
+        assert_eq!(value_len(b"$-1\r\n$3\r\nabc\r\n"), Some(5));
+        assert_eq!(value_len(b"_\r\nxx"), Some(3));
+        assert_eq!(value_len(b"*2\r\n:1\r\n$1\r\na\r\n+OK\r\n"), Some(15));
+        assert_eq!(value_len(b"%1\r\n+a\r\n:2\r\n"), Some(12));
+        assert_eq!(value_len(b"$5\r\nab"), None);
+        assert_eq!(value_len(b"*3\r\n:1\r\n"), None);
+        assert_eq!(value_len(b"?"), None);
+        assert_eq!(value_len(b""), None);
+    }
+}

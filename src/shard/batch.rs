@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::locks::{self, LockSet, TxnId};
+use super::locks::{self, KeyLocks, LockSet, TxnId};
 use super::ShardCell;
 use crate::commands::{table, Args, Cross, ExecCtx, KeyedFn, Kind};
 use crate::protocol::parser::ArgSpan;
@@ -15,6 +15,9 @@ struct BatchCmd {
     cmd: u16,
     /// Run the command's per-key `Split` handler instead of its main one.
     split_part: bool,
+    /// Whether this command counts in the command statistics: a split command
+    /// counts once, on its first part.
+    counted: bool,
     db: u8,
     proto: Protocol,
     args: (u32, u32),
@@ -80,26 +83,37 @@ impl OwnedBatch {
         self.finish(cmd, false, db, proto, a0, k0)
     }
 
-    /// Appends the part of a split command that concerns one key group: the command
-    /// name followed by `group` (the key first). Returns its index in the batch.
-    pub fn push_part(
+    /// Starts this shard's part of a split command: the command name, to which
+    /// `extend_part` then appends the key groups owned here. Only the `counted` part
+    /// of a command records it in the statistics. Returns its index in the batch.
+    pub fn open_part(
         &mut self,
         cmd: u16,
         db: u8,
         proto: Protocol,
         name: &[u8],
-        group: &[&[u8]],
+        counted: bool,
     ) -> usize {
         let a0 = self.spans.len() as u32;
         let k0 = self.key_spans.len() as u32;
         self.push_arg(name);
+        let i = self.finish(cmd, true, db, proto, a0, k0);
+        self.cmds[i].counted = counted;
+        i
+    }
+
+    /// Appends one key group (the key first) to the part `open_part` started last.
+    pub fn extend_part(&mut self, group: &[&[u8]]) {
         for (i, a) in group.iter().enumerate() {
             let span = self.push_arg(a);
             if i == 0 {
                 self.key_spans.push(span);
             }
         }
-        self.finish(cmd, true, db, proto, a0, k0)
+        if let Some(c) = self.cmds.last_mut() {
+            c.args.1 = self.spans.len() as u32;
+            c.keys.1 = self.key_spans.len() as u32;
+        }
     }
 
     fn finish(
@@ -114,6 +128,7 @@ impl OwnedBatch {
         self.cmds.push(BatchCmd {
             cmd,
             split_part,
+            counted: true,
             db,
             proto,
             args: (a0, self.spans.len() as u32),
@@ -129,15 +144,14 @@ impl OwnedBatch {
             .map(|s| &self.data[s.start as usize..s.end as usize])
     }
 
-    /// Every (db, key) the batch touches: what a multi-shard operation locks here.
-    pub fn lock_set(&self) -> LockSet {
-        let mut keys = Vec::new();
+    /// Every (db, key) the batch touches: what a multi-shard operation locks on the
+    /// shard whose `locks` these are.
+    pub fn lock_set(&self, locks: &KeyLocks) -> LockSet {
+        let mut ids = Vec::with_capacity(self.key_spans.len());
         for (i, c) in self.cmds.iter().enumerate() {
-            for k in self.keys_of(i) {
-                keys.push((c.db, k.to_vec()));
-            }
+            ids.extend(self.keys_of(i).map(|k| locks.id(c.db, k)));
         }
-        LockSet::Keys(keys)
+        LockSet::Ids(ids)
     }
 
     fn blocked(&self, i: usize, cell: &ShardCell) -> bool {
@@ -166,10 +180,10 @@ pub struct BatchReply {
 impl BatchReply {
     /// How long part `i` of a split command took (0 if not timed).
     pub fn part_usec(&self, i: u32) -> u64 {
+        // Parts are timed in batch order, so the list is sorted by index.
         self.part_usec
-            .iter()
-            .find(|(j, _)| *j == i)
-            .map_or(0, |(_, u)| *u)
+            .binary_search_by_key(&i, |(j, _)| *j)
+            .map_or(0, |at| self.part_usec[at].1)
     }
 }
 
@@ -257,7 +271,9 @@ fn run_one(
         let ns = t1.duration_since(t0).as_nanos() as u64;
         usec = ns / 1000;
         let cmd_flags = t.stat_flags(stat);
-        data.observe.record(stat, cmd_flags, ns);
+        if c.counted {
+            data.observe.record(stat, cmd_flags, ns);
+        }
         if c.split_part {
             reply.part_usec.push((i as u32, usec));
         } else if data.observe.is_slow(usec)
@@ -271,7 +287,9 @@ fn run_one(
             reply.slow.push((i as u32, rec));
         }
     }
-    data.stats.record_timed(stat, failed, usec);
+    if c.counted {
+        data.stats.record_timed(stat, failed, usec);
+    }
     if failed {
         // INFO errorstats / total_error_replies count errors produced on any shard.
         data.stats
@@ -315,12 +333,18 @@ fn run_until_blocked(
 /// Runs a batch on this shard, waiting behind key locks where needed. Without `txn`
 /// (plain single-shard commands) it completes synchronously unless a key is locked.
 pub async fn run(cell: &Rc<ShardCell>, batch: &OwnedBatch, txn: Option<TxnId>) -> BatchReply {
-    let mut reply = BatchReply {
-        out: Vec::with_capacity(64 * batch.len()),
-        ends: Vec::with_capacity(batch.len()),
-        slow: Vec::new(),
-        part_usec: Vec::new(),
-    };
+    run_into(cell, batch, txn, BatchReply::default()).await
+}
+
+/// `run`, writing into `reply` (an emptied one the caller recycles).
+pub async fn run_into(
+    cell: &Rc<ShardCell>,
+    batch: &OwnedBatch,
+    txn: Option<TxnId>,
+    mut reply: BatchReply,
+) -> BatchReply {
+    reply.out.reserve(64 * batch.len());
+    reply.ends.reserve(batch.len());
     let mut from = 0;
     while let Some(i) = run_until_blocked(cell, batch, from, txn, &mut reply) {
         let db = batch.cmds[i].db;

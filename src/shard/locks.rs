@@ -9,6 +9,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
@@ -30,30 +31,31 @@ pub struct LockOwner {
 pub enum LockSet {
     /// These keys, as (db, key).
     Keys(Vec<(u8, Vec<u8>)>),
+    /// These keys, already turned into lock ids by the owning shard's `KeyLocks::id`
+    /// (a pipeline batch: no copy of the keys).
+    Ids(Vec<LockId>),
     /// Every key of every database on the shard (FLUSHALL, SWAPDB, KEYS ...).
     Whole,
 }
 
-/// A borrowed (db, key) that hashes and compares like the owned `(u8, Vec<u8>)`, so
-/// the lock check on every command needs no allocation.
-#[derive(Hash)]
-struct LockKeyRef<'a>(u8, &'a [u8]);
-
-impl hashbrown::Equivalent<(u8, Vec<u8>)> for LockKeyRef<'_> {
-    fn equivalent(&self, key: &(u8, Vec<u8>)) -> bool {
-        self.0 == key.0 && self.1 == key.1.as_slice()
-    }
-}
+/// A locked key as (db, hash of the key). Two keys whose hashes collide share a lock:
+/// an operation may then wait for an unrelated one, which is slower but still correct
+/// (it can never deadlock: an operation takes all its ids on a shard at once). Hashes
+/// make taking and checking a lock copy-free.
+pub type LockId = (u8, u64);
 
 #[derive(Default)]
 pub struct KeyLocks {
-    keys: HashMap<(u8, Vec<u8>), TxnId>,
-    held: HashMap<TxnId, Vec<(u8, Vec<u8>)>>,
+    keys: HashMap<LockId, TxnId>,
+    held: HashMap<TxnId, Vec<LockId>>,
+    /// Emptied `held` vectors, reused by the next operations.
+    spare: Vec<Vec<LockId>>,
     /// How many acquisitions each owner made here: a coordinator running inside EXEC
     /// takes (and releases) locks EXEC already holds, under the same owner.
     depth: HashMap<TxnId, u32>,
     whole: Option<TxnId>,
     waiters: Vec<Waker>,
+    hasher: hashbrown::DefaultHashBuilder,
 }
 
 impl KeyLocks {
@@ -61,6 +63,12 @@ impl KeyLocks {
     #[inline]
     pub fn is_idle(&self) -> bool {
         self.whole.is_none() && self.keys.is_empty()
+    }
+
+    /// The lock id of `key` in `db` on this shard.
+    #[inline]
+    pub fn id(&self, db: u8, key: &[u8]) -> LockId {
+        (db, self.hasher.hash_one(key))
     }
 
     /// Whether `key` in `db` is held by an operation other than `me`.
@@ -72,36 +80,48 @@ impl KeyLocks {
             return false;
         }
         self.keys
-            .get(&LockKeyRef(db, key))
+            .get(&self.id(db, key))
             .is_some_and(|&owner| Some(owner) != me)
+    }
+
+    fn free_for(&self, id: &LockId, me: TxnId) -> bool {
+        self.keys.get(id).is_none_or(|&o| o == me)
     }
 
     fn can_take(&self, set: &LockSet, me: TxnId) -> bool {
         if self.whole.is_some_and(|o| o != me) {
             return false;
         }
+        if self.whole == Some(me) {
+            return true;
+        }
         match set {
             LockSet::Whole => self.keys.values().all(|&o| o == me),
-            LockSet::Keys(keys) => {
-                self.whole == Some(me)
-                    || keys
-                        .iter()
-                        .all(|k| self.keys.get(k).is_none_or(|&o| o == me))
-            }
+            LockSet::Keys(keys) => keys
+                .iter()
+                .all(|(db, k)| self.free_for(&self.id(*db, k), me)),
+            LockSet::Ids(ids) => ids.iter().all(|id| self.free_for(id, me)),
         }
     }
 
     fn take(&mut self, set: LockSet, me: TxnId) {
         *self.depth.entry(me).or_insert(0) += 1;
-        match set {
-            LockSet::Whole => self.whole = Some(me),
-            LockSet::Keys(keys) => {
-                let held = self.held.entry(me).or_default();
-                for k in keys {
-                    if self.keys.insert(k.clone(), me).is_none() {
-                        held.push(k);
-                    }
-                }
+        let ids = match set {
+            LockSet::Whole => {
+                self.whole = Some(me);
+                return;
+            }
+            LockSet::Ids(ids) => ids,
+            LockSet::Keys(keys) => keys.iter().map(|(db, k)| self.id(*db, k)).collect(),
+        };
+        let spare = &mut self.spare;
+        let held = self
+            .held
+            .entry(me)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
+        for id in ids {
+            if self.keys.insert(id, me).is_none() {
+                held.push(id);
             }
         }
     }
@@ -121,9 +141,13 @@ impl KeyLocks {
         if self.whole == Some(me) {
             self.whole = None;
         }
-        if let Some(keys) = self.held.remove(&me) {
-            for k in keys {
-                self.keys.remove(&k);
+        if let Some(mut ids) = self.held.remove(&me) {
+            for id in ids.drain(..) {
+                self.keys.remove(&id);
+            }
+            // Keep small vectors only: one huge operation must not pin its memory.
+            if ids.capacity() <= 1024 && self.spare.len() < 64 {
+                self.spare.push(ids);
             }
         }
         for w in self.waiters.drain(..) {
@@ -138,6 +162,7 @@ pub fn acquire<'a>(locks: &'a RefCell<KeyLocks>, set: LockSet, me: TxnId) -> Acq
         locks,
         set: Some(set),
         me,
+        check_only: false,
     }
 }
 
@@ -145,6 +170,22 @@ pub struct Acquire<'a> {
     locks: &'a RefCell<KeyLocks>,
     set: Option<LockSet>,
     me: TxnId,
+    /// Only wait until the set could be taken, without taking it.
+    check_only: bool,
+}
+
+/// Waits until `set` could be taken by `me`, but takes nothing: for the last shard of
+/// a multi-shard operation that then runs its part there at once (in the same poll)
+/// and would release right after. Nobody can observe that shard between the check
+/// and the end of the part, and the shards before it stay locked until the operation
+/// releases them, so the locks here would protect nothing.
+pub fn wait_free<'a>(locks: &'a RefCell<KeyLocks>, set: LockSet, me: TxnId) -> Acquire<'a> {
+    Acquire {
+        locks,
+        set: Some(set),
+        me,
+        check_only: true,
+    }
 }
 
 impl Future for Acquire<'_> {
@@ -159,7 +200,9 @@ impl Future for Acquire<'_> {
             let me = self.me;
             drop(locks);
             if let Some(set) = self.set.take() {
-                self.locks.borrow_mut().take(set, me);
+                if !self.check_only {
+                    self.locks.borrow_mut().take(set, me);
+                }
             }
             Poll::Ready(())
         } else {

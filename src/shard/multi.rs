@@ -83,7 +83,7 @@ impl MultiShardOp {
         for (s, set) in sets {
             keys.push(match &set {
                 LockSet::Keys(k) => k.clone(),
-                LockSet::Whole => Vec::new(),
+                LockSet::Ids(_) | LockSet::Whole => Vec::new(),
             });
             cell.call_async(s, move |c| {
                 Box::pin(async move { locks::acquire(&c.locks, set, txn).await })

@@ -315,14 +315,36 @@ impl Db {
     }
 
     /// Stores `value` under `key` with the given deadline, replacing any old entry,
-    /// which is returned.
-    pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) -> Option<Entry> {
-        let old = self.remove(key);
-        if old.is_none() {
+    /// whose value is returned. An existing entry is overwritten where it is (one
+    /// probe, no table churn), and starts over as a new key would: fresh LFU counter,
+    /// the given access clock and deadline.
+    pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) -> Option<Value> {
+        let (idx, hash) = self.locate(key);
+        let found = self
+            .slots
+            .get_mut(idx)
+            .and_then(|slot| slot.table.find_mut(hash, |e| e.key.as_bytes() == key));
+        let Some(e) = found else {
             notify(class::NEW, "new", key, self.index);
+            self.add(CompactKey::new(key), value, expire_at, lru);
+            return None;
+        };
+        let old_charge = e.charge();
+        let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at != NO_EXPIRE) as i64;
+        let old = std::mem::replace(&mut e.value, value);
+        e.expire_at = expire_at;
+        e.lru = lru;
+        let meta = memory::encode_charge(entry_cost(&e.key, &e.value))
+            | ((memory::LFU_INIT_VAL as u32) << 24);
+        e.meta = meta;
+        self.used = self.used - old_charge + memory::decode_charge(meta);
+        if ttl_delta != 0 {
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.ttl_count = (slot.ttl_count as i64 + ttl_delta) as _;
+            }
+            self.expires = (self.expires as i64 + ttl_delta) as _;
         }
-        self.add(CompactKey::new(key), value, expire_at, lru);
-        old
+        Some(old)
     }
 
     /// Inserts a key known to be absent.

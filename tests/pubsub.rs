@@ -305,3 +305,66 @@ fn stream_keyspace_events() {
         assert_eq!(event(&mut sub), ("__keyspace@0__:st".into(), ev.into()));
     }
 }
+
+#[test]
+fn hll_and_geo_keyspace_events() {
+    let (s, mut p) = setup();
+    p.c("config set notify-keyspace-events E$zg");
+    let mut sub = subscribers(s.port, 1, "psubscribe __keyevent@0__:*").remove(0);
+    let (h0, h1) = (KEY_SHARD0, KEY_SHARD1);
+    // PFADD signals only a change (creation included); PFMERGE always signals
+    // "pfadd" on the destination, also across shards; PFDEBUG never.
+    p.c(&format!("pfadd {h0} a"));
+    p.c(&format!("pfadd {h0} a"));
+    p.c(&format!("pfadd {h1}"));
+    p.c(&format!("pfmerge {h1} {h0}"));
+    p.c(&format!("pfmerge {h0}"));
+    p.c(&format!("pfdebug todense {h0}"));
+    // GEOADD is ZADD: "zadd" when a member was added or moved.
+    let (g, d0, d1) = ("{bar}g", "{bar}d", "{foo}d");
+    p.c(&format!("geoadd {g} 13.36 38.11 p"));
+    p.c(&format!("geoadd {g} 13.36 38.11 p"));
+    p.c(&format!("geoadd {g} xx 13.37 38.11 q"));
+    p.c(&format!("geoadd {g} ch 13.37 38.11 p"));
+    // Storing searches: their own event on a write, "del" when an existing
+    // destination is emptied, nothing when there was none.
+    p.c(&format!(
+        "geosearchstore {d1} {g} fromlonlat 13.36 38.11 byradius 100 km"
+    ));
+    p.c(&format!(
+        "geosearchstore {d1} {g} fromlonlat 0 0 byradius 1 km"
+    ));
+    p.c(&format!(
+        "geosearchstore {d1} {g} fromlonlat 0 0 byradius 1 km"
+    ));
+    p.c(&format!("georadius {g} 13.36 38.11 100 km store {d0}"));
+    p.c(&format!("georadiusbymember {g} p 100 km storedist {d1}"));
+    p.c(&format!(
+        "georadius nokey{{bar}} 13.36 38.11 100 km store {d0}"
+    ));
+    // A marker on a channel the pattern matches: no event may come before it.
+    p.c("publish __keyevent@0__:marker m");
+    let want = [
+        ("pfadd", h0),
+        ("pfadd", h1),
+        ("pfadd", h1),
+        ("pfadd", h0),
+        ("zadd", g),
+        ("zadd", g),
+        ("geosearchstore", d1),
+        ("del", d1),
+        ("georadiusstore", d0),
+        ("georadiusstore", d1),
+        ("del", d0),
+    ];
+    for (ev, key) in want {
+        assert_eq!(
+            event(&mut sub),
+            (format!("__keyevent@0__:{ev}"), key.to_string())
+        );
+    }
+    assert_eq!(
+        event(&mut sub),
+        ("__keyevent@0__:marker".into(), "m".into())
+    );
+}

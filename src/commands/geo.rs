@@ -11,7 +11,9 @@ use std::pin::Pin;
 
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1, K12};
 use super::WRONGTYPE;
-use super::{parse_f64, parse_i64, Args, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, SYNTAX_ERR};
+use super::{
+    notify, parse_f64, parse_i64, Args, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, SYNTAX_ERR,
+};
 use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::shard::multi::MultiShardOp;
@@ -191,6 +193,10 @@ fn geoadd(ctx: &mut ExecCtx) {
     }
     if let Some(z) = fresh.filter(|z| !z.is_empty()) {
         ctx.data.dbs[dbi].insert(key, Value::ZSet(Box::new(z)), NO_EXPIRE, lru);
+    }
+    // GEOADD is ZADD underneath, notifications included.
+    if added + changed > 0 {
+        ctx.notify(notify::ZSET, "zadd", key);
     }
     ctx.out.integer(if ch { added + changed } else { added });
 }
@@ -608,9 +614,19 @@ fn finish(out: &mut ReplyWriter, o: Outcome) -> Option<(StoreWrite, usize)> {
     }
 }
 
+/// The keyspace event of a storing search: GEOSEARCHSTORE's own, or the one
+/// GEORADIUS and GEORADIUSBYMEMBER share.
+fn store_event(mode: Mode) -> &'static str {
+    if mode.flavor == (Flavor::Search { store: true }) {
+        "geosearchstore"
+    } else {
+        "georadiusstore"
+    }
+}
+
 /// Writes a storing search's result: replaces the destination (and its TTL), or
-/// deletes it when nothing matched.
-fn store(db: &mut Db, w: StoreWrite, limits: &EncodingLimits) {
+/// deletes it when nothing matched, notifying as Redis does.
+fn store(db: &mut Db, w: StoreWrite, limits: &EncodingLimits, event: &str) {
     match w.1 {
         Some(items) => {
             let z = ZSetValue::from_sorted(items, limits);
@@ -620,9 +636,12 @@ fn store(db: &mut Db, w: StoreWrite, limits: &EncodingLimits) {
                 NO_EXPIRE,
                 crate::util::lru_clock(),
             );
+            crate::pubsub::notify(notify::ZSET, event, &w.0, db.index());
         }
         None => {
-            db.remove(&w.0);
+            if db.remove(&w.0).is_some() {
+                crate::pubsub::notify(notify::GENERIC, "del", &w.0, db.index());
+            }
         }
     }
 }
@@ -649,7 +668,7 @@ fn search_local(ctx: &mut ExecCtx, mode: Mode) {
     };
     if let Some((w, n)) = finish(&mut ctx.out, o) {
         let limits = ctx.data.limits;
-        store(ctx.db(), w, &limits);
+        store(ctx.db(), w, &limits, store_event(mode));
         ctx.out.integer(n as i64);
     }
 }
@@ -726,7 +745,7 @@ async fn search_across(g: &mut GlobalCtx<'_>, mode: Mode) {
             if let Some((write, n)) = finish(&mut w, o) {
                 op.on(&cell, cell.shard_of(&write.0), move |d| {
                     let limits = d.limits;
-                    store(&mut d.dbs[db], write, &limits)
+                    store(&mut d.dbs[db], write, &limits, store_event(mode))
                 })
                 .await;
                 w.integer(n as i64);

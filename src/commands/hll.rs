@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1, K_ALL};
-use super::{ClientCtx, ExecCtx, GlobalCtx, WRONGTYPE};
+use super::{notify, ClientCtx, ExecCtx, GlobalCtx, WRONGTYPE};
 use crate::config::Config;
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardData;
@@ -118,6 +118,9 @@ fn pfadd(ctx: &mut ExecCtx) {
     if let Some(h) = fresh {
         updated = true;
         ctx.data.dbs[dbi].insert(key, Value::Str(StrValue::raw(h)), NO_EXPIRE, lru);
+    }
+    if updated {
+        ctx.notify(notify::STRING, "pfadd", key);
     }
     ctx.out.integer(i64::from(updated));
 }
@@ -244,7 +247,8 @@ fn pfcount_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 // ---------------------------------------------------------------------------
 
 /// PFMERGE's write: raises the destination's registers to the merged ones (creating
-/// it if missing, keeping its TTL otherwise).
+/// it if missing, keeping its TTL otherwise). Like Redis, a successful merge always
+/// signals `pfadd` on the destination, changed or not.
 fn store_merged(
     d: &mut ShardData,
     db: usize,
@@ -255,15 +259,16 @@ fn store_merged(
     let sparse_max = sparse_max(&d.config);
     let now = crate::util::now_ms();
     match hll_mut(d.dbs[db].get(key, now))? {
-        Some(h) => hll::store_registers(h, max, dense, sparse_max).map_err(|_| INVALID_ERR),
+        Some(h) => hll::store_registers(h, max, dense, sparse_max).map_err(|_| INVALID_ERR)?,
         None => {
             let mut h = hll::new_sparse();
             hll::store_registers(&mut h, max, dense, sparse_max).map_err(|_| INVALID_ERR)?;
             let lru = crate::util::lru_clock();
             d.dbs[db].insert(key, Value::Str(StrValue::raw(h)), NO_EXPIRE, lru);
-            Ok(())
         }
     }
+    crate::pubsub::notify(notify::STRING, "pfadd", key, db);
+    Ok(())
 }
 
 fn pfmerge(ctx: &mut ExecCtx) {

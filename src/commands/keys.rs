@@ -580,6 +580,7 @@ fn dump_cmd(ctx: &mut ExecCtx) {
             let mut b = [0u8; 24];
             dump::dump_string(s.bytes(&mut b), &mut payload);
         }
+        Value::Stream(s) => dump::dump_stream(s, &mut payload),
         other => match other.to_dump() {
             Some(d) => payload = dump::dump(&d),
             None => return out.error("ERR DUMP is not supported for stream values"),

@@ -1070,7 +1070,7 @@ fn xclaim(ctx: &mut ExecCtx) {
             p.delivery_time = o.delivery_time;
             match o.retry_count {
                 Some(n) => p.delivery_count = n,
-                None if !o.justid => p.delivery_count += 1,
+                None if !o.justid => p.delivery_count = p.delivery_count.wrapping_add(1),
                 None => {}
             }
         }
@@ -1172,7 +1172,7 @@ fn xautoclaim(ctx: &mut ExecCtx) {
         if let Some(p) = g.pel.get_mut(&id) {
             p.delivery_time = now;
             if !justid {
-                p.delivery_count += 1;
+                p.delivery_count = p.delivery_count.wrapping_add(1);
             }
         }
         claimed.push(id);
@@ -1955,7 +1955,7 @@ fn serve_history(
                 reply_entry(w, &e);
                 if let Some(p) = group_state.as_mut().and_then(|g| g.pel.get_mut(&id)) {
                     p.delivery_time = now;
-                    p.delivery_count += 1;
+                    p.delivery_count = p.delivery_count.wrapping_add(1);
                 }
             }
             None => {

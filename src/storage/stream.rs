@@ -130,7 +130,7 @@ fn varint_len(mut v: u64) -> usize {
 }
 
 /// One packed block of consecutive entries.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Node {
     data: Vec<u8>,
     /// Start of each entry (live or deleted) in `data`, in ID order.
@@ -319,6 +319,103 @@ impl<'a> Iterator for RangeIter<'a> {
     }
 }
 
+/// A node as stored, tombstones included: what DUMP serialises (Redis keeps deleted
+/// entries in its listpacks until the whole node goes, and DUMP writes them).
+#[derive(Clone, Copy, Debug)]
+pub struct RawNode<'a> {
+    pub master: StreamId,
+    node: &'a Node,
+}
+
+impl<'a> RawNode<'a> {
+    /// Entries not flagged deleted.
+    pub fn live(&self) -> usize {
+        self.node.live as usize
+    }
+
+    /// Entries flagged deleted.
+    pub fn deleted(&self) -> usize {
+        self.node.offs.len() - self.node.live as usize
+    }
+
+    /// Every entry in ID order as (deleted, entry).
+    pub fn entries(&self) -> impl Iterator<Item = (bool, EntryRef<'a>)> + 'a {
+        let (master, node) = (self.master, self.node);
+        (0..node.offs.len()).map(move |i| {
+            let h = node.header(master, i);
+            let entry = EntryRef {
+                id: h.id,
+                nfields: h.nfields,
+                data: &node.data[h.fields_at..],
+            };
+            (h.deleted, entry)
+        })
+    }
+}
+
+/// Builds one node from a RESTORE payload, checking the ordering invariants the
+/// rest of this module relies on (the payload is untrusted).
+#[derive(Debug)]
+pub struct NodeLoader {
+    master: StreamId,
+    node: Node,
+    last: Option<StreamId>,
+    /// Field/value strings the current entry still expects.
+    pending: usize,
+    ok: bool,
+}
+
+impl NodeLoader {
+    pub fn new(master: StreamId) -> NodeLoader {
+        NodeLoader {
+            master,
+            node: Node {
+                data: Vec::new(),
+                offs: Vec::new(),
+                live: 0,
+            },
+            last: None,
+            pending: 0,
+            ok: true,
+        }
+    }
+
+    /// Starts an entry of `nfields` pairs; its strings follow through `field`.
+    /// IDs must ascend and not precede the master ID.
+    pub fn entry(&mut self, id: StreamId, deleted: bool, nfields: usize) {
+        let ordered = match self.last {
+            Some(prev) => id > prev,
+            None => id >= self.master,
+        };
+        let fits = u32::try_from(self.node.data.len()).is_ok();
+        if !ordered || !fits || self.pending != 0 {
+            self.ok = false;
+            return;
+        }
+        self.last = Some(id);
+        self.node.offs.push(self.node.data.len() as u32);
+        self.node.data.push(if deleted { FLAG_DELETED } else { 0 });
+        put_varint(&mut self.node.data, id.ms - self.master.ms);
+        put_varint(&mut self.node.data, id.seq);
+        put_varint(&mut self.node.data, nfields as u64);
+        self.pending = nfields.saturating_mul(2);
+        if !deleted {
+            self.node.live += 1;
+        }
+    }
+
+    /// One field or value string of the current entry.
+    pub fn field(&mut self, bytes: &[u8]) {
+        if self.pending == 0 {
+            self.ok = false;
+            return;
+        }
+        self.pending -= 1;
+        put_varint(&mut self.node.data, bytes.len() as u64);
+        self.node.data.extend_from_slice(bytes);
+    }
+}
+
 /// An entry of a group's PEL: delivered, not yet acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingEntry {
@@ -450,7 +547,7 @@ pub enum Trim {
     MinId(StreamId),
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StreamValue {
     nodes: BTreeMap<StreamId, Node>,
     len: u64,
@@ -554,6 +651,46 @@ impl StreamValue {
         if self.len == 1 {
             self.first_id = id;
         }
+    }
+
+    /// The nodes as stored, in ID order (for DUMP).
+    pub fn raw_nodes(&self) -> impl Iterator<Item = RawNode<'_>> {
+        self.nodes.iter().map(|(k, n)| RawNode {
+            master: *k,
+            node: n,
+        })
+    }
+
+    /// Appends a node loaded by RESTORE after the existing ones. False (the payload is
+    /// corrupt) if it is incomplete, has no live entry, or does not follow the last
+    /// node: every entry of a node must precede the next node's master ID.
+    pub fn push_loaded_node(&mut self, loader: NodeLoader) -> bool {
+        let NodeLoader {
+            master,
+            node,
+            last,
+            pending,
+            ok,
+        } = loader;
+        if !ok || pending != 0 || node.live == 0 || last.is_none() {
+            return false;
+        }
+        if let Some((&prev, prev_node)) = self.nodes.iter().next_back() {
+            if prev_node.last_id(prev) >= master {
+                return false;
+            }
+        }
+        self.len += u64::from(node.live);
+        self.nodes.insert(master, node);
+        true
+    }
+
+    /// The ID of the last entry stored, tombstones included (0-0 if none).
+    pub fn last_stored_id(&self) -> StreamId {
+        self.nodes
+            .iter()
+            .next_back()
+            .map_or(StreamId::ZERO, |(k, n)| n.last_id(*k))
     }
 
     /// The ID XADD `*` would give now, or None when the stream is exhausted.
@@ -750,10 +887,10 @@ impl StreamValue {
         if g.entries_read != ENTRIES_READ_INVALID
             && !self.range_has_tombstones(g.last_id, StreamId::MAX)
         {
-            return Some(self.entries_added as i64 - g.entries_read);
+            return Some((self.entries_added as i64).wrapping_sub(g.entries_read));
         }
         let read = self.estimate_distance(g.last_id);
-        (read != ENTRIES_READ_INVALID).then(|| self.entries_added as i64 - read)
+        (read != ENTRIES_READ_INVALID).then(|| (self.entries_added as i64).wrapping_sub(read))
     }
 
     /// Advances a group past `id` (delivered by XREADGROUP), keeping its read counter.
@@ -766,7 +903,7 @@ impl StreamValue {
                 return;
             }
             if g.entries_read != ENTRIES_READ_INVALID && !tomb {
-                g.entries_read += 1;
+                g.entries_read = g.entries_read.wrapping_add(1);
             } else if entries_added > 0 {
                 g.entries_read = est;
             }

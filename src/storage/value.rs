@@ -236,8 +236,8 @@ impl Value {
         }
     }
 
-    /// The DUMP representation of a value; None for streams, which DUMP does not
-    /// serialize yet.
+    /// The DUMP representation of a value (a copy: DUMP itself writes streams
+    /// straight from the value with `dump::dump_stream`).
     pub fn to_dump(&self) -> Option<DumpValue> {
         Some(match self {
             Value::Str(s) => DumpValue::Str(s.to_vec()),
@@ -245,7 +245,7 @@ impl Value {
             Value::Hash(v) => v.to_dump(),
             Value::Set(v) => v.to_dump(),
             Value::ZSet(v) => v.to_dump(),
-            Value::Stream(_) => return None,
+            Value::Stream(s) => DumpValue::Stream(s.clone()),
         })
     }
 
@@ -257,6 +257,7 @@ impl Value {
             d @ DumpValue::Hash(_) => Value::Hash(Box::new(HashValue::from_dump(d, limits)?)),
             d @ DumpValue::Set(_) => Value::Set(Box::new(SetValue::from_dump(d, limits)?)),
             d @ DumpValue::ZSet(_) => Value::ZSet(Box::new(ZSetValue::from_dump(d, limits)?)),
+            DumpValue::Stream(s) => Value::Stream(s),
         })
     }
 }

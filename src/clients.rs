@@ -43,6 +43,8 @@ pub struct ClientShared {
     pub blocked: RefCell<Option<std::sync::Arc<crate::shard::blocking::BlockState>>>,
     /// Pub/Sub subscriptions and pushes waiting to be written.
     pub pubsub: crate::pubsub::ClientPubSub,
+    /// CLIENT TRACKING mode.
+    pub tracking: crate::tracking::ClientTracking,
 }
 
 impl ClientShared {
@@ -59,17 +61,18 @@ impl ClientShared {
         if self.pubsub.active() {
             flags.push('P');
         }
-        if self.no_evict.get() {
-            flags.push('e');
-        }
         if self.blocked.borrow().is_some() {
             flags.push('b');
+        }
+        self.tracking.list_flags(&mut flags);
+        if self.no_evict.get() {
+            flags.push('e');
         }
         if flags.is_empty() {
             flags.push('N');
         }
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir={} resp={}",
             self.id,
             self.addr,
             self.laddr,
@@ -86,6 +89,7 @@ impl ClientShared {
             self.query_buf_len.get(),
             self.output_len.get(),
             self.last_cmd.get(),
+            self.tracking.redir_field(),
             match self.proto.get() {
                 Protocol::Resp2 => 2,
                 Protocol::Resp3 => 3,

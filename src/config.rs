@@ -526,6 +526,7 @@ const IDX_TIMEOUT: usize = param_index("timeout");
 const IDX_TCP_KEEPALIVE: usize = param_index("tcp-keepalive");
 const IDX_PROTECTED_MODE: usize = param_index("protected-mode");
 const IDX_MAXCLIENTS: usize = param_index("maxclients");
+const IDX_TRACKING_MAX_KEYS: usize = param_index("tracking-table-max-keys");
 const IDX_DATABASES: usize = param_index("databases");
 const IDX_DAEMONIZE: usize = param_index("daemonize");
 const IDX_PIDFILE: usize = param_index("pidfile");
@@ -1757,6 +1758,10 @@ impl Config {
 
     pub fn protected_mode(&self) -> bool {
         self.bool_at(IDX_PROTECTED_MODE)
+    }
+
+    pub fn tracking_table_max_keys(&self) -> u64 {
+        u64::try_from(self.int_at(IDX_TRACKING_MAX_KEYS)).unwrap_or(0)
     }
 
     pub fn maxclients(&self) -> usize {

@@ -173,6 +173,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         multi_count: std::cell::Cell::new(-1),
         blocked: Default::default(),
         pubsub: Default::default(),
+        tracking: Default::default(),
     });
     let authenticated = cell.data.borrow().config.requirepass().is_none();
     cell.data.borrow_mut().stats.total_connections += 1;
@@ -214,6 +215,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
     }
     commands::multi::unwatch_all(&mut conn.session).await;
     crate::pubsub::unsubscribe_all_silently(&shared);
+    crate::tracking::disable(&conn.session);
     cell.clients.borrow_mut().remove(shared.id);
     CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
 }
@@ -229,6 +231,9 @@ impl Connection {
             if !more {
                 return;
             }
+            // Pushes that arrived before this input was read (invalidations,
+            // messages) go out before its replies, as Redis had them queued already.
+            self.take_pushes();
             self.process_input().await;
             self.take_pushes();
             if !self.out.is_empty() {
@@ -424,15 +429,17 @@ impl Connection {
         }
         let read = self.stream.read(&mut self.buf[self.end..]);
         let pubsub = &self.session.shared.pubsub;
-        let result = if pubsub.active() || pubsub.has_pushes() {
-            // A subscriber also wakes up for messages; it then has no new input.
-            match crate::pubsub::read_or_push(pubsub, read).await {
-                Some(r) => r,
-                None => return true,
-            }
-        } else {
-            read.await
-        };
+        // RESP3 clients also get pushes (client tracking's invalidations) while idle.
+        let result =
+            if pubsub.active() || pubsub.has_pushes() || self.session.proto == Protocol::Resp3 {
+                // A subscriber also wakes up for messages; it then has no new input.
+                match crate::pubsub::read_or_push(pubsub, read).await {
+                    Some(r) => r,
+                    None => return true,
+                }
+            } else {
+                read.await
+            };
         let n = match result {
             Ok(0) | Err(_) => return false,
             Ok(n) => n,
@@ -587,6 +594,13 @@ impl Connection {
         }
         let before = self.out.len();
         self.run_command(args).await;
+        // CLIENT CACHING covers the next command only (a whole transaction, as Redis).
+        if self.session.shared.tracking.caching_given()
+            && self.session.multi.is_none()
+            && self.last_cmd.is_none_or(|(_, s)| s.name != "client")
+        {
+            self.session.shared.tracking.end_command();
+        }
         if quiet {
             self.flush().await;
         }
@@ -853,6 +867,8 @@ impl Connection {
             return;
         }
         self.session.exec_owner = Some(owner.id);
+        let shared = self.session.shared.clone();
+        shared.tracking.defer(&shared, true);
         let captured = crate::replication::begin_capture(owner.id);
         ReplyWriter {
             out: &mut self.out,
@@ -870,6 +886,7 @@ impl Connection {
         }
         self.pipe.locked = false;
         self.session.exec_owner = None;
+        shared.tracking.defer(&shared, false);
         if captured {
             crate::replication::end_capture(owner.id);
         }
@@ -1120,6 +1137,9 @@ impl Connection {
                 let proto = self.session.proto;
                 let i =
                     self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
+                if self.session.shared.tracking.tracks_reads() && spec.has(flags::READONLY) {
+                    self.pipe.batches[target].track(i);
+                }
                 self.pipe.order.push(Part::Remote(target as u16, i as u32));
                 // Queueing is not this command's time, nor the next local one's.
                 self.mark = None;
@@ -1135,7 +1155,13 @@ impl Connection {
                     return self.reject(Some(idx), commands::OOM_ERR);
                 }
                 self.flush().await;
+                let track =
+                    self.session.shared.tracking.tracks_reads() && spec.has(flags::READONLY);
                 self.run_global(idx, f, args).await;
+                if track {
+                    let keys = spec.keys.positions(args).map(|p| args.get(p).to_vec());
+                    crate::tracking::remember_remote(&self.session, keys.collect()).await;
+                }
             }
             Cross::Never => {
                 // The table test guarantees multi-key commands have a rule; keep the
@@ -1177,6 +1203,10 @@ impl Connection {
         let proto = self.session.proto;
         let before = self.reply_target().len();
         let t0 = self.clock_start();
+        let client = self.session.id();
+        let tracking = &self.session.shared.tracking;
+        let in_txn = self.session.exec_owner.is_some();
+        let direct = self.pipe.is_empty();
         {
             let target: &mut Vec<u8> = if self.pipe.is_empty() {
                 &mut self.out
@@ -1185,14 +1215,20 @@ impl Connection {
             };
             let mut data = cell.data.borrow_mut();
             // maxmemory: one comparison unless a limit is set (then evict / refuse).
-            if data.mem.limit != 0
-                && data.oom_refuses(spec.has(flags::DENYOOM), cell.locks.borrow().is_idle())
-            {
-                commands::oom_reject(&mut data, idx, proto, target);
-                drop(data);
-                self.note_local(before);
-                return;
+            if data.mem.limit != 0 {
+                if data.oom_refuses(spec.has(flags::DENYOOM), cell.locks.borrow().is_idle()) {
+                    commands::oom_reject(&mut data, idx, proto, target);
+                    drop(data);
+                    self.note_local(before);
+                    return;
+                }
+                // Invalidations of keys just evicted precede the reply, as in Redis.
+                let pubsub = &self.session.shared.pubsub;
+                if pubsub.has_pushes() && direct {
+                    pubsub.take_pushes(target);
+                }
             }
+            data.tracking.writer = client;
             let mut ctx = ExecCtx {
                 data: &mut data,
                 db: db as usize,
@@ -1201,6 +1237,17 @@ impl Connection {
                 now: self.now,
             };
             run(&mut ctx);
+            // One branch while nobody tracks anything on this shard or connection.
+            if tracking.on() | data.tracking.active() {
+                // Keys the command found expired are invalidated before its own
+                // are remembered, as Redis's lazy expiry comes first.
+                data.drain_lazy_expired();
+                if tracking.tracks_reads() && spec.has(flags::READONLY) {
+                    for p in spec.keys.positions(args) {
+                        data.tracking.remember(args.get(p), client, cell.id);
+                    }
+                }
+            }
             if crate::replication::active() {
                 let txn = self.session.exec_owner;
                 let reply = &target[before..];
@@ -1212,16 +1259,21 @@ impl Connection {
                     data.dbs[db as usize].recharge(args.get(p));
                 }
             }
-            let watched = !(data.watches.is_empty() && data.blocked.is_empty());
-            if !failed && watched && spec.has(flags::WRITE) {
-                for p in spec.keys.positions(args) {
-                    data.watches.touch(db as usize, args.get(p));
-                    crate::shard::blocking::signal_key(
-                        &cell.locks,
-                        &mut data,
-                        db as usize,
-                        args.get(p),
-                    );
+            if !data.write_hooks_idle() {
+                if !failed && spec.has(flags::WRITE) {
+                    for p in spec.keys.positions(args) {
+                        data.signal_modified(db as usize, args.get(p));
+                        crate::shard::blocking::signal_key(
+                            &cell.locks,
+                            &mut data,
+                            db as usize,
+                            args.get(p),
+                        );
+                    }
+                }
+                // BCAST keys go out with the command; a transaction's at its end.
+                if data.tracking.has_pending() && !in_txn {
+                    data.tracking.flush_bcast();
                 }
             }
         }
@@ -1275,6 +1327,11 @@ impl Connection {
         for &(s, _) in &self.pipe.merge_parts[from as usize..] {
             self.pipe.part_of[s as usize] = NO_PART;
         }
+        if self.session.shared.tracking.tracks_reads() && spec.has(flags::READONLY) {
+            for &(s, part) in &self.pipe.merge_parts[from as usize..to as usize] {
+                self.pipe.batches[s as usize].track(part as usize);
+            }
+        }
         let groups = ((args.len() - 1) / stride) as u32;
         self.pipe.order.push(Part::Merged {
             merge,
@@ -1314,7 +1371,8 @@ impl Connection {
                 if self.pipe.batches[s].is_empty() {
                     continue;
                 }
-                let b = std::mem::take(&mut self.pipe.batches[s]);
+                let mut b = std::mem::take(&mut self.pipe.batches[s]);
+                (b.client, b.home) = (self.session.id(), cell.id);
                 let r = std::mem::take(&mut self.pipe.spare_replies[s]);
                 let (tx, rx) = futures_channel::oneshot::channel();
                 cell.tell(s, move |c| {
@@ -1363,9 +1421,11 @@ impl Connection {
             .collect();
         // A command split over shards reaches replicas as one MULTI/EXEC block.
         let captured = crate::replication::begin_capture(txn);
+        let in_exec = self.session.exec_owner.is_some();
         for (pos, &s) in shards.iter().enumerate() {
             let last = pos + 1 == shards.len();
-            let b = std::mem::take(&mut self.pipe.batches[s]);
+            let mut b = std::mem::take(&mut self.pipe.batches[s]);
+            (b.client, b.home) = (self.session.id(), cell.id);
             let spare = std::mem::take(&mut self.pipe.spare_replies[s]);
             let (reply, mut b) = cell
                 .call_async(s, move |c| {
@@ -1379,6 +1439,14 @@ impl Connection {
                             locks::acquire(&c.locks, set, txn).await;
                         }
                         let r = batch::run_into(&c, &b, Some(txn), spare).await;
+                        if !in_exec {
+                            // A split command's BCAST keys go out with it (EXEC's
+                            // when the transaction ends).
+                            let mut d = c.data.borrow_mut();
+                            if d.tracking.has_pending() {
+                                d.tracking.flush_bcast();
+                            }
+                        }
                         (r, b)
                     })
                 })

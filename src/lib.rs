@@ -16,4 +16,5 @@ pub mod shard;
 pub mod slot;
 pub mod stats;
 pub mod storage;
+pub mod tracking;
 pub mod util;

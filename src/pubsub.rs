@@ -236,10 +236,7 @@ impl ClientPubSub {
 /// null) to a client's outbox and wakes its connection. Enforces the pubsub output
 /// buffer limits.
 fn push_to(c: &ClientShared, parts: &[Option<&[u8]>], tail: Option<i64>) {
-    let ps = &c.pubsub;
-    let len = {
-        let mut ob = ps.outbox.borrow_mut();
-        let mut w = ReplyWriter::new(&mut ob, c.proto.get());
+    push_with(c, |w| {
         w.push_len(parts.len() + usize::from(tail.is_some()));
         for p in parts {
             match p {
@@ -250,6 +247,17 @@ fn push_to(c: &ClientShared, parts: &[Option<&[u8]>], tail: Option<i64>) {
         if let Some(n) = tail {
             w.integer(n);
         }
+    });
+}
+
+/// Appends one push written by `write` (in the client's protocol) to its outbox and
+/// wakes its connection (client tracking's invalidations use it too).
+pub fn push_with(c: &ClientShared, write: impl FnOnce(&mut ReplyWriter)) {
+    let ps = &c.pubsub;
+    let len = {
+        let mut ob = ps.outbox.borrow_mut();
+        let mut w = ReplyWriter::new(&mut ob, c.proto.get());
+        write(&mut w);
         ob.len() as u64
     };
     ps.pending.set(true);
@@ -323,6 +331,11 @@ struct Hub {
 
 thread_local! {
     static HUB: RefCell<Hub> = RefCell::new(Hub::default());
+}
+
+/// This thread's shard, for code that has only its data at hand (client tracking).
+pub fn shard_cell() -> Option<Rc<ShardCell>> {
+    HUB.with(|h| h.borrow().cell.as_ref().and_then(Weak::upgrade))
 }
 
 /// Binds this thread's hub to its shard. Called once when the shard starts.

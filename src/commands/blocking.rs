@@ -450,9 +450,9 @@ async fn one_hop(
                 }
                 Try::Served(ref key, _) => {
                     st.finish();
-                    d.watches.touch(db, key);
+                    d.signal_modified(db, key);
                     if let Some(dst) = &r.dst {
-                        d.watches.touch(db, dst);
+                        d.signal_modified(db, dst);
                         crate::shard::blocking::signal_key(&c.locks, &mut d, db, dst);
                     }
                     Hop::Done(outcome)

@@ -199,6 +199,7 @@ fn reset(ctx: &mut ClientCtx) {
     *s.shared.name.borrow_mut() = None;
     s.shared.no_evict.set(false);
     crate::pubsub::unsubscribe_all_silently(&s.shared);
+    crate::tracking::disable(s);
     s.authenticated = s.cell.data.borrow().config.requirepass().is_none();
     ctx.out.proto = Protocol::Resp2;
     ctx.out.simple("RESET");
@@ -295,6 +296,27 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().verbatim("txt", line.as_bytes())
             }
             "list" => client_list(g).await,
+            "tracking" if argc >= 3 => {
+                let args = g.args.clone();
+                match crate::tracking::client_tracking(g.session, &args).await {
+                    Ok(()) => g.w().ok(),
+                    Err(e) => g.w().error(&e),
+                }
+            }
+            "caching" if argc >= 3 => {
+                match crate::tracking::client_caching(&g.session.shared.tracking, &g.args[2]) {
+                    Ok(()) => g.w().ok(),
+                    Err(e) => g.w().error(e),
+                }
+            }
+            "getredir" if argc == 2 => {
+                let r = g.session.shared.tracking.redir_field();
+                g.w().integer(r)
+            }
+            "trackinginfo" if argc == 2 => {
+                let shared = g.session.shared.clone();
+                crate::tracking::write_info(&shared.tracking, &mut g.w())
+            }
             "kill" if argc >= 3 => client_kill(g).await,
             "reply" if argc == 3 => {
                 let mode = if g.is(2, "on") {
@@ -357,7 +379,8 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             }
             "unblock" if argc == 3 || argc == 4 => client_unblock(g).await,
             "getname" | "setname" | "info" | "kill" | "reply" | "no-evict" | "pause"
-            | "unpause" | "help" | "unblock" => arity_err(g, &sub),
+            | "unpause" | "help" | "unblock" | "tracking" | "caching" | "getredir"
+            | "trackinginfo" => arity_err(g, &sub),
             _ => g.unknown_subcommand("CLIENT"),
         }
     })

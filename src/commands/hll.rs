@@ -148,7 +148,7 @@ fn pfcount(ctx: &mut ExecCtx) {
         Ok(card) => {
             // Caching the estimate modifies the key, as Redis signals it.
             hll::set_cached(h, card);
-            ctx.data.watches.touch(dbi, key);
+            ctx.data.signal_modified(dbi, key);
             ctx.out.integer(card as i64);
         }
     }

@@ -177,6 +177,7 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         multi_count: std::cell::Cell::new(-1),
         blocked: Default::default(),
         pubsub: Default::default(),
+        tracking: Default::default(),
     });
     Session {
         cell: s.cell.clone(),
@@ -203,6 +204,11 @@ async fn run_script(
     args: Vec<Vec<u8>>,
     ro: bool,
 ) {
+    let keys_for_tracking = if g.session.shared.tracking.tracks_reads() {
+        keys.clone()
+    } else {
+        Vec::new()
+    };
     let cell = g.session.cell.clone();
     let owner = LockOwner {
         id: g.session.exec_owner.unwrap_or_else(|| cell.next_txn_id()),
@@ -240,6 +246,7 @@ async fn run_script(
     // Time stands still for the script, as in Redis: every command sees its start.
     let now = crate::util::now_ms();
     let mut wrote = false;
+    let mut read = false;
     loop {
         match next_event(&mut erx).await {
             Some(Event::Call {
@@ -248,6 +255,7 @@ async fn run_script(
                 ro,
                 allow_oom,
             }) => {
+                read = read || super::lookup(&argv[0]).is_some_and(|(_, s)| s.has(READONLY));
                 fake.proto = if resp3 {
                     Protocol::Resp3
                 } else {
@@ -272,6 +280,11 @@ async fn run_script(
         crate::replication::end_capture(owner.id);
     }
     op.release(&cell).await;
+    // Client tracking: a script that read anything tracks its declared keys for its
+    // caller, as Redis remembers the EVAL's keys.
+    if read && g.session.shared.tracking.tracks_reads() {
+        crate::tracking::remember_remote(g.session, keys_for_tracking).await;
+    }
 }
 
 const OOM_ERR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
@@ -396,6 +409,7 @@ async fn call(
                     now,
                     write,
                     txn: fake.exec_owner,
+                    client: fake.id(),
                 };
                 out = cell.call(first, move |c| job.run(c)).await;
             } else {
@@ -477,6 +491,8 @@ struct KeyedJob {
     write: bool,
     /// The script's lock owner: its effects go into the script's capture.
     txn: Option<u64>,
+    /// The calling client (client tracking's NOLOOP).
+    client: u64,
 }
 
 impl KeyedJob {
@@ -484,6 +500,7 @@ impl KeyedJob {
         let mut out = Vec::new();
         let args = Args::new(&self.buf, &self.spans);
         let mut data = cell.data.borrow_mut();
+        data.tracking.writer = self.client;
         let mut ctx = ExecCtx {
             data: &mut data,
             db: self.db,
@@ -505,7 +522,7 @@ impl KeyedJob {
             // WATCHers of these keys see the write; blocked poppers re-check once the
             // script releases its locks.
             for &p in &self.keys {
-                data.watches.touch(self.db, args.get(p));
+                data.signal_modified(self.db, args.get(p));
                 data.blocked.signal(self.db, args.get(p));
             }
         }
@@ -552,6 +569,7 @@ async fn split(
             now,
             write,
             txn: fake.exec_owner,
+            client: fake.id(),
         };
         let shard = cell.shard_of(&group[0]);
         parts.push(cell.call(shard, move |c| job.run(c)).await);

@@ -98,12 +98,15 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         op.on_each(&cell, move |d| {
             d.watches
                 .touch_flushed(Some(db), &d.dbs, crate::util::now_ms());
+            d.tracking.clear();
             flush_db(d, db, lazy);
             // Blocked XREADGROUP clients learn that their stream is gone.
             d.blocked.signal_all();
         })
         .await;
         op.release(&cell).await;
+        // Every tracking client learns that all it cached is gone (a null).
+        crate::tracking::notify_flush(&cell).await;
         g.w().ok();
     })
 }
@@ -117,12 +120,15 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         op.on_each(&cell, move |d| {
             d.watches.touch_flushed(None, &d.dbs, crate::util::now_ms());
+            d.tracking.clear();
             (0..d.dbs.len()).for_each(|db| flush_db(d, db, lazy));
             // Blocked XREADGROUP clients learn that their stream is gone.
             d.blocked.signal_all();
         })
         .await;
         op.release(&cell).await;
+        // Every tracking client learns that all it cached is gone (a null).
+        crate::tracking::notify_flush(&cell).await;
         g.w().ok();
     })
 }
@@ -361,9 +367,10 @@ fn info_server(cell: &crate::shard::ShardCell, out: &mut String) {
 fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
     let n: usize = reports.iter().map(|r| r.clients).sum();
     let blocked: usize = reports.iter().map(|r| r.blocked_clients).sum();
+    let (tc, ..) = crate::tracking::info_counts();
     let _ = write!(
         out,
-        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{blocked}\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
+        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{blocked}\r\ntracking_clients:{tc}\r\nclients_in_timeout_table:0\r\n",
         maxclients
     );
 }
@@ -440,9 +447,10 @@ fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
     let expired: u64 = reports.iter().map(|r| r.expired).sum();
     let evicted: u64 = reports.iter().map(|r| r.evicted).sum();
     let eviction_ms: u64 = reports.iter().map(|r| r.eviction_us).sum::<u64>() / 1000;
+    let (_, tk, ti, tp) = crate::tracking::info_counts();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:{tk}\r\ntracking_total_items:{ti}\r\ntracking_total_prefixes:{tp}\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
         s.total_connections,
         s.total_commands,
         s.net_input_bytes,

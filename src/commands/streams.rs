@@ -1651,7 +1651,7 @@ async fn fast_try(g: &GlobalCtx<'_>, req: &ReadReq, lock_keys: &[Vec<u8>]) -> Op
             Ok(parts) if !parts.is_empty() => {
                 if spec.group.is_some() {
                     for k in &lock_keys {
-                        d.watches.touch(db, k);
+                        d.signal_modified(db, k);
                         d.blocked.signal(db, k);
                     }
                 }

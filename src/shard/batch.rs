@@ -18,6 +18,8 @@ struct BatchCmd {
     /// Whether this command counts in the command statistics: a split command
     /// counts once, on its first part.
     counted: bool,
+    /// Client tracking: remember the keys read for the batch's client.
+    track: bool,
     db: u8,
     proto: Protocol,
     args: (u32, u32),
@@ -31,6 +33,9 @@ pub struct OwnedBatch {
     spans: Vec<ArgSpan>,
     key_spans: Vec<ArgSpan>,
     cmds: Vec<BatchCmd>,
+    /// The connection that sent the batch, and its shard (client tracking).
+    pub client: u64,
+    pub home: usize,
 }
 
 impl OwnedBatch {
@@ -48,6 +53,11 @@ impl OwnedBatch {
         self.spans.clear();
         self.key_spans.clear();
         self.cmds.clear();
+    }
+
+    /// Command `i` is a read whose keys the client tracks.
+    pub fn track(&mut self, i: usize) {
+        self.cmds[i].track = true;
     }
 
     fn push_arg(&mut self, a: &[u8]) -> ArgSpan {
@@ -129,6 +139,7 @@ impl OwnedBatch {
             cmd,
             split_part,
             counted: true,
+            track: false,
             db,
             proto,
             args: (a0, self.spans.len() as u32),
@@ -240,6 +251,7 @@ fn run_one(
         reply.ends.push(reply.out.len() as u32);
         return;
     }
+    data.tracking.writer = batch.client;
     let mut ctx = ExecCtx {
         data: &mut data,
         db: c.db as usize,
@@ -251,6 +263,15 @@ fn run_one(
         now,
     };
     run(&mut ctx);
+    if c.track | data.tracking.active() {
+        // Lazily expired keys first, then this read's keys (Redis's order).
+        data.drain_lazy_expired();
+        if c.track {
+            for k in batch.keys_of(i) {
+                data.tracking.remember(k, batch.client, batch.home);
+            }
+        }
+    }
     if crate::replication::active() {
         let spec = &table().specs[c.cmd as usize];
         let out = &reply.out[before..];
@@ -294,12 +315,17 @@ fn run_one(
         // INFO errorstats / total_error_replies count errors produced on any shard.
         data.stats
             .record_error(crate::connection::error_prefix(&reply.out[before..]));
-    } else if !(data.watches.is_empty() && data.blocked.is_empty())
-        && table().specs[c.cmd as usize].has(crate::commands::table::flags::WRITE)
-    {
-        for k in batch.keys_of(i) {
-            data.watches.touch(c.db as usize, k);
-            super::blocking::signal_key(&cell.locks, &mut data, c.db as usize, k);
+    } else if !data.write_hooks_idle() {
+        if table().specs[c.cmd as usize].has(crate::commands::table::flags::WRITE) {
+            for k in batch.keys_of(i) {
+                data.signal_modified(c.db as usize, k);
+                super::blocking::signal_key(&cell.locks, &mut data, c.db as usize, k);
+            }
+        }
+        // BCAST keys go out with the command; a transaction's when it releases the
+        // shard.
+        if data.tracking.has_pending() && txn.is_none() {
+            data.tracking.flush_bcast();
         }
     }
     reply.ends.push(reply.out.len() as u32);

@@ -315,9 +315,9 @@ pub fn signal_key(locks: &RefCell<KeyLocks>, data: &mut ShardData, db: usize, ke
             }
             match local.serve(data, db, &key) {
                 Some(served) => {
-                    data.watches.touch(db, &key);
+                    data.signal_modified(db, &key);
                     if let Some(p) = served.pushed {
-                        data.watches.touch(db, &p);
+                        data.signal_modified(db, &p);
                         ready.push_back(p);
                     }
                     st.deliver(served.reply);

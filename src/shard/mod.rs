@@ -37,6 +37,8 @@ pub struct ShardData {
     pub active_expire: bool,
     /// Clients' WATCHes on this shard's keys.
     pub watches: watch::Watches,
+    /// Client tracking: the clients that read each key of this shard, BCAST prefixes.
+    pub tracking: crate::tracking::TrackingTable,
     /// Clients blocked (BLPOP ...) on this shard's keys.
     pub blocked: blocking::Blocked,
     /// Collection encoding thresholds, refreshed on CONFIG SET.
@@ -61,6 +63,55 @@ impl ShardData {
         self.limits = crate::storage::limits::EncodingLimits::from_config(&self.config);
         self.mem.refresh(&self.config);
         self.observe.refresh(&self.config);
+        self.tracking
+            .set_max_keys(self.config.tracking_table_max_keys());
+    }
+
+    /// `key` was modified (Redis's signalModifiedKey): its WATCHers' transactions
+    /// fail and the clients tracking it get an invalidation. Every write hook goes
+    /// through here (or through `signal_fields` where `dbs` is borrowed).
+    #[inline]
+    pub fn signal_modified(&mut self, db: usize, key: &[u8]) {
+        signal_fields(&mut self.watches, &mut self.tracking, db, key);
+    }
+
+    /// Keys that reads found expired (and removed) while clients track keys: their
+    /// invalidations, as Redis's lazy expiry signals them.
+    #[cold]
+    pub fn drain_lazy_expired(&mut self) {
+        for i in 0..self.dbs.len() {
+            if self.dbs[i].tracking_expired.is_empty() {
+                continue;
+            }
+            let keys = std::mem::take(&mut self.dbs[i].tracking_expired);
+            if self.tracking.active() {
+                for k in &keys {
+                    self.tracking.invalidate_by(k, 0);
+                }
+            }
+        }
+    }
+
+    /// Whether writes need no per-key signal at all (no WATCH, no blocked client,
+    /// no tracking): the write path's one check.
+    #[inline]
+    pub fn write_hooks_idle(&self) -> bool {
+        // `&`, not `&&`: three loads and one branch on the write path.
+        self.watches.is_empty() & self.blocked.is_empty() & !self.tracking.active()
+    }
+}
+
+/// `ShardData::signal_modified` on the two fields, for callers that hold `dbs`.
+#[inline]
+pub fn signal_fields(
+    watches: &mut watch::Watches,
+    tracking: &mut crate::tracking::TrackingTable,
+    db: usize,
+    key: &[u8],
+) {
+    watches.touch(db, key);
+    if tracking.active() {
+        tracking.invalidate(key);
     }
 }
 
@@ -110,7 +161,8 @@ pub fn new_shard_data(
     let dbs = (0..config.databases())
         .map(|i| Db::new(range.start, range.len(), hasher).with_index(i))
         .collect();
-    ShardData {
+    let max_tracked = config.tracking_table_max_keys();
+    let mut data = ShardData {
         id,
         dbs,
         mem: crate::storage::evict::MemState::from_config(&config, slots.shards()),
@@ -127,8 +179,11 @@ pub fn new_shard_data(
         active_expire: true,
         pause: None,
         watches: watch::Watches::default(),
+        tracking: Default::default(),
         blocked: blocking::Blocked::default(),
-    }
+    };
+    data.tracking.set_max_keys(max_tracked);
+    data
 }
 
 pub fn new_cell(
@@ -176,13 +231,15 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                 }
                 let now = crate::util::now_ms();
                 let data = &mut *data;
+                // Expiry is the server's write, never a client's (NOLOOP).
+                data.tracking.writer = 0;
                 let lazy = data.mem.lazy_expire;
                 for (i, db) in data.dbs.iter_mut().enumerate() {
                     for _ in 0..16 {
                         // Expiry is a write: WATCHers of the key must fail (Redis's
                         // signalModifiedKey), and big values may go to lazy free.
                         let st = db.expire_some_with(now, SAMPLES, |e| {
-                            data.watches.touch(i, &e.key);
+                            signal_fields(&mut data.watches, &mut data.tracking, i, &e.key);
                             if lazy {
                                 let charge = e.charge();
                                 data.lazy.free(e.value, charge);
@@ -193,6 +250,12 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                         }
                         more = true;
                     }
+                }
+                if crate::tracking::any_client() {
+                    data.drain_lazy_expired();
+                }
+                if data.tracking.has_pending() {
+                    data.tracking.flush_bcast();
                 }
                 // The latency monitor's "expire-cycle" event: one uninterrupted step.
                 let ms = step_start.elapsed().as_millis() as u64;

@@ -160,12 +160,17 @@ impl MultiShardOp {
             cell.tell(s, move |c| {
                 // Locks go first: the clients the signals serve in place need the keys.
                 c.locks.borrow_mut().release(txn);
+                let mut d = c.data.borrow_mut();
                 if write {
-                    let mut d = c.data.borrow_mut();
                     for (db, k) in &keys {
-                        d.watches.touch(*db as usize, k);
+                        d.signal_modified(*db as usize, k);
                         super::blocking::signal_key(&c.locks, &mut d, *db as usize, k);
                     }
+                }
+                // BCAST keys written under the operation (a transaction, a script)
+                // go out when it ends, as one message per prefix.
+                if d.tracking.has_pending() {
+                    d.tracking.flush_bcast();
                 }
             })
             .await;

@@ -272,7 +272,7 @@ impl ShardData {
         let Some(e) = self.dbs[db].remove(&key) else {
             return false;
         };
-        self.watches.touch(db, &key);
+        self.signal_modified(db, &key);
         self.mem.evicted_keys += 1;
         crate::pubsub::notify(crate::config::notify::EVICTED, "evicted", &key, db);
         if crate::replication::active() {

@@ -201,6 +201,9 @@ pub struct Db {
     /// Keys expired while a replica is attached, for their propagated DEL
     /// (drained by `replication::drain_expired`).
     pub expired_log: Vec<Vec<u8>>,
+    /// Keys expired on access while some client tracks keys, for their
+    /// invalidation (drained by `ShardData::drain_lazy_expired`).
+    pub tracking_expired: Vec<Vec<u8>>,
     /// Sum of the entries' charges (memory accounting).
     used: usize,
 }
@@ -219,6 +222,7 @@ impl Db {
             expired_count: 0,
             index: 0,
             expired_log: Vec::new(),
+            tracking_expired: Vec::new(),
             used: 0,
         }
     }
@@ -292,6 +296,9 @@ impl Db {
         self.expires -= 1;
         self.keys -= 1;
         self.expired_count += 1;
+        if crate::tracking::any_client() {
+            self.tracking_expired.push(key.to_vec());
+        }
         notify(class::EXPIRED, "expired", key, self.index);
         None
     }
@@ -564,6 +571,9 @@ impl Db {
                 let hash = self.hasher.hash_one(&key[..]);
                 self.remove_at(idx, hash, &key);
                 self.expired_count += 1;
+                if crate::tracking::any_client() {
+                    self.tracking_expired.push(key.clone());
+                }
                 notify(class::EXPIRED, "expired", &key, self.index);
                 continue;
             }

@@ -851,6 +851,7 @@ impl Connection {
         let owner = locks::LockOwner {
             id: cell.next_txn_id(),
             write: false,
+            client: self.session.id(),
         };
         let op = crate::shard::multi::MultiShardOp::lock_all(owner, &cell).await;
         let dirty = commands::multi::watched_dirty(&self.session).await;

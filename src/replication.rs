@@ -293,6 +293,7 @@ pub async fn snapshot(
     let owner = crate::shard::locks::LockOwner {
         id: cell.next_txn_id(),
         write: false,
+        client: 0,
     };
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
     let parts = op

@@ -388,3 +388,28 @@ fn tracking_table_max_keys_evicts_down_to_the_limit() {
     let info: String = q(&mut i, &["INFO", "stats"]);
     assert!(info.contains("tracking_total_keys:5\r\n"), "{info}");
 }
+
+/// NOLOOP hides only the client's own writes: a cross-shard RENAME by another client
+/// (a coordinator, whose writes are signalled when it releases its keys) must reach a
+/// NOLOOP reader even when that reader's command was the last one run on the shard.
+#[test]
+fn noloop_keeps_other_clients_cross_shard_writes() {
+    let server = Server::start(2);
+    let mut c = conns(&server, 2);
+    let (r, rest) = c.split_first_mut().expect("conns");
+    let w = &mut rest[0];
+    r.resp3();
+    r.call(&["CLIENT", "TRACKING", "on", "NOLOOP"], "+OK\r\n");
+    for (src, dst) in [(KEY_SHARD0, KEY_SHARD1), (KEY_SHARD1, KEY_SHARD0)] {
+        w.call(&["SET", dst, "old"], "+OK\r\n");
+        w.call(&["SET", src, "new"], "+OK\r\n");
+        // The reader's GET is the last command run on dst's shard.
+        r.call(&["GET", dst], &bulk("old"));
+        w.call(&["RENAME", src, dst], "+OK\r\n");
+        r.expect(&push(&[dst]));
+        // Its own cross-shard RENAME stays silent for it.
+        r.call(&["GET", dst], &bulk("new"));
+        r.call(&["RENAME", dst, src], "+OK\r\n");
+        r.quiet();
+    }
+}

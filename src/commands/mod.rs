@@ -286,6 +286,7 @@ impl GlobalCtx<'_> {
                 .exec_owner
                 .unwrap_or_else(|| self.session.cell.next_txn_id()),
             write: self.write,
+            client: self.session.id(),
         }
     }
 

@@ -213,6 +213,7 @@ async fn run_script(
     let owner = LockOwner {
         id: g.session.exec_owner.unwrap_or_else(|| cell.next_txn_id()),
         write: true,
+        client: g.session.id(),
     };
     let op = MultiShardOp::lock_all(owner, &cell).await;
     let captured = crate::replication::begin_capture(owner.id);

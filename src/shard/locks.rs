@@ -24,6 +24,9 @@ pub type TxnId = u64;
 pub struct LockOwner {
     pub id: TxnId,
     pub write: bool,
+    /// The client the operation runs for (0: the server itself). Its writes are that
+    /// client's for client tracking (NOLOOP skips a client's own writes).
+    pub client: u64,
 }
 
 /// What one operation locks on one shard.

@@ -16,6 +16,8 @@ type KeyValue = (Vec<u8>, Vec<u8>);
 pub struct MultiShardOp {
     txn: TxnId,
     write: bool,
+    /// `LockOwner::client`: whose writes the release signals.
+    client: u64,
     shards: Vec<usize>,
     /// The keys locked on each shard of `shards` (empty for whole-shard locks).
     keys: Vec<Vec<(u8, Vec<u8>)>>,
@@ -94,6 +96,7 @@ impl MultiShardOp {
         MultiShardOp {
             txn,
             write: owner.write,
+            client: owner.client,
             shards,
             keys,
         }
@@ -155,13 +158,16 @@ impl MultiShardOp {
     /// Ends the operation: a writing one first invalidates WATCHes on its keys, then
     /// every shard's locks are released.
     pub async fn release(self, cell: &Rc<ShardCell>) {
-        let (txn, write) = (self.txn, self.write);
+        let (txn, write, client) = (self.txn, self.write, self.client);
         for (s, keys) in self.shards.into_iter().zip(self.keys) {
             cell.tell(s, move |c| {
                 // Locks go first: the clients the signals serve in place need the keys.
                 c.locks.borrow_mut().release(txn);
                 let mut d = c.data.borrow_mut();
                 if write {
+                    // The writes are the operation's client's (tracking's NOLOOP),
+                    // whatever command ran last on this shard.
+                    d.tracking.writer = client;
                     for (db, k) in &keys {
                         d.signal_modified(*db as usize, k);
                         super::blocking::signal_key(&c.locks, &mut d, *db as usize, k);

@@ -118,6 +118,18 @@ fn bulk(v: &str) -> String {
     format!("${}\r\n{}\r\n", v.len(), v)
 }
 
+/// A RESP3 reader with tracking on (with `opts`) and a writer, on their own
+/// connections.
+fn reader_writer(server: &Server, opts: &[&str]) -> (Conn, Conn) {
+    let mut r = Conn::new(server);
+    let w = Conn::new(server);
+    r.resp3();
+    let mut args = vec!["CLIENT", "TRACKING", "on"];
+    args.extend_from_slice(opts);
+    r.call(&args, "+OK\r\n");
+    (r, w)
+}
+
 /// Several connections, so that they spread over both shards.
 fn conns(server: &Server, n: usize) -> Vec<Conn> {
     (0..n).map(|_| Conn::new(server)).collect()
@@ -325,11 +337,7 @@ fn optin_optout_and_caching() {
 #[test]
 fn expiry_and_transactions_invalidate_after_the_reply() {
     let server = Server::start(2);
-    let mut c = conns(&server, 2);
-    let (r, rest) = c.split_first_mut().expect("conns");
-    let w = &mut rest[0];
-    r.resp3();
-    r.call(&["CLIENT", "TRACKING", "on"], "+OK\r\n");
+    let (mut r, mut w) = reader_writer(&server, &[]);
     // Active expiry invalidates, on both shards.
     for k in [KEY_SHARD0, KEY_SHARD1] {
         w.call(&["SET", k, "v", "PX", "50"], "+OK\r\n");
@@ -362,11 +370,7 @@ fn expiry_and_transactions_invalidate_after_the_reply() {
 #[test]
 fn tracking_table_max_keys_evicts_down_to_the_limit() {
     let server = Server::start(2);
-    let mut c = conns(&server, 2);
-    let (r, rest) = c.split_first_mut().expect("conns");
-    let w = &mut rest[0];
-    r.resp3();
-    r.call(&["CLIENT", "TRACKING", "on"], "+OK\r\n");
+    let (mut r, mut w) = reader_writer(&server, &[]);
     for i in 0..20 {
         r.call(&["GET", &format!("k{i}")], "_\r\n");
     }
@@ -395,11 +399,7 @@ fn tracking_table_max_keys_evicts_down_to_the_limit() {
 #[test]
 fn noloop_keeps_other_clients_cross_shard_writes() {
     let server = Server::start(2);
-    let mut c = conns(&server, 2);
-    let (r, rest) = c.split_first_mut().expect("conns");
-    let w = &mut rest[0];
-    r.resp3();
-    r.call(&["CLIENT", "TRACKING", "on", "NOLOOP"], "+OK\r\n");
+    let (mut r, mut w) = reader_writer(&server, &["NOLOOP"]);
     for (src, dst) in [(KEY_SHARD0, KEY_SHARD1), (KEY_SHARD1, KEY_SHARD0)] {
         w.call(&["SET", dst, "old"], "+OK\r\n");
         w.call(&["SET", src, "new"], "+OK\r\n");

@@ -201,8 +201,7 @@ impl TcpStream {
                 *state.read_waker.borrow_mut() = Some(cx.waker().clone());
                 return Poll::Pending;
             }
-            // SAFETY: recv into a live, correctly sized buffer.
-            let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
+            let n = sys_recv(fd, buf);
             if n >= 0 {
                 if n > 0 && (n as usize) < buf.len() {
                     state.readable.set(false);
@@ -225,16 +224,7 @@ impl TcpStream {
         let state = self.reg.state.clone();
         poll_fn(|cx| {
             while !buf.is_empty() {
-                // SAFETY: send from a live buffer; MSG_NOSIGNAL keeps a closed peer from
-                // raising SIGPIPE.
-                let n = unsafe {
-                    libc::send(
-                        fd,
-                        buf.as_ptr() as *const libc::c_void,
-                        buf.len(),
-                        libc::MSG_NOSIGNAL,
-                    )
-                };
+                let n = sys_send(fd, buf);
                 if n >= 0 {
                     buf = &buf[n as usize..];
                     continue;
@@ -259,5 +249,44 @@ impl TcpStream {
 impl AsRawFd for TcpStream {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
+    }
+}
+
+// recv and send as bare system calls. glibc's wrappers are thread-cancellation points
+// that switch the cancel state around every call (about 1.5% of a shard's CPU at one
+// request per read, measured with perf); shards are never cancelled.
+
+/// recvfrom(fd, buf, 0, NULL, NULL): bytes read, or -1 with errno set.
+fn sys_recv(fd: libc::c_int, buf: &mut [u8]) -> isize {
+    let null = std::ptr::null_mut::<libc::c_void>();
+    // SAFETY: the kernel writes at most buf.len() bytes into a live, exclusively
+    // borrowed buffer; the address arguments are NULL.
+    unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            fd,
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            0,
+            null,
+            null,
+        ) as isize
+    }
+}
+
+/// sendto(fd, buf, MSG_NOSIGNAL, NULL, 0): bytes sent, or -1 with errno set.
+/// MSG_NOSIGNAL keeps a closed peer from raising SIGPIPE.
+fn sys_send(fd: libc::c_int, buf: &[u8]) -> isize {
+    // SAFETY: the kernel only reads buf.len() bytes of a live buffer; no address.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd,
+            buf.as_ptr() as *const libc::c_void,
+            buf.len(),
+            libc::MSG_NOSIGNAL,
+            std::ptr::null::<libc::c_void>(),
+            0,
+        ) as isize
     }
 }

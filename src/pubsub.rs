@@ -329,6 +329,17 @@ struct Hub {
     shard_channels: HashMap<Vec<u8>, Subscribers>,
 }
 
+impl Hub {
+    /// The subscribers by name: shard channels (SSUBSCRIBE) or plain channels.
+    fn named(&self, shard: bool) -> &HashMap<Vec<u8>, Subscribers> {
+        if shard {
+            &self.shard_channels
+        } else {
+            &self.channels
+        }
+    }
+}
+
 thread_local! {
     static HUB: RefCell<Hub> = RefCell::new(Hub::default());
 }
@@ -579,12 +590,8 @@ fn publish_now(channel: Vec<u8>, msg: Vec<u8>) {
 pub fn local_channels(shard: bool, pattern: Option<&[u8]>) -> Vec<Vec<u8>> {
     HUB.with(|h| {
         let h = h.borrow();
-        let m = if shard {
-            &h.shard_channels
-        } else {
-            &h.channels
-        };
-        m.keys()
+        h.named(shard)
+            .keys()
             .filter(|k| pattern.is_none_or(|p| glob_match(p, k, false)))
             .cloned()
             .collect()
@@ -595,11 +602,7 @@ pub fn local_channels(shard: bool, pattern: Option<&[u8]>) -> Vec<Vec<u8>> {
 pub fn local_numsub(shard: bool, names: &[Vec<u8>]) -> Vec<usize> {
     HUB.with(|h| {
         let h = h.borrow();
-        let m = if shard {
-            &h.shard_channels
-        } else {
-            &h.channels
-        };
+        let m = h.named(shard);
         names
             .iter()
             .map(|n| m.get(n).map_or(0, |v| v.len()))

@@ -20,6 +20,17 @@ fn used(c: &mut redis::Connection) -> u64 {
     info_field(c, "memory", "used_memory")
 }
 
+/// Empties the server and sets `policy` with a limit `room` bytes above what it uses
+/// empty; returns the limit.
+fn fresh_limit(c: &mut redis::Connection, policy: &str, room: u64) -> u64 {
+    let _: () = redis::cmd("FLUSHALL").query(c).expect("flushall");
+    config(c, "maxmemory", "0");
+    let limit = used(c) + room;
+    config(c, "maxmemory-policy", policy);
+    config(c, "maxmemory", &limit.to_string());
+    limit
+}
+
 fn config(c: &mut redis::Connection, k: &str, v: &str) {
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -66,12 +77,7 @@ fn every_policy_keeps_used_memory_near_the_limit() {
         "volatile-random",
         "volatile-ttl",
     ] {
-        let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flushall");
-        config(&mut c, "maxmemory", "0");
-        let base = used(&mut c);
-        let limit = base + 12 * MB;
-        config(&mut c, "maxmemory-policy", policy);
-        config(&mut c, "maxmemory", &limit.to_string());
+        let limit = fresh_limit(&mut c, policy, 12 * MB);
         // ~30 MB of keys, all with a TTL so volatile policies can evict them too.
         let failed = fill(&mut c, policy, 150_000, 100, true);
         assert_eq!(failed, 0, "{policy}: writes failed");
@@ -97,11 +103,7 @@ fn volatile_policies_evict_only_keys_with_a_ttl() {
         "volatile-random",
         "volatile-ttl",
     ] {
-        let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("flushall");
-        config(&mut c, "maxmemory", "0");
-        let base = used(&mut c);
-        config(&mut c, "maxmemory-policy", policy);
-        config(&mut c, "maxmemory", &(base + 10 * MB).to_string());
+        fresh_limit(&mut c, policy, 10 * MB);
         assert_eq!(fill(&mut c, "keep", 2_000, 100, false), 0);
         fill(&mut c, "ttl", 120_000, 100, true);
         for i in 0..2_000 {

@@ -32,12 +32,7 @@ impl SubSpec {
 
     #[inline]
     pub fn arity_ok(&self, argc: usize) -> bool {
-        let a = self.arity as isize;
-        if a >= 0 {
-            argc as isize == a
-        } else {
-            argc as isize >= -a
-        }
+        super::table::arity_allows(self.arity, argc)
     }
 }
 

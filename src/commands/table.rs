@@ -290,15 +290,21 @@ pub struct CommandSpec {
     pub acl: &'static [&'static str],
 }
 
+/// Redis's arity rule: exactly `arity` arguments, or at least `-arity` when negative.
+#[inline]
+pub fn arity_allows(arity: i16, argc: usize) -> bool {
+    let a = arity as isize;
+    if a >= 0 {
+        argc as isize == a
+    } else {
+        argc as isize >= -a
+    }
+}
+
 impl CommandSpec {
     #[inline]
     pub fn arity_ok(&self, argc: usize) -> bool {
-        let a = self.arity as isize;
-        if a >= 0 {
-            argc as isize == a
-        } else {
-            argc as isize >= -a
-        }
+        arity_allows(self.arity, argc)
     }
 
     pub fn has(&self, flag: u32) -> bool {

@@ -24,6 +24,7 @@ use crate::runtime::TcpStream;
 use crate::shard::batch::{self, BatchReply, OwnedBatch};
 use crate::shard::locks;
 use crate::shard::ShardCell;
+use crate::storage::evict::OomCheck;
 
 /// Clients connected to the whole process (for maxclients and INFO clients).
 pub static CONNECTED_CLIENTS: AtomicUsize = AtomicUsize::new(0);
@@ -1201,6 +1202,7 @@ impl Connection {
             locks::wait_unlocked(&cell.locks, db, keys).await;
             self.mark = None;
         }
+        let oom = self.oom_check(&cell, spec.has(flags::DENYOOM)).await;
         let proto = self.session.proto;
         let before = self.reply_target().len();
         let t0 = self.clock_start();
@@ -1217,7 +1219,7 @@ impl Connection {
             let mut data = cell.data.borrow_mut();
             // maxmemory: one comparison unless a limit is set (then evict / refuse).
             if data.mem.limit != 0 {
-                if data.oom_refuses(spec.has(flags::DENYOOM), cell.locks.borrow().is_idle()) {
+                if oom == OomCheck::Refuse {
                     commands::oom_reject(&mut data, idx, proto, target);
                     drop(data);
                     self.note_local(before);
@@ -1259,6 +1261,7 @@ impl Connection {
                 for p in spec.keys.positions(args) {
                     data.dbs[db as usize].recharge(args.get(p));
                 }
+                data.publish_if_limited();
             }
             if !data.write_hooks_idle() {
                 if !failed && spec.has(flags::WRITE) {
@@ -1280,6 +1283,25 @@ impl Connection {
         }
         self.finish_local(idx, before, t0, args);
         self.note_local(before);
+    }
+
+    /// maxmemory before a local keyed command (one comparison without a limit). When
+    /// the other shards must evict first, waits for them after sending the replies
+    /// owed so far, then decides without asking again.
+    async fn oom_check(&mut self, cell: &Rc<ShardCell>, denyoom: bool) -> OomCheck {
+        if cell.data.borrow().mem.limit == 0 {
+            return OomCheck::Run;
+        }
+        let idle = cell.locks.borrow().is_idle();
+        let first = cell.data.borrow_mut().oom_check(denyoom, idle, true);
+        let OomCheck::AskPeers(bytes) = first else {
+            return first;
+        };
+        self.flush().await;
+        crate::storage::evict::evict_on_peers(cell, bytes).await;
+        self.mark = None;
+        let idle = cell.locks.borrow().is_idle();
+        cell.data.borrow_mut().oom_check(denyoom, idle, false)
     }
 
     fn queue_split(
@@ -1392,6 +1414,12 @@ impl Connection {
                 }
             }
             self.pipe.waiting = waiting;
+        }
+        // Invalidations of keys evicted while these commands waited for memory go
+        // before their replies, as Redis evicts before it runs a command. (Those of
+        // keys the commands wrote themselves go after, as in Redis.)
+        if self.session.reply_mode == ReplyMode::On {
+            self.session.shared.pubsub.take_early_pushes(&mut self.out);
         }
         self.assemble(&replies);
         self.log_remote_slow(&mut replies);

@@ -126,6 +126,9 @@ pub struct ClientPubSub {
     total: Cell<usize>,
     /// The outbox is not empty (checked after every command, so a plain flag).
     pending: Cell<bool>,
+    /// Bytes at the front of the outbox that go before the reply the connection is
+    /// waiting for (invalidations of evicted keys), not after it.
+    early: Cell<usize>,
 }
 
 impl ClientPubSub {
@@ -153,11 +156,30 @@ impl ClientPubSub {
         self.pending.get()
     }
 
+    /// What was pushed so far goes before the reply being waited for.
+    pub fn mark_early(&self) {
+        self.early.set(self.outbox.borrow().len());
+    }
+
+    /// Moves the pushes marked early to the end of `out`.
+    pub fn take_early_pushes(&self, out: &mut Vec<u8>) {
+        let n = self.early.replace(0);
+        if n == 0 {
+            return;
+        }
+        let mut ob = self.outbox.borrow_mut();
+        let n = n.min(ob.len());
+        out.extend_from_slice(&ob[..n]);
+        ob.drain(..n);
+        self.pending.set(!ob.is_empty());
+    }
+
     /// Moves the waiting pushes to the end of `out`.
     pub fn take_pushes(&self, out: &mut Vec<u8>) {
         let mut ob = self.outbox.borrow_mut();
         out.extend_from_slice(&ob);
         ob.clear();
+        self.early.set(0);
         if ob.capacity() > 1024 * 1024 {
             *ob = Vec::new();
         }
@@ -267,6 +289,7 @@ pub fn push_with(c: &ClientShared, write: impl FnOnce(&mut ReplyWriter)) {
             "closing pubsub client over client-output-buffer-limit"
         );
         ps.outbox.borrow_mut().clear();
+        ps.early.set(0);
         ps.pending.set(false);
         c.kill();
     }

@@ -450,6 +450,11 @@ fn deliver_here(cell: &Rc<ShardCell>, mut note: Note) {
     };
     if redirect == 0 {
         send_to(&c, &note.keys, false);
+        if matches!(note.kind, Kind::Key { writer: 0 }) {
+            // The server's own deletions (evictions, expiry) are not the client's
+            // writes: they precede its next reply, as in Redis.
+            c.pubsub.mark_early();
+        }
     } else if shard == cell.id {
         redirect_here(cell, note.id, cell.id, redirect, note.keys);
     } else {

@@ -94,6 +94,30 @@ fn every_policy_keeps_used_memory_near_the_limit() {
     }
 }
 
+/// maxmemory is the server's, not each shard's: keys all on one shard may take more
+/// than half of it without evictions while the total stays under the limit; once the
+/// total is over, evictions bring it back.
+#[test]
+fn uneven_shards_evict_by_the_total() {
+    let _cpu = shared_cpu();
+    let s = Server::start(2);
+    let mut c = s.client();
+    let limit = fresh_limit(&mut c, "allkeys-lru", 8 * MB);
+    // ~5 MB on the shard of {a}: more than its half of the limit.
+    let n = 5_000;
+    assert_eq!(fill(&mut c, "{a}", n, 1000, false), 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(info_field(&mut c, "stats", "evicted_keys"), 0);
+    let keys: u64 = redis::cmd("DBSIZE").query(&mut c).expect("dbsize");
+    assert_eq!(keys, n as u64);
+    // ~6 MB more on the other shard: now the total is over.
+    assert_eq!(fill(&mut c, "{bar}", 6_000, 1000, false), 0);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(info_field(&mut c, "stats", "evicted_keys") > 0);
+    let u = used(&mut c);
+    assert!(u <= limit + limit / 20, "used {u} over limit {limit}");
+}
+
 #[test]
 fn volatile_policies_evict_only_keys_with_a_ttl() {
     let _cpu = shared_cpu();

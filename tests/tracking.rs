@@ -413,3 +413,59 @@ fn noloop_keeps_other_clients_cross_shard_writes() {
         r.quiet();
     }
 }
+
+fn used_memory(admin: &mut redis::Connection) -> u64 {
+    let info: String = q(admin, &["INFO", "memory"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory")
+}
+
+/// Redis's "invalidation message of eviction keys should be before response", with the
+/// evicted key and the big one on different shards: the big key's shard is over its
+/// share with nothing it may evict (volatile-random, no TTL there), so the other shard
+/// evicts the volatile key before GETBIT runs, and its invalidation comes first. Six
+/// connections, so the client sits on either shard.
+#[test]
+fn eviction_on_another_shard_invalidates_before_the_reply() {
+    let server = Server::start(2);
+    let mut admin = server.client();
+    // Both shards' key tables exist before memory is measured (a shard's first write
+    // allocates them, which would count as overhead shared by both).
+    let _: () = q(&mut admin, &["MSET", KEY_SHARD0, "1", KEY_SHARD1, "1"]);
+    for mut c in conns(&server, 6) {
+        let _: i64 = q(&mut admin, &["DEL", KEY_SHARD0, KEY_SHARD1]);
+        c.resp3();
+        c.call(&["CLIENT", "TRACKING", "on"], "+OK\r\n");
+        // The previous connection's buffers go when the server notices it closed.
+        let mut used = used_memory(&mut admin);
+        loop {
+            std::thread::sleep(Duration::from_millis(30));
+            let now = used_memory(&mut admin);
+            if now == used {
+                break;
+            }
+            used = now;
+        }
+        let limit = used + 100 * 1024;
+        let _: () = q(
+            &mut admin,
+            &["CONFIG", "SET", "maxmemory-policy", "volatile-random"],
+        );
+        let _: () = q(
+            &mut admin,
+            &["CONFIG", "SET", "maxmemory", &limit.to_string()],
+        );
+        c.call(&["SETEX", KEY_SHARD1, "10000", "x"], "+OK\r\n");
+        c.call(&["GET", KEY_SHARD1], &bulk("x"));
+        // 200 KB on the other shard: the server is now over its limit.
+        c.call(&["SETBIT", KEY_SHARD0, "1600000", "0"], ":0\r\n");
+        c.send(&["GETBIT", KEY_SHARD0, "0"]);
+        c.expect(&push(&[KEY_SHARD1]));
+        c.expect(":0\r\n");
+        let _: () = q(&mut admin, &["CONFIG", "SET", "maxmemory", "0"]);
+        let n: i64 = q(&mut admin, &["EXISTS", KEY_SHARD1]);
+        assert_eq!(n, 0);
+    }
+}

@@ -95,6 +95,8 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         }
                     })
                     .await;
+                // A new maxmemory is judged against the allocator's figure of now.
+                crate::storage::memory::refresh_overhead();
                 g.w().ok();
             }
             "resetstat" if argc == 2 => {

@@ -9,6 +9,7 @@ use super::ShardCell;
 use crate::commands::{table, Args, Cross, ExecCtx, KeyedFn, Kind};
 use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
+use crate::storage::evict::OomCheck;
 
 #[derive(Debug, Clone, Copy)]
 struct BatchCmd {
@@ -223,15 +224,16 @@ fn handler_of(cmd: u16, split_part: bool) -> KeyedFn {
 }
 
 /// Runs one command of the batch and appends its reply. `clock` is the end of the
-/// previous command (None when timing is off): one clock read per command.
+/// previous command (None when timing is off): one clock read per command. Returns
+/// `Err(bytes)` without running it when other shards must evict first (`may_ask`).
 fn run_one(
     cell: &ShardCell,
     batch: &OwnedBatch,
     i: usize,
-    (now, txn): (u64, Option<TxnId>),
+    (now, txn, may_ask): (u64, Option<TxnId>, bool),
     reply: &mut BatchReply,
     clock: &mut Option<std::time::Instant>,
-) {
+) -> Result<(), u64> {
     let c = batch.cmds[i];
     let run = handler_of(c.cmd, c.split_part);
     let args = Args::new(
@@ -241,15 +243,17 @@ fn run_one(
     let mut data = cell.data.borrow_mut();
     let before = reply.out.len();
     let spec = &table().specs[c.cmd as usize];
-    if data.mem.limit != 0
-        && data.oom_refuses(
-            spec.has(crate::commands::table::flags::DENYOOM),
-            cell.locks.borrow().is_idle(),
-        )
-    {
-        crate::commands::oom_reject(&mut data, c.cmd, c.proto, &mut reply.out);
-        reply.ends.push(reply.out.len() as u32);
-        return;
+    if data.mem.limit != 0 {
+        let denyoom = spec.has(crate::commands::table::flags::DENYOOM);
+        match data.oom_check(denyoom, cell.locks.borrow().is_idle(), may_ask) {
+            OomCheck::Run => {}
+            OomCheck::AskPeers(bytes) => return Err(bytes),
+            OomCheck::Refuse => {
+                crate::commands::oom_reject(&mut data, c.cmd, c.proto, &mut reply.out);
+                reply.ends.push(reply.out.len() as u32);
+                return Ok(());
+            }
+        }
     }
     data.tracking.writer = batch.client;
     let mut ctx = ExecCtx {
@@ -282,6 +286,7 @@ fn run_one(
         for k in batch.keys_of(i) {
             data.dbs[c.db as usize].recharge(k);
         }
+        data.publish_if_limited();
     }
     let t = table();
     let stat = t.stat_id(c.cmd, &args);
@@ -329,17 +334,48 @@ fn run_one(
         }
     }
     reply.ends.push(reply.out.len() as u32);
+    Ok(())
+}
+
+/// Why a batch stopped before its end: the command at this index waits.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// For a key another operation has locked.
+    Locked(usize),
+    /// For other shards to evict this many bytes (the server is over maxmemory and
+    /// this shard has nothing it may evict).
+    Memory(usize, u64),
+}
+
+impl Stop {
+    /// Waits for what stopped the batch; returns where it resumes and the command
+    /// that must not ask the other shards again.
+    async fn wait(self, cell: &Rc<ShardCell>, batch: &OwnedBatch) -> (usize, Option<usize>) {
+        match self {
+            Stop::Locked(i) => {
+                let db = batch.cmds[i].db;
+                let keys: Vec<Vec<u8>> = batch.keys_of(i).map(|k| k.to_vec()).collect();
+                locks::wait_unlocked(&cell.locks, db, keys).await;
+                (i, None)
+            }
+            Stop::Memory(i, bytes) => {
+                crate::storage::evict::evict_on_peers(cell, bytes).await;
+                (i, Some(i))
+            }
+        }
+    }
 }
 
 /// Runs commands from `from` on until one touches a key another operation has locked
-/// (returns its index) or the batch ends (None). `txn`'s own locks never block it.
+/// or must wait for other shards' evictions (returns why) or the batch ends (None).
+/// `txn`'s own locks never block it; `asked` already had its evictions.
 fn run_until_blocked(
     cell: &ShardCell,
     batch: &OwnedBatch,
-    from: usize,
+    (from, asked): (usize, Option<usize>),
     txn: Option<TxnId>,
     reply: &mut BatchReply,
-) -> Option<usize> {
+) -> Option<Stop> {
     let now = crate::util::now_ms();
     let mut clock = cell
         .data
@@ -349,9 +385,12 @@ fn run_until_blocked(
         .then(std::time::Instant::now);
     for i in from..batch.cmds.len() {
         if txn.is_none() && batch.blocked(i, cell) {
-            return Some(i);
+            return Some(Stop::Locked(i));
         }
-        run_one(cell, batch, i, (now, txn), reply, &mut clock);
+        let may_ask = asked != Some(i);
+        if let Err(bytes) = run_one(cell, batch, i, (now, txn, may_ask), reply, &mut clock) {
+            return Some(Stop::Memory(i, bytes));
+        }
     }
     None
 }
@@ -371,12 +410,9 @@ pub async fn run_into(
 ) -> BatchReply {
     reply.out.reserve(64 * batch.len());
     reply.ends.reserve(batch.len());
-    let mut from = 0;
-    while let Some(i) = run_until_blocked(cell, batch, from, txn, &mut reply) {
-        let db = batch.cmds[i].db;
-        let keys: Vec<Vec<u8>> = batch.keys_of(i).map(|k| k.to_vec()).collect();
-        locks::wait_unlocked(&cell.locks, db, keys).await;
-        from = i;
+    let mut at = (0, None);
+    while let Some(stop) = run_until_blocked(cell, batch, at, txn, &mut reply) {
+        at = stop.wait(cell, batch).await;
     }
     reply
 }
@@ -393,19 +429,17 @@ pub fn run_remote(
 ) {
     reply.out.reserve(64 * batch.len());
     reply.ends.reserve(batch.len());
-    match run_until_blocked(cell, &batch, 0, None, &mut reply) {
+    match run_until_blocked(cell, &batch, (0, None), None, &mut reply) {
         None => done(reply, batch),
-        Some(i) => {
+        Some(stop) => {
             let cell = cell.clone();
             crate::runtime::spawn_detached(async move {
-                let mut from = i;
+                let mut stop = stop;
                 loop {
-                    let db = batch.cmds[from].db;
-                    let keys: Vec<Vec<u8>> = batch.keys_of(from).map(|k| k.to_vec()).collect();
-                    locks::wait_unlocked(&cell.locks, db, keys).await;
-                    match run_until_blocked(&cell, &batch, from, None, &mut reply) {
+                    let at = stop.wait(&cell, &batch).await;
+                    match run_until_blocked(&cell, &batch, at, None, &mut reply) {
                         None => break,
-                        Some(j) => from = j,
+                        Some(next) => stop = next,
                     }
                 }
                 done(reply, batch);

@@ -62,6 +62,9 @@ impl ShardData {
     pub fn refresh_config(&mut self) {
         self.limits = crate::storage::limits::EncodingLimits::from_config(&self.config);
         self.mem.refresh(&self.config);
+        // CONFIG SET then refreshes the overhead from every shard's figure of now
+        // (without a limit they publish only once per cron period).
+        crate::storage::memory::publish_dataset(self.id, self.dataset_bytes());
         self.observe.refresh(&self.config);
         self.tracking
             .set_max_keys(self.config.tracking_table_max_keys());

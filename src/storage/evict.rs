@@ -26,6 +26,9 @@ const POOL_SIZE: usize = 16;
 pub const LAZYFREE_THRESHOLD: usize = 64;
 /// Elements freed per lazy-free slice before yielding to the shard's other work.
 const LAZYFREE_SLICE: usize = 1000;
+/// How long a shard that found the other shards with nothing to evict refuses
+/// DENYOOM commands on its own before asking them again (a memory task's period).
+const PEERS_DRY_PAUSE: Duration = Duration::from_millis(10);
 
 /// The maxmemory settings a shard consults on the hot path, refreshed on CONFIG SET.
 #[derive(Debug, Clone)]
@@ -48,6 +51,9 @@ pub struct MemState {
     pub eviction_us: u64,
     pool: Vec<Candidate>,
     shards: u64,
+    /// Until when asking other shards to evict is pointless: the last ask freed
+    /// nothing (saves a round trip per command while the server is stuck over).
+    peers_dry_until: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +63,17 @@ struct Candidate {
     score: u64,
     db: usize,
     key: Vec<u8>,
+}
+
+/// What the pre-command memory check decided (`ShardData::oom_check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomCheck {
+    Run,
+    /// A DENYOOM command over the limit with nothing to evict: -OOM.
+    Refuse,
+    /// Over the limit by this many bytes server-wide, with nothing to evict here: the
+    /// other shards should evict, then the command is checked again without asking.
+    AskPeers(u64),
 }
 
 /// Outcome of an eviction attempt, as Redis's performEvictions reports it.
@@ -87,6 +104,7 @@ impl MemState {
             eviction_us: 0,
             pool: Vec::with_capacity(POOL_SIZE + 1),
             shards: shards.max(1) as u64,
+            peers_dry_until: None,
         };
         m.refresh(c);
         m
@@ -116,6 +134,16 @@ impl MemState {
         self.lazy_user_del = b("lazyfree-lazy-user-del");
         self.lazy_server_del = b("lazyfree-lazy-server-del");
         self.lazy_user_flush = b("lazyfree-lazy-user-flush");
+        self.peers_dry_until = None;
+    }
+
+    fn peers_dry(&self) -> bool {
+        self.peers_dry_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Records what asking the other shards to evict freed.
+    pub fn peers_answered(&mut self, freed: u64) {
+        self.peers_dry_until = (freed == 0).then(|| Instant::now() + PEERS_DRY_PAUSE);
     }
 
     /// CONFIG RESETSTAT.
@@ -208,6 +236,16 @@ impl ShardData {
         data as u64 + memory::overhead_share()
     }
 
+    /// After a write, with a limit set: the other shards judge the server's total
+    /// from what this one published, so it publishes at once (a stale figure makes
+    /// them count a big write twice, once in it and once in the overhead).
+    #[inline]
+    pub fn publish_if_limited(&self) {
+        if self.mem.limit != 0 {
+            memory::publish_dataset(self.id, self.dataset_bytes());
+        }
+    }
+
     pub fn dataset_bytes(&self) -> u64 {
         self.dbs.iter().map(|d| d.used_bytes() as u64).sum()
     }
@@ -215,17 +253,74 @@ impl ShardData {
     /// Called before a command runs when maxmemory is set: evicts if over the limit
     /// and says whether a DENYOOM command must be refused. `may_evict` is false while
     /// a multi-shard operation holds keys here (their owner must not see them vanish).
+    /// For callers that cannot wait for other shards (scripts, EXEC's checks).
     pub fn oom_refuses(&mut self, denyoom: bool, may_evict: bool) -> bool {
+        self.oom_check(denyoom, may_evict, false) == OomCheck::Refuse
+    }
+
+    /// The pre-command memory check. maxmemory is the server's: a shard judges itself
+    /// against its share (`mem.limit`) and evicts its own keys first; when it has
+    /// nothing it may evict (a volatile policy and no TTLs here), it may still use what
+    /// the other shards leave free, and if the server as a whole is over the limit,
+    /// the others evict for it (`AskPeers`, only when `may_ask`: the caller can wait
+    /// for them, so that their evictions, with their invalidations, come first, as
+    /// Redis evicts before running the command).
+    pub fn oom_check(&mut self, denyoom: bool, may_evict: bool, may_ask: bool) -> OomCheck {
         if self.mem.limit == 0 || self.mem_used() <= self.mem.limit {
-            return false;
+            return OomCheck::Run;
         }
+        let noeviction = self.mem.policy == MaxmemoryPolicy::NoEviction;
         // Under noeviction nothing is evicted, so locks held here do not matter.
-        let r = if may_evict || self.mem.policy == MaxmemoryPolicy::NoEviction {
-            self.perform_evictions(self.mem.time_limit())
+        if !may_evict && !noeviction {
+            return OomCheck::Run;
+        }
+        if self.perform_evictions(self.mem.time_limit()) != Evict::Fail {
+            return OomCheck::Run;
+        }
+        let excess = self.global_excess();
+        if excess == 0 {
+            return OomCheck::Run;
+        }
+        if may_ask && !noeviction && self.mem.shards > 1 && !self.mem.peers_dry() {
+            return OomCheck::AskPeers(excess);
+        }
+        if denyoom {
+            OomCheck::Refuse
         } else {
-            Evict::Running
-        };
-        denyoom && r == Evict::Fail
+            OomCheck::Run
+        }
+    }
+
+    /// Bytes by which the whole server is over maxmemory: this shard's exact figure
+    /// plus what the others last published, each with its share of the overhead.
+    fn global_excess(&self) -> u64 {
+        let others = memory::dataset_total().saturating_sub(memory::dataset_of(self.id));
+        let n = self.mem.shards;
+        let used = self.dataset_bytes() + others + memory::overhead_share() * n;
+        used.saturating_sub(self.mem.limit * n)
+    }
+
+    /// Evicts on behalf of another shard that is over its share with nothing it may
+    /// evict: keys of this shard go, under the policy, even below this shard's own
+    /// share, until `bytes` are freed, nothing is left to evict, or the eviction time
+    /// budget is spent. Returns the bytes freed.
+    pub fn evict_for_peer(&mut self, bytes: u64, may_evict: bool) -> u64 {
+        if self.mem.limit == 0 || !may_evict || self.mem.policy == MaxmemoryPolicy::NoEviction {
+            return 0;
+        }
+        let before = self.dataset_bytes();
+        let start = Instant::now();
+        let budget = self.mem.time_limit();
+        let mut n = 0u32;
+        while before.saturating_sub(self.dataset_bytes()) < bytes && self.evict_one() {
+            n += 1;
+            if n.is_multiple_of(16) && budget.is_some_and(|b| start.elapsed() >= b) {
+                break;
+            }
+        }
+        self.mem.eviction_us += start.elapsed().as_micros() as u64;
+        memory::publish_dataset(self.id, self.dataset_bytes());
+        before.saturating_sub(self.dataset_bytes())
     }
 
     /// Redis's performEvictions: evict until under the limit or the time budget runs
@@ -237,7 +332,9 @@ impl ShardData {
         let start = Instant::now();
         let mut n = 0u32;
         let result = loop {
-            if self.mem_used() <= self.mem.limit {
+            // Over its share, a shard evicts only while the server as a whole is over:
+            // shares are uneven whenever the keys are, and Redis evicts by the total.
+            if self.mem_used() <= self.mem.limit || self.global_excess() == 0 {
                 break Evict::Ok;
             }
             if !self.evict_one() {
@@ -369,6 +466,28 @@ fn pool_insert(pool: &mut Vec<Candidate>, score: u64, db: usize, key: &[u8]) {
     if pool.len() > POOL_SIZE {
         pool.remove(0);
     }
+}
+
+/// Asks every other shard to evict `bytes` between them for this one (after
+/// `OomCheck::AskPeers`) and waits for them: their evictions, and the invalidations
+/// they send, come before the command that asked. Each is asked for an even part;
+/// whatever falls short is asked for again by the next command.
+pub async fn evict_on_peers(cell: &Rc<ShardCell>, bytes: u64) {
+    let n = cell.shard_count();
+    let part = bytes.div_ceil(n.saturating_sub(1).max(1) as u64);
+    let asker = cell.id;
+    let freed: u64 = cell
+        .call_all(move |c| {
+            if c.id == asker {
+                return 0;
+            }
+            let idle = c.locks.borrow().is_idle();
+            c.data.borrow_mut().evict_for_peer(part, idle)
+        })
+        .await
+        .into_iter()
+        .sum();
+    cell.data.borrow_mut().mem.peers_answered(freed);
 }
 
 /// The shard's memory task: refreshes the accounting, carries on evicting while the

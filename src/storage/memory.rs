@@ -45,6 +45,9 @@ pub struct AllocStats {
     pub mapped: u64,
     pub retained: u64,
     pub metadata: u64,
+    /// Freed objects the threads' caches keep for reuse (jemalloc counts them in
+    /// `allocated` until a cache flushes them).
+    pub tcache: u64,
 }
 
 /// Refreshes jemalloc's statistics and reads them. Zeroes when jemalloc is not the
@@ -60,7 +63,17 @@ pub fn alloc_stats() -> AllocStats {
         mapped: r(stats::mapped::read()),
         retained: r(stats::retained::read()),
         metadata: r(stats::metadata::read()),
+        tcache: tcache_bytes(),
     }
+}
+
+/// Bytes held in every thread's cache, all arenas merged (4096 is jemalloc's
+/// MALLCTL_ARENAS_ALL). Read after an `epoch` advance.
+fn tcache_bytes() -> u64 {
+    // SAFETY: the name is NUL-terminated and the value a size_t, as jemalloc's
+    // mallctl documents for stats.arenas.<i>.tcache_bytes.
+    unsafe { tikv_jemalloc_ctl::raw::read::<usize>(b"stats.arenas.4096.tcache_bytes\0") }
+        .map_or(0, |v| v as u64)
 }
 
 /// The allocator's version string, as Redis's `mem_allocator` shows it.
@@ -108,11 +121,13 @@ pub fn rss_bytes() -> u64 {
 }
 
 /// INFO's used_memory: the allocator's figure (the resident set without jemalloc).
-/// Also advances the peak.
+/// Also advances the peak. Objects parked in the shard threads' caches are not in use:
+/// with several threads they add up to hundreds of kilobytes that come and go between
+/// two commands, and maxmemory would chase them.
 pub fn used_memory() -> u64 {
     let s = alloc_stats();
     let used = if s.allocated > 0 {
-        s.allocated
+        s.allocated.saturating_sub(s.tcache)
     } else {
         rss_bytes()
     };
@@ -137,6 +152,11 @@ pub fn startup() -> u64 {
 /// A shard publishes its dataset bytes (its cron and INFO read them).
 pub fn publish_dataset(shard: usize, bytes: u64) {
     DATASET[shard.min(MAX_SHARDS - 1)].store(bytes, Relaxed);
+}
+
+/// One shard's dataset bytes, as last published.
+pub fn dataset_of(shard: usize) -> u64 {
+    DATASET[shard.min(MAX_SHARDS - 1)].load(Relaxed)
 }
 
 /// Every shard's dataset bytes, as last published.

@@ -419,3 +419,66 @@ fn unlink_of_a_big_set_does_not_stall_its_shard() {
     let n: i64 = redis::cmd("DBSIZE").query(&mut c).expect("dbsize");
     assert_eq!(n, 0);
 }
+
+/// lazyfree-lazy-server-del: a big value that a write replaces (SET over a set,
+/// RENAME onto it) goes to the lazy-free task; without it, it is freed in the command.
+#[test]
+fn lazy_server_del_frees_replaced_values_in_the_background() {
+    let _cpu = shared_cpu();
+    let s = Server::start(2);
+    let mut c = s.client();
+    let big_set = |c: &mut redis::Connection, key: &str| {
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(key);
+        for i in 0..1000 {
+            cmd.arg(format!("m{i}"));
+        }
+        let _: i64 = cmd.query(c).expect("sadd");
+    };
+    let freed = |c: &mut redis::Connection| info_field(c, "memory", "lazyfreed_objects");
+    let settle = |c: &mut redis::Connection| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while info_field(c, "memory", "lazyfree_pending_objects") > 0 {
+            assert!(Instant::now() < deadline, "lazy free never finished");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // Off (the default): replaced values are freed at once.
+    big_set(&mut c, "{bar}s");
+    let _: () = redis::cmd("SET")
+        .arg("{bar}s")
+        .arg("x")
+        .query(&mut c)
+        .expect("set");
+    settle(&mut c);
+    assert_eq!(freed(&mut c), 0);
+    config(&mut c, "lazyfree-lazy-server-del", "yes");
+    let _: i64 = redis::cmd("DEL").arg("{bar}s").query(&mut c).expect("del");
+    big_set(&mut c, "{bar}s");
+    let _: () = redis::cmd("SET")
+        .arg("{bar}s")
+        .arg("x")
+        .query(&mut c)
+        .expect("set");
+    settle(&mut c);
+    assert_eq!(freed(&mut c), 1);
+    // RENAME onto a big value; a small one replaced stays synchronous.
+    big_set(&mut c, "{bar}dst");
+    let _: () = redis::cmd("RENAME")
+        .arg("{bar}s")
+        .arg("{bar}dst")
+        .query(&mut c)
+        .expect("rename");
+    let _: () = redis::cmd("SET")
+        .arg("{bar}dst")
+        .arg("y")
+        .query(&mut c)
+        .expect("set");
+    settle(&mut c);
+    assert_eq!(freed(&mut c), 2);
+    let v: String = redis::cmd("GET")
+        .arg("{bar}dst")
+        .query(&mut c)
+        .expect("get");
+    assert_eq!(v, "y");
+}

@@ -188,6 +188,12 @@ impl LazyFree {
         self.values.push_back((value, charge));
     }
 
+    /// Queues a value already counted as pending (a replaced one, see
+    /// `Db::overwritten`).
+    fn adopt(&mut self, value: Value, charge: usize) {
+        self.values.push_back((value, charge));
+    }
+
     /// Queues a flushed database's tables.
     pub fn free_tables(&mut self, d: Detached) {
         if d.is_empty() {
@@ -234,6 +240,16 @@ impl ShardData {
     pub fn mem_used(&self) -> u64 {
         let data: usize = self.dbs.iter().map(|d| d.used_bytes()).sum();
         data as u64 + memory::overhead_share()
+    }
+
+    /// Hands the values writes replaced under lazyfree-lazy-server-del to the
+    /// lazy-free task.
+    pub fn adopt_overwritten(&mut self) {
+        for db in &mut self.dbs {
+            for (value, charge) in db.overwritten.drain(..) {
+                self.lazy.adopt(value, charge);
+            }
+        }
     }
 
     /// After a write, with a limit set: the other shards judge the server's total
@@ -504,6 +520,7 @@ pub async fn run_memory_task(cell: Rc<ShardCell>) {
                 memory::publish_dataset(d.id, d.dataset_bytes());
                 memory::refresh_overhead();
             }
+            d.adopt_overwritten();
             let lazy_more = d.lazy.step();
             let idle = cell.locks.borrow().is_idle();
             let evicting =

@@ -204,6 +204,12 @@ pub struct Db {
     /// Keys expired on access while some client tracks keys, for their
     /// invalidation (drained by `ShardData::drain_lazy_expired`).
     pub tracking_expired: Vec<Vec<u8>>,
+    /// lazyfree-lazy-server-del: big values that writes replaced go to the shard's
+    /// lazy-free task (through `overwritten`) instead of being freed in the command.
+    pub lazy_overwrites: bool,
+    /// Replaced big values with their charges, already counted as pending lazy frees,
+    /// waiting for the shard's memory task (`ShardData::adopt_overwritten`).
+    pub overwritten: Vec<(Value, usize)>,
     /// Sum of the entries' charges (memory accounting).
     used: usize,
 }
@@ -223,6 +229,8 @@ impl Db {
             index: 0,
             expired_log: Vec::new(),
             tracking_expired: Vec::new(),
+            lazy_overwrites: false,
+            overwritten: Vec::new(),
             used: 0,
         }
     }
@@ -350,6 +358,13 @@ impl Db {
                 slot.ttl_count = (slot.ttl_count as i64 + ttl_delta) as _;
             }
             self.expires = (self.expires as i64 + ttl_delta) as _;
+        }
+        if self.lazy_overwrites && value_elements(&old) > super::evict::LAZYFREE_THRESHOLD {
+            memory::LAZYFREE_PENDING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            memory::LAZYFREE_PENDING_BYTES
+                .fetch_add(old_charge as u64, std::sync::atomic::Ordering::Relaxed);
+            self.overwritten.push((old, old_charge));
+            return None;
         }
         Some(old)
     }

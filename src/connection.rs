@@ -1202,7 +1202,12 @@ impl Connection {
             locks::wait_unlocked(&cell.locks, db, keys).await;
             self.mark = None;
         }
-        let oom = self.oom_check(&cell, spec.has(flags::DENYOOM)).await;
+        // Without a limit, one comparison (no future is even built).
+        let oom = if cell.data.borrow().mem.limit == 0 {
+            OomCheck::Run
+        } else {
+            self.oom_check(&cell, spec.has(flags::DENYOOM)).await
+        };
         let proto = self.session.proto;
         let before = self.reply_target().len();
         let t0 = self.clock_start();
@@ -1285,13 +1290,10 @@ impl Connection {
         self.note_local(before);
     }
 
-    /// maxmemory before a local keyed command (one comparison without a limit). When
-    /// the other shards must evict first, waits for them after sending the replies
-    /// owed so far, then decides without asking again.
+    /// maxmemory before a local keyed command, with a limit set. When the other
+    /// shards must evict first, waits for them after sending the replies owed so far,
+    /// then decides without asking again.
     async fn oom_check(&mut self, cell: &Rc<ShardCell>, denyoom: bool) -> OomCheck {
-        if cell.data.borrow().mem.limit == 0 {
-            return OomCheck::Run;
-        }
         let idle = cell.locks.borrow().is_idle();
         let first = cell.data.borrow_mut().oom_check(denyoom, idle, true);
         let OomCheck::AskPeers(bytes) = first else {

@@ -95,7 +95,7 @@ pub fn entry_cost(key: &CompactKey, value: &Value) -> usize {
 /// shard's lazy-free task a slice at a time.
 #[derive(Default)]
 pub struct Detached {
-    slots: Vec<SlotKeys>,
+    slots: SlotTables,
     /// Big values met while draining (with their charges), shed in slices of their
     /// own; still counted in `bytes` and `keys` until done.
     big: Vec<(Value, usize)>,
@@ -176,6 +176,63 @@ struct SlotKeys {
     ttl_count: u32,
 }
 
+/// Slot tables per chunk: a chunk is allocated on the first write to one of its
+/// slots, so a database written in a few slots (the test suite's db 9, a rarely used
+/// SELECT) costs a few KB, not 40 bytes for each of the shard's thousands of slots.
+const CHUNK: usize = 64;
+
+/// A database's slot tables, indexed by slot (0-based within the shard's range).
+/// Lookups pay one load more than a flat vector, into a pointer array small enough to
+/// stay in L1 (a shard of 8192 slots has 128 chunks).
+#[derive(Default)]
+struct SlotTables {
+    chunks: Vec<Option<Box<[SlotKeys; CHUNK]>>>,
+}
+
+impl SlotTables {
+    /// Nothing was ever written (or everything was flushed).
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    #[inline]
+    fn get(&self, idx: usize) -> Option<&SlotKeys> {
+        let chunk = self.chunks.get(idx / CHUNK)?.as_deref()?;
+        Some(&chunk[idx % CHUNK])
+    }
+
+    #[inline]
+    fn get_mut(&mut self, idx: usize) -> Option<&mut SlotKeys> {
+        let chunk = self.chunks.get_mut(idx / CHUNK)?.as_deref_mut()?;
+        Some(&mut chunk[idx % CHUNK])
+    }
+
+    /// The slot's table, allocating its chunk (and the chunk array for `slot_count`
+    /// slots) on first use.
+    fn get_or_alloc(&mut self, idx: usize, slot_count: usize) -> &mut SlotKeys {
+        if self.chunks.is_empty() {
+            self.chunks.resize_with(slot_count.div_ceil(CHUNK), || None);
+        }
+        let chunk = self.chunks[idx / CHUNK]
+            .get_or_insert_with(|| Box::new(std::array::from_fn(|_| SlotKeys::default())));
+        &mut chunk[idx % CHUNK]
+    }
+
+    /// Takes one non-empty slot table out, from the end (lazy freeing of a detached
+    /// database); chunks are released as they empty.
+    fn pop(&mut self) -> Option<SlotKeys> {
+        loop {
+            let last = self.chunks.last_mut()?;
+            if let Some(chunk) = last.as_deref_mut() {
+                if let Some(s) = chunk.iter_mut().rev().find(|s| !s.table.is_empty()) {
+                    return Some(std::mem::take(s));
+                }
+            }
+            self.chunks.pop();
+        }
+    }
+}
+
 /// Result of one active-expiry pass over a database.
 #[derive(Default, Debug, Clone, Copy)]
 pub struct ExpireCycleStats {
@@ -184,9 +241,10 @@ pub struct ExpireCycleStats {
 }
 
 pub struct Db {
-    /// One table per owned slot, allocated when the database is first written (most of
-    /// the 16 databases are never used), each table empty until its slot gets a key.
-    slots: Vec<SlotKeys>,
+    /// One table per owned slot, in chunks allocated when one of their slots is first
+    /// written (most of the 16 databases are never used), each table empty until its
+    /// slot gets a key.
+    slots: SlotTables,
     slot_count: usize,
     first_slot: usize,
     keys: usize,
@@ -218,7 +276,7 @@ impl Db {
     /// A database holding the slots `[first_slot, first_slot + count)`.
     pub fn new(first_slot: usize, count: usize, hasher: DefaultHashBuilder) -> Db {
         Db {
-            slots: Vec::new(),
+            slots: SlotTables::default(),
             slot_count: count,
             first_slot,
             keys: 0,
@@ -377,14 +435,11 @@ impl Db {
 
     fn add(&mut self, key: CompactKey, value: Value, expire_at: u64, lru: u32) {
         let (idx, hash) = self.locate(&key);
-        if self.slots.is_empty() {
-            self.slots.resize_with(self.slot_count, SlotKeys::default);
-        }
         let meta =
             memory::encode_charge(entry_cost(&key, &value)) | ((memory::LFU_INIT_VAL as u32) << 24);
         self.used += memory::decode_charge(meta);
         let hasher = &self.hasher;
-        let slot = &mut self.slots[idx];
+        let slot = self.slots.get_or_alloc(idx, self.slot_count);
         if expire_at != NO_EXPIRE {
             slot.ttl_count += 1;
             self.expires += 1;
@@ -454,7 +509,7 @@ impl Db {
     }
 
     pub fn clear(&mut self) {
-        self.slots = Vec::new();
+        self.slots = SlotTables::default();
         self.keys = 0;
         self.expires = 0;
         self.used = 0;
@@ -499,7 +554,7 @@ impl Db {
         n: usize,
         mut f: impl FnMut(&Entry),
     ) -> usize {
-        let total = self.slots.len();
+        let total = self.slot_span();
         if total == 0 || (volatile && self.expires == 0) || self.keys == 0 {
             return 0;
         }
@@ -514,7 +569,7 @@ impl Db {
         let mut idx = None;
         for _ in 0..8 {
             let i = rng.below(total);
-            if wanted(&self.slots[i]) {
+            if self.slots.get(i).is_some_and(wanted) {
                 idx = Some(i);
                 break;
             }
@@ -525,14 +580,17 @@ impl Db {
                 let start = rng.below(total);
                 match (0..total)
                     .map(|k| (start + k) % total)
-                    .find(|&i| wanted(&self.slots[i]))
+                    .find(|&i| self.slots.get(i).is_some_and(wanted))
                 {
                     Some(i) => i,
                     None => return 0,
                 }
             }
         };
-        let table = &self.slots[idx].table;
+        let Some(slot) = self.slots.get(idx) else {
+            return 0;
+        };
+        let table = &slot.table;
         let len = table.len();
         let skip = rng.below(len);
         let mut offered = 0;
@@ -573,12 +631,15 @@ impl Db {
             if self.keys == 0 {
                 return None;
             }
-            let n = self.slots.len();
+            let n = self.slot_span();
+            if n == 0 {
+                return None;
+            }
             let start = rng.below(n);
             let idx = (0..n)
                 .map(|i| (start + i) % n)
-                .find(|&i| !self.slots[i].table.is_empty())?;
-            let slot = &self.slots[idx];
+                .find(|&i| self.slots.get(i).is_some_and(|s| !s.table.is_empty()))?;
+            let slot = self.slots.get(idx)?;
             let pick = rng.below(slot.table.len());
             let entry = slot.table.iter().nth(pick)?;
             if entry.is_expired(now_ms) {
@@ -616,7 +677,7 @@ impl Db {
         if self.expires == 0 {
             return stats;
         }
-        let n = self.slots.len();
+        let n = self.slot_span();
         for _ in 0..n {
             if stats.sampled >= max_samples {
                 break;
@@ -624,7 +685,7 @@ impl Db {
             let idx = self.expire_cursor % n;
             self.expire_cursor = (idx + 1) % n;
             let Some(slot) = self.slots.get_mut(idx) else {
-                break;
+                continue;
             };
             if slot.ttl_count == 0 {
                 continue;
@@ -662,6 +723,15 @@ impl Db {
         }
         self.expired_count += stats.expired as u64;
         stats
+    }
+
+    /// Slot indexes to visit when walking the tables: none before the first write.
+    fn slot_span(&self) -> usize {
+        if self.slots.is_empty() {
+            0
+        } else {
+            self.slot_count
+        }
     }
 
     /// Moves every entry of `other` into `self` (both must cover the same slots).

@@ -327,8 +327,13 @@ fn shared_cpu() -> std::sync::RwLockReadGuard<'static, ()> {
     CPU_HEAVY.read().unwrap_or_else(|e| e.into_inner())
 }
 
-fn lazyfree_pending(c: &mut redis::Connection) -> u64 {
-    info_field(c, "memory", "lazyfree_pending_objects")
+/// Waits until the lazy-free tasks hold nothing (10 s at most).
+fn wait_lazyfree_done(c: &mut redis::Connection) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(c, "memory", "lazyfree_pending_objects") > 0 {
+        assert!(Instant::now() < deadline, "lazy free never finished");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// One go of the check: fills `{bar}big` with `members` members, UNLINKs it
@@ -373,11 +378,7 @@ fn worst_get_while_unlinking(port: u16, c: &mut redis::Connection, members: usiz
         .query(c)
         .expect("unlink");
     assert_eq!(n, 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while lazyfree_pending(c) > 0 {
-        assert!(Instant::now() < deadline, "lazy free never finished");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_lazyfree_done(c);
     freeing.store(2, std::sync::atomic::Ordering::SeqCst);
     reader.join().expect("reader")
 }
@@ -427,55 +428,37 @@ fn lazy_server_del_frees_replaced_values_in_the_background() {
     let _cpu = shared_cpu();
     let s = Server::start(2);
     let mut c = s.client();
-    let big_set = |c: &mut redis::Connection, key: &str| {
-        let mut cmd = redis::cmd("SADD");
-        cmd.arg(key);
+    // Writes a 1000-member set at `key`, replaces it with a string by `replace`, waits
+    // for lazy frees to finish; returns lazyfreed_objects.
+    let replace_big = |c: &mut redis::Connection, key: &str, replace: &redis::Cmd| {
+        let mut sadd = redis::cmd("SADD");
+        sadd.arg(key);
         for i in 0..1000 {
-            cmd.arg(format!("m{i}"));
+            sadd.arg(format!("m{i}"));
         }
-        let _: i64 = cmd.query(c).expect("sadd");
+        let _: i64 = sadd.query(c).expect("sadd");
+        let _: () = replace.query(c).expect("replace");
+        wait_lazyfree_done(c);
+        info_field(c, "memory", "lazyfreed_objects")
     };
-    let freed = |c: &mut redis::Connection| info_field(c, "memory", "lazyfreed_objects");
-    let settle = |c: &mut redis::Connection| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while info_field(c, "memory", "lazyfree_pending_objects") > 0 {
-            assert!(Instant::now() < deadline, "lazy free never finished");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let mut set_x = redis::cmd("SET");
+    set_x.arg("{bar}s").arg("x");
     // Off (the default): replaced values are freed at once.
-    big_set(&mut c, "{bar}s");
-    let _: () = redis::cmd("SET")
-        .arg("{bar}s")
-        .arg("x")
-        .query(&mut c)
-        .expect("set");
-    settle(&mut c);
-    assert_eq!(freed(&mut c), 0);
+    assert_eq!(replace_big(&mut c, "{bar}s", &set_x), 0);
     config(&mut c, "lazyfree-lazy-server-del", "yes");
     let _: i64 = redis::cmd("DEL").arg("{bar}s").query(&mut c).expect("del");
-    big_set(&mut c, "{bar}s");
-    let _: () = redis::cmd("SET")
-        .arg("{bar}s")
-        .arg("x")
-        .query(&mut c)
-        .expect("set");
-    settle(&mut c);
-    assert_eq!(freed(&mut c), 1);
+    assert_eq!(replace_big(&mut c, "{bar}s", &set_x), 1);
     // RENAME onto a big value; a small one replaced stays synchronous.
-    big_set(&mut c, "{bar}dst");
-    let _: () = redis::cmd("RENAME")
-        .arg("{bar}s")
-        .arg("{bar}dst")
-        .query(&mut c)
-        .expect("rename");
+    let mut rename = redis::cmd("RENAME");
+    rename.arg("{bar}s").arg("{bar}dst");
+    assert_eq!(replace_big(&mut c, "{bar}dst", &rename), 2);
     let _: () = redis::cmd("SET")
         .arg("{bar}dst")
         .arg("y")
         .query(&mut c)
         .expect("set");
-    settle(&mut c);
-    assert_eq!(freed(&mut c), 2);
+    wait_lazyfree_done(&mut c);
+    assert_eq!(info_field(&mut c, "memory", "lazyfreed_objects"), 2);
     let v: String = redis::cmd("GET")
         .arg("{bar}dst")
         .query(&mut c)

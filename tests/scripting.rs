@@ -156,6 +156,25 @@ fn errors_match_redis() {
         "{e}"
     );
     assert!(e.contains("script: "), "{e}");
+    // Functions a sandboxed script must not reach, as in Redis.
+    for name in ["print", "dofile", "loadfile", "load"] {
+        let e = err_text(eval(&mut c, &format!("return {name}('x')"), &[], &[]));
+        assert!(
+            e.contains(&format!("nonexistent global variable '{name}'")),
+            "{name}: {e}"
+        );
+    }
+    // XREAD / XREADGROUP cannot block from a script.
+    let e = err_text(eval(
+        &mut c,
+        "return redis.pcall('xread', 'BLOCK', 0, 'STREAMS', KEYS[1], '$')",
+        &["s"],
+        &[],
+    ));
+    assert!(
+        e.contains("xread command is not allowed with BLOCK option from scripts"),
+        "{e}"
+    );
     let e = err_text(eval(&mut c, "a = 1", &[], &[]));
     assert!(e.contains("Attempt to modify a readonly table"), "{e}");
     let e = err_text(eval(&mut c, "redis = 1", &[], &[]));

@@ -1416,7 +1416,7 @@ fn xreadgroup<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 }
 
 /// Parses the options (Redis's xreadCommand argument loop); errors are Redis's.
-fn parse_read(args: &[Vec<u8>], group_cmd: bool) -> Result<ReadReq, String> {
+fn parse_read(args: &[Vec<u8>], group_cmd: bool, in_script: bool) -> Result<ReadReq, String> {
     let is = |i: usize, w: &str| args[i].eq_ignore_ascii_case(w.as_bytes());
     let mut req = ReadReq {
         group: None,
@@ -1431,6 +1431,14 @@ fn parse_read(args: &[Vec<u8>], group_cmd: bool) -> Result<ReadReq, String> {
     while i < args.len() {
         let more = args.len() - i - 1;
         if is(i, "block") && more > 0 {
+            if in_script {
+                // Redis refuses it outright from scripts (its error names the command
+                // as the script spelled it).
+                return Err(format!(
+                    "ERR {} command is not allowed with BLOCK option from scripts",
+                    String::from_utf8_lossy(&args[0])
+                ));
+            }
             i += 1;
             let ms = parse_i64(&args[i]).ok_or("ERR timeout is not an integer or out of range")?;
             if ms < 0 {
@@ -1493,7 +1501,7 @@ fn parse_read(args: &[Vec<u8>], group_cmd: bool) -> Result<ReadReq, String> {
 }
 
 async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
-    let req = match parse_read(&g.args, group_cmd) {
+    let req = match parse_read(&g.args, group_cmd, g.session.in_script) {
         Ok(r) => r,
         Err(e) => return g.error(&e),
     };

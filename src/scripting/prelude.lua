@@ -129,7 +129,8 @@ S.struct = readonly(prims.struct)
 S.redis = readonly(R)
 -- The globals table itself stays empty, so every assignment to a global reaches
 -- __newindex; lookups go through to S, and from S to `missing`.
-for k in pairs(S) do G[k] = nil end
+-- All of it: the names dropped from S above (print, dofile...) are still in G.
+for k in pairs(G) do G[k] = nil end
 S._G = G
 RO[G] = true
 setmetatable(S, {__index = missing})

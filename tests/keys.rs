@@ -601,6 +601,14 @@ fn dump_restore_round_trip() {
         c.cmd(&[b"RESTORE", b"freq", b"0", &ip, b"FREQ", b"100"]),
         ok()
     );
+    // FREQ counts under an LFU policy (and IDLETIME is then ignored).
+    c.c("CONFIG SET maxmemory-policy allkeys-lfu");
+    assert_eq!(
+        c.cmd(&[b"RESTORE", b"freq2", b"0", &ip, b"FREQ", b"100"]),
+        ok()
+    );
+    assert_eq!(c.c("OBJECT FREQ freq2"), i(100));
+    c.c("CONFIG SET maxmemory-policy noeviction");
 
     // Errors.
     assert_eq!(

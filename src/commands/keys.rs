@@ -649,9 +649,16 @@ fn restore(ctx: &mut ExecCtx) {
         // Already expired: Redis replies OK and does not create the key.
         return ctx.out.ok();
     }
-    let lru =
-        crate::util::lru_clock().saturating_sub(lru_idle.unwrap_or(0).min(u32::MAX as i64) as u32);
+    // As Redis's objectSetLRUOrLFU: FREQ counts under an LFU policy, IDLETIME otherwise.
+    let lfu = ctx.data.mem.lfu.is_some();
+    let idle = if lfu { 0 } else { lru_idle.unwrap_or(0) };
+    let lru = crate::util::lru_clock().saturating_sub(idle.min(u32::MAX as i64) as u32);
     ctx.db().insert(key, value, at, lru);
+    if let (true, Some(f)) = (lfu, freq) {
+        if let Some(e) = ctx.db().get(key, now) {
+            e.set_lfu_counter(f as u8);
+        }
+    }
     ctx.notify(notify::GENERIC, "restore", key);
     ctx.out.ok();
 }

@@ -495,3 +495,64 @@ fn bad_config_file_directive_exits_with_line_number() {
         .expect("run tessera");
     assert!(!out.status.success());
 }
+
+/// RESET: the connection's state as a new one's: transaction and WATCHes discarded,
+/// db 0, no name (Redis's clearClientConnectionState).
+#[test]
+fn reset_discards_transaction_watch_db_and_name() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let mut other = s.client();
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut c).expect("select");
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("n")
+        .query(&mut c)
+        .expect("setname");
+    let _: () = redis::cmd("WATCH").arg("w").query(&mut c).expect("watch");
+    let _: () = redis::cmd("MULTI").query(&mut c).expect("multi");
+    let q: String = redis::cmd("SET")
+        .arg("a")
+        .arg(1)
+        .query(&mut c)
+        .expect("queued");
+    assert_eq!(q, "QUEUED");
+    let r: String = redis::cmd("RESET").query(&mut c).expect("reset");
+    assert_eq!(r, "RESET");
+    let e = redis::cmd("EXEC")
+        .query::<()>(&mut c)
+        .expect_err("no multi");
+    assert!(e.to_string().contains("EXEC without MULTI"), "{e}");
+    let name: Option<String> = redis::cmd("CLIENT")
+        .arg("GETNAME")
+        .query(&mut c)
+        .expect("name");
+    assert_eq!(name, None);
+    // Back in db 0, and the queued SET never ran.
+    let _: () = redis::cmd("SET")
+        .arg("in0")
+        .arg(1)
+        .query(&mut c)
+        .expect("set");
+    let v: Option<String> = redis::cmd("GET").arg("in0").query(&mut other).expect("get");
+    assert_eq!(v.as_deref(), Some("1"));
+    let a: Option<String> = redis::cmd("GET").arg("a").query(&mut c).expect("get a");
+    assert_eq!(a, None);
+    // The WATCH went with it: a write to `w` no longer aborts a transaction.
+    let _: () = redis::cmd("SET")
+        .arg("w")
+        .arg(1)
+        .query(&mut other)
+        .expect("set w");
+    let r: Option<Vec<String>> = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("w")
+        .arg(2)
+        .query(&mut c)
+        .expect("exec");
+    assert!(
+        r.is_some(),
+        "EXEC aborted by a WATCH that RESET should have dropped"
+    );
+}

@@ -39,7 +39,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     ccmd!("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(auth), "1.0.0", "Authenticate to the server"),
     ccmd!("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(hello), "6.0.0", "Handshake with Redis"),
     ccmd!("quit", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(quit), "1.0.0", "Close the connection"),
-    ccmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Client(reset), "6.2.0", "Reset the connection"),
+    ccmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Global(reset), "6.2.0", "Reset the connection"),
     ccmd!("client", -2, NOSCRIPT | LOADING | STALE, Kind::Global(client), "2.4.0", "A container for client connection commands"),
 ];
 
@@ -191,8 +191,19 @@ fn quit(ctx: &mut ClientCtx) {
     ctx.session.close_after_reply = true;
 }
 
-fn reset(ctx: &mut ClientCtx) {
-    let s = &mut *ctx.session;
+/// RESET (Redis's clearClientConnectionState): discards a transaction and the WATCHes,
+/// leaves Pub/Sub and tracking, back to db 0, RESP2, replies on, no name.
+fn reset<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        g.session.multi = None;
+        g.session.shared.multi_count.set(-1);
+        super::multi::unwatch_all(g.session).await;
+        reset_connection(g.session);
+        g.w().simple("RESET");
+    })
+}
+
+fn reset_connection(s: &mut crate::clients::Session) {
     s.set_db(0);
     s.set_proto(Protocol::Resp2);
     s.reply_mode = ReplyMode::On;
@@ -201,8 +212,6 @@ fn reset(ctx: &mut ClientCtx) {
     crate::pubsub::unsubscribe_all_silently(&s.shared);
     crate::tracking::disable(s);
     s.authenticated = s.cell.data.borrow().config.requirepass().is_none();
-    ctx.out.proto = Protocol::Resp2;
-    ctx.out.simple("RESET");
 }
 
 const CLIENT_HELP: &[&str] = &[

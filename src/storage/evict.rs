@@ -325,17 +325,9 @@ impl ShardData {
             return 0;
         }
         let before = self.dataset_bytes();
-        let start = Instant::now();
-        let budget = self.mem.time_limit();
-        let mut n = 0u32;
-        while before.saturating_sub(self.dataset_bytes()) < bytes && self.evict_one() {
-            n += 1;
-            if n.is_multiple_of(16) && budget.is_some_and(|b| start.elapsed() >= b) {
-                break;
-            }
-        }
-        self.mem.eviction_us += start.elapsed().as_micros() as u64;
-        memory::publish_dataset(self.id, self.dataset_bytes());
+        self.evict_until(self.mem.time_limit(), |s| {
+            before.saturating_sub(s.dataset_bytes()) >= bytes
+        });
         before.saturating_sub(self.dataset_bytes())
     }
 
@@ -345,21 +337,30 @@ impl ShardData {
         if self.mem.limit == 0 || self.mem_used() <= self.mem.limit {
             return Evict::Ok;
         }
+        // Over its share, a shard evicts only while the server as a whole is over:
+        // shares are uneven whenever the keys are, and Redis evicts by the total.
+        let r = self.evict_until(budget, |s| {
+            s.mem_used() <= s.mem.limit || s.global_excess() == 0
+        });
+        match r {
+            // Memory is on its way back: don't refuse writes meanwhile.
+            Evict::Fail if LAZYFREE_PENDING.load(Relaxed) > 0 => Evict::Running,
+            r => r,
+        }
+    }
+
+    /// Evicts keys one by one under the policy until `done` holds (Ok), the budget
+    /// is spent (Running, checked every 16 keys) or nothing is left to evict (Fail);
+    /// then accounts the time and publishes the dataset.
+    fn evict_until(&mut self, budget: Option<Duration>, done: impl Fn(&Self) -> bool) -> Evict {
         let start = Instant::now();
         let mut n = 0u32;
         let result = loop {
-            // Over its share, a shard evicts only while the server as a whole is over:
-            // shares are uneven whenever the keys are, and Redis evicts by the total.
-            if self.mem_used() <= self.mem.limit || self.global_excess() == 0 {
+            if done(self) {
                 break Evict::Ok;
             }
             if !self.evict_one() {
-                // Memory is on its way back: don't refuse writes meanwhile.
-                break if LAZYFREE_PENDING.load(Relaxed) > 0 {
-                    Evict::Running
-                } else {
-                    Evict::Fail
-                };
+                break Evict::Fail;
             }
             n += 1;
             if n.is_multiple_of(16) && budget.is_some_and(|b| start.elapsed() >= b) {

@@ -38,6 +38,30 @@ fn run_for<F: FnMut() + Send + 'static>(stop: Arc<AtomicBool>, mut f: F) -> thre
     })
 }
 
+/// Lets the writer and reader threads run for two seconds, stops and joins them (a
+/// panicked reader fails the test with `failure`), and checks enough reads happened
+/// to mean anything.
+fn run_two_seconds(
+    stop: &AtomicBool,
+    threads: Vec<thread::JoinHandle<()>>,
+    reads: &AtomicU64,
+    failure: &str,
+) {
+    thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect(failure);
+    }
+    assert!(
+        reads.load(Ordering::Relaxed) > 100,
+        "too few reads to mean anything"
+    );
+}
+
+fn assert_all_equal<T: PartialEq + std::fmt::Debug>(vals: &[T], what: &str) {
+    assert!(vals.iter().all(|v| *v == vals[0]), "{what}: {vals:?}");
+}
+
 #[test]
 fn mget_never_sees_half_an_mset() {
     let server = Server::start(4);
@@ -69,24 +93,12 @@ fn mget_never_sees_half_an_mset() {
             }
             let rows: Vec<Vec<Option<String>>> = p.query(&mut c).expect("mget");
             for vals in rows {
-                let first = &vals[0];
-                assert!(
-                    vals.iter().all(|v| v == first),
-                    "torn read across shards: {vals:?}"
-                );
+                assert_all_equal(&vals, "torn read across shards");
                 reads.fetch_add(1, Ordering::Relaxed);
             }
         }));
     }
-    thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().expect("a reader saw a torn MSET");
-    }
-    assert!(
-        reads.load(Ordering::Relaxed) > 100,
-        "too few reads to mean anything"
-    );
+    run_two_seconds(&stop, threads, &reads, "a reader saw a torn MSET");
 }
 
 #[test]
@@ -197,20 +209,11 @@ fn exec_across_shards_is_never_seen_half_done() {
                 }
                 p.query(&mut c).expect("exec of gets")
             };
-            let first = vals[0];
-            assert!(
-                vals.iter().all(|v| *v == first),
-                "a transaction seen half done: {vals:?}"
-            );
+            assert_all_equal(&vals, "a transaction seen half done");
             reads.fetch_add(1, Ordering::Relaxed);
         }));
     }
-    thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().expect("a reader saw half a transaction");
-    }
-    assert!(reads.load(Ordering::Relaxed) > 100, "too few reads");
+    run_two_seconds(&stop, threads, &reads, "a reader saw half a transaction");
 }
 
 /// WATCH over keys on different shards: concurrent check-and-set transactions (read

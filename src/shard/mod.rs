@@ -62,15 +62,20 @@ impl ShardData {
     pub fn refresh_config(&mut self) {
         self.limits = crate::storage::limits::EncodingLimits::from_config(&self.config);
         self.mem.refresh(&self.config);
-        for db in &mut self.dbs {
-            db.lazy_overwrites = self.mem.lazy_server_del;
-        }
+        self.apply_lazy_server_del();
         // CONFIG SET then refreshes the overhead from every shard's figure of now
         // (without a limit they publish only once per cron period).
         crate::storage::memory::publish_dataset(self.id, self.dataset_bytes());
         self.observe.refresh(&self.config);
         self.tracking
             .set_max_keys(self.config.tracking_table_max_keys());
+    }
+
+    /// lazyfree-lazy-server-del lives in each database (`Db::insert` consults it).
+    fn apply_lazy_server_del(&mut self) {
+        for db in &mut self.dbs {
+            db.lazy_overwrites = self.mem.lazy_server_del;
+        }
     }
 
     /// `key` was modified (Redis's signalModifiedKey): its WATCHers' transactions
@@ -189,9 +194,7 @@ pub fn new_shard_data(
         blocked: blocking::Blocked::default(),
     };
     data.tracking.set_max_keys(max_tracked);
-    for db in &mut data.dbs {
-        db.lazy_overwrites = data.mem.lazy_server_del;
-    }
+    data.apply_lazy_server_del();
     data
 }
 

@@ -206,7 +206,7 @@ fn write_len(out: &mut Vec<u8>, n: usize) {
 fn rdb_record(e: &crate::storage::Entry, out: &mut Vec<u8>) -> bool {
     use crate::storage::{dump, Value};
     let mut payload = Vec::new();
-    match &e.value {
+    match e.value() {
         Value::Str(s) => {
             let mut b = [0u8; 24];
             dump::dump_string(s.bytes(&mut b), &mut payload);
@@ -217,7 +217,7 @@ fn rdb_record(e: &crate::storage::Entry, out: &mut Vec<u8>) -> bool {
         },
     }
     let mut key = Vec::new();
-    dump::dump_string(e.key.as_bytes(), &mut key);
+    dump::dump_string(e.key(), &mut key);
     if payload.len() <= DUMP_FOOTER || key.len() <= DUMP_FOOTER {
         return false;
     }

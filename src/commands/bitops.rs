@@ -325,8 +325,8 @@ fn with_grown_string(
     let db = &mut ctx.data.dbs[dbi];
     match db.get(key, now) {
         Some(e) => {
-            e.lru = lru;
-            let Value::Str(s) = &mut e.value else {
+            e.set_lru(lru);
+            let Value::Str(s) = e.value_mut() else {
                 return ctx.out.error(WRONGTYPE);
             };
             let raw = s.make_raw();
@@ -571,7 +571,7 @@ fn bitop(ctx: &mut ExecCtx) {
         let db = ctx.db();
         for (j, i) in (3..args.len()).enumerate() {
             let mut scratch = [0u8; 24];
-            let src = match db.peek(args.get(i)).map(|e| &e.value) {
+            let src = match db.peek(args.get(i)).map(|e| e.value()) {
                 Some(Value::Str(v)) => v.bytes(&mut scratch),
                 _ => &[],
             };
@@ -626,7 +626,7 @@ fn read_source(d: &mut ShardData, db: usize, key: &[u8], now: u64) -> SourceRead
         }
         Some(e) => {
             d.stats.keyspace_hits += 1;
-            match &e.value {
+            match e.value() {
                 Value::Str(v) => Ok(Some(v.to_vec())),
                 _ => Err(()),
             }

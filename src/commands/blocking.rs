@@ -615,7 +615,7 @@ async fn try_pop(
 /// Whether BLMOVE's destination can take the element: missing, or a list.
 fn accepts_list(dbr: &mut Db, key: &[u8], now: u64) -> bool {
     dbr.get(key, now)
-        .is_none_or(|e| matches!(e.value, Value::List(_)))
+        .is_none_or(|e| matches!(e.value(), Value::List(_)))
 }
 
 /// BLMOVE's pop from its source. Err(()): WRONGTYPE (the source is not a list, or the
@@ -628,7 +628,7 @@ fn pop_source(
     dst_ok: bool,
     retry: bool,
 ) -> Result<Option<Popped>, ()> {
-    match dbr.get(src, now).map(|e| &e.value) {
+    match dbr.get(src, now).map(|e| e.value()) {
         None => Ok(None),
         Some(Value::List(_)) if !dst_ok => Err(()),
         Some(Value::List(_)) => pop_key(dbr, src, now, PopKind::List { front: from_front }, false),
@@ -647,7 +647,7 @@ fn pop_key(
     let Some(e) = db.get(key, now) else {
         return Ok(None);
     };
-    let (popped, emptied) = match (&mut e.value, kind) {
+    let (popped, emptied) = match (e.value_mut(), kind) {
         (Value::List(l), PopKind::List { front }) => {
             let v = l.pop(front);
             (v.map(Popped::One), l.is_empty())
@@ -794,7 +794,7 @@ impl LocalServe for LocalPop {
         ) = (self.kind, &self.dst)
         {
             if !matches!(
-                data.dbs[db].get(key, now).map(|e| &e.value),
+                data.dbs[db].get(key, now).map(|e| e.value()),
                 Some(Value::List(_))
             ) {
                 return None;
@@ -843,7 +843,7 @@ fn push_one(data: &mut ShardData, db: usize, key: &[u8], v: &[u8], front: bool) 
     let limits = data.limits;
     let dbr = &mut data.dbs[db];
     if let Some(e) = dbr.get(key, crate::util::now_ms()) {
-        if let Value::List(l) = &mut e.value {
+        if let Value::List(l) = e.value_mut() {
             l.push(v, front);
         }
         return;

@@ -77,7 +77,7 @@ const BAD_UNIT: &str = "ERR unsupported unit provided. please use M, KM, FT, MI"
 fn as_zset(e: Option<&mut Entry>) -> Result<Option<&ZSetValue>, ()> {
     match e {
         None => Ok(None),
-        Some(e) => match &e.value {
+        Some(e) => match e.value() {
             Value::ZSet(z) => Ok(Some(z)),
             _ => Err(()),
         },
@@ -172,7 +172,7 @@ fn geoadd(ctx: &mut ExecCtx) {
     let mut fresh = None;
     let mut entry = ctx.data.dbs[dbi].get(key, now);
     if let Some(e) = entry.as_deref_mut() {
-        e.lru = lru;
+        e.set_lru(lru);
     }
     let z = match as_zset_mut(entry) {
         Err(()) => return ctx.out.error(WRONGTYPE),
@@ -204,7 +204,7 @@ fn geoadd(ctx: &mut ExecCtx) {
 fn as_zset_mut(e: Option<&mut Entry>) -> Result<Option<&mut ZSetValue>, ()> {
     match e {
         None => Ok(None),
-        Some(e) => match &mut e.value {
+        Some(e) => match e.value_mut() {
             Value::ZSet(z) => Ok(Some(z)),
             _ => Err(()),
         },

@@ -55,7 +55,7 @@ pub static COMMANDS: &[CommandSpec] = &[
 fn as_hash(entry: Option<&mut Entry>) -> Result<Option<&mut HashValue>, ()> {
     match entry {
         None => Ok(None),
-        Some(e) => match &mut e.value {
+        Some(e) => match e.value_mut() {
             Value::Hash(h) => Ok(Some(h)),
             _ => Err(()),
         },
@@ -83,7 +83,7 @@ fn write_hash<R>(
             if !h.is_empty() {
                 let lru = crate::util::lru_clock();
                 ctx.db()
-                    .insert_new(key.into(), Value::Hash(Box::new(h)), NO_EXPIRE, lru);
+                    .insert_new(key, Value::Hash(Box::new(h)), NO_EXPIRE, lru);
             }
             Some(r)
         }
@@ -388,7 +388,7 @@ fn hash_and_rng<'c, 'a>(
     let entry = match data.dbs[ctx.db].get(key, now) {
         Some(e) => {
             data.stats.keyspace_hits += 1;
-            e.lru = lru;
+            e.set_lru(lru);
             Some(e)
         }
         None => {

@@ -66,7 +66,7 @@ fn sparse_max(c: &Config) -> usize {
 /// WRONGTYPE errors for another type or a string that is not an HLL.
 fn hll_mut(e: Option<&mut Entry>) -> Result<Option<&mut Vec<u8>>, &'static str> {
     let Some(e) = e else { return Ok(None) };
-    let Value::Str(s) = &mut e.value else {
+    let Value::Str(s) = e.value_mut() else {
         return Err(WRONGTYPE);
     };
     let mut scratch = [0u8; 24];
@@ -86,7 +86,7 @@ fn write_entry<'d>(
     lru: u32,
 ) -> Option<&'d mut Entry> {
     let e = data.dbs[db].get(key, now)?;
-    e.lru = lru;
+    e.set_lru(lru);
     Some(e)
 }
 
@@ -169,12 +169,9 @@ fn fold_local(ctx: &mut ExecCtx, from: usize) -> Result<(Vec<u8>, bool), &'stati
     let mut max = vec![0u8; REGISTERS];
     let mut dense = false;
     for key in args.iter().skip(from) {
-        match ctx.lookup_read(key) {
+        match ctx.lookup_read(key).map(|e| e.value()) {
             None => {}
-            Some(Entry {
-                value: Value::Str(s),
-                ..
-            }) => {
+            Some(Value::Str(s)) => {
                 let mut scratch = [0u8; 24];
                 fold(&mut max, &mut dense, s.bytes(&mut scratch))?;
             }
@@ -212,7 +209,7 @@ async fn fetch(
                 } else {
                     d.stats.keyspace_misses += 1;
                 }
-                match e.map(|e| &e.value) {
+                match e.map(|e| e.value()) {
                     None => Ok(None),
                     Some(Value::Str(s)) => Ok(Some(s.to_vec())),
                     Some(_) => Err(WRONGTYPE),

@@ -93,7 +93,7 @@ fn del(ctx: &mut ExecCtx) {
             n += 1;
             if lazy {
                 let charge = e.charge();
-                data.lazy.free(e.value, charge);
+                data.lazy.free(e.into_value(), charge);
             }
         }
     }
@@ -129,7 +129,7 @@ fn type_cmd(ctx: &mut ExecCtx) {
     let t = ctx
         .db()
         .get(key, now)
-        .map(|e| e.value.type_name())
+        .map(|e| e.value().type_name())
         .unwrap_or("none");
     ctx.out.simple(t);
 }
@@ -312,8 +312,8 @@ fn rename_local(ctx: &mut ExecCtx, nx: bool) {
         return ctx.out.integer(0);
     }
     if let Some(e) = db.remove(src) {
-        let at = e.expire_at();
-        db.insert(dst, e.value, at, e.lru);
+        let (at, lru) = (e.expire_at(), e.lru());
+        db.insert(dst, e.into_value(), at, lru);
         notify_rename(src, dst, ctx.db);
     }
     if nx {
@@ -423,7 +423,7 @@ fn copy(ctx: &mut ExecCtx) {
     let Some((v, at)) = ctx
         .db()
         .get(src, now)
-        .map(|e| (e.value.clone(), e.expire_at()))
+        .map(|e| (e.value().clone(), e.expire_at()))
     else {
         return ctx.out.integer(0);
     };
@@ -481,8 +481,8 @@ fn move_cmd(ctx: &mut ExecCtx) {
         return ctx.out.integer(0);
     }
     if let Some(e) = ctx.db().remove(key) {
-        let at = e.expire_at();
-        ctx.data.dbs[target].insert(key, e.value, at, e.lru);
+        let (at, lru) = (e.expire_at(), e.lru());
+        ctx.data.dbs[target].insert(key, e.into_value(), at, lru);
         ctx.notify(notify::GENERIC, "move_from", key);
         crate::pubsub::notify(notify::GENERIC, "move_to", key, target);
     }
@@ -542,24 +542,24 @@ fn object(ctx: &mut ExecCtx) {
     };
     match sub.as_str() {
         "encoding" => {
-            let enc = e.value.encoding();
+            let enc = e.value().encoding();
             ctx.out.bulk(enc.as_bytes())
         }
         "refcount" => {
             // Redis shares small integers (0..10000) and reports INT_MAX for them.
-            let shared = matches!(&e.value, Value::Str(StrValue::Int(n)) if (0..10000).contains(n));
+            let shared = matches!(e.value(), Value::Str(StrValue::Int(n)) if (0..10000).contains(n));
             ctx.out.integer(if shared { i32::MAX as i64 } else { 1 })
         }
         "idletime" if lfu => ctx.error("ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
         "idletime" => {
-            let idle = crate::util::lru_clock().saturating_sub(e.lru);
+            let idle = crate::util::lru_clock().saturating_sub(e.lru());
             ctx.out.integer(idle as i64)
         }
         _ if !lfu => ctx.error("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."),
         _ => {
             let freq = crate::storage::memory::lfu_decayed(
                 e.lfu_counter(),
-                e.lru,
+                e.lru(),
                 crate::util::lru_clock(),
                 decay,
             );
@@ -575,7 +575,7 @@ fn dump_cmd(ctx: &mut ExecCtx) {
         return out.null();
     };
     let mut payload = Vec::new();
-    match &e.value {
+    match e.value() {
         Value::Str(s) => {
             let mut b = [0u8; 24];
             dump::dump_string(s.bytes(&mut b), &mut payload);
@@ -677,8 +677,8 @@ fn keys<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 let all = pattern == b"*";
                 for idx in 0..dbr.slot_count() {
                     dbr.for_each_in_slot(idx, now, |e| {
-                        if all || glob_match(&pattern, &e.key, false) {
-                            out.push(e.key.to_vec());
+                        if all || glob_match(&pattern, e.key(), false) {
+                            out.push(e.key().to_vec());
                         }
                     });
                 }
@@ -750,12 +750,12 @@ fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     dbr.for_each_in_slot(idx, now, |e| {
                         let type_ok = type_filter
                             .as_deref()
-                            .is_none_or(|t| t == e.value.type_name().as_bytes());
+                            .is_none_or(|t| t == e.value().type_name().as_bytes());
                         let match_ok = pattern
                             .as_deref()
-                            .is_none_or(|p| glob_match(p, &e.key, false));
+                            .is_none_or(|p| glob_match(p, e.key(), false));
                         if type_ok && match_ok {
-                            keys.push(e.key.to_vec());
+                            keys.push(e.key().to_vec());
                         }
                     });
                     idx += 1;

@@ -80,7 +80,7 @@ fn arity_error(out: &mut ReplyWriter, name: &str) {
 fn as_list(entry: Option<&mut Entry>) -> Result<Option<&mut ListValue>, ()> {
     match entry {
         None => Ok(None),
-        Some(e) => match &mut e.value {
+        Some(e) => match e.value_mut() {
             Value::List(l) => Ok(Some(l)),
             _ => Err(()),
         },
@@ -97,7 +97,7 @@ fn write_with_out<'c, 'a>(
     let lru = crate::util::lru_clock();
     let mut entry = ctx.data.dbs[ctx.db].get(key, now);
     if let Some(e) = entry.as_deref_mut() {
-        e.lru = lru;
+        e.set_lru(lru);
     }
     (entry, &mut ctx.out)
 }
@@ -177,7 +177,7 @@ fn push_values<'v>(
             let n = l.len();
             // get() found nothing (and dropped an expired entry), so the key is absent.
             let lru = crate::util::lru_clock();
-            db.insert_new(key.into(), Value::List(Box::new(l)), NO_EXPIRE, lru);
+            db.insert_new(key, Value::List(Box::new(l)), NO_EXPIRE, lru);
             Ok(n)
         }
     }

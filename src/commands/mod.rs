@@ -230,7 +230,7 @@ pub struct WrongType;
 pub fn read_str(entry: Option<&mut Entry>) -> Result<Option<&mut StrValue>, WrongType> {
     match entry {
         None => Ok(None),
-        Some(e) => match &mut e.value {
+        Some(e) => match e.value_mut() {
             Value::Str(s) => Ok(Some(s)),
             _ => Err(WrongType),
         },

@@ -865,10 +865,10 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         d.dbs[db].peek(&key).map(|e| {
                             format!(
                                 "Value at:0x0 refcount:1 encoding:{} serializedlength:{} lru:{} lru_seconds_idle:{}",
-                                e.value.encoding(),
-                                e.value.to_dump().map_or(0, |d| crate::storage::dump::dump(&d).len()),
-                                e.lru & 0xFF_FFFF,
-                                crate::util::lru_clock().saturating_sub(e.lru)
+                                e.value().encoding(),
+                                e.value().to_dump().map_or(0, |d| crate::storage::dump::dump(&d).len()),
+                                e.lru() & 0xFF_FFFF,
+                                crate::util::lru_clock().saturating_sub(e.lru())
                             )
                         })
                     })
@@ -953,9 +953,9 @@ fn memory<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 let size = cell
                     .call(shard, move |c| {
                         let mut d = c.data.borrow_mut();
-                        d.dbs[db]
-                            .get(&key, crate::util::now_ms())
-                            .map(|e| crate::storage::keyspace::entry_cost(&e.key, &e.value) as i64)
+                        d.dbs[db].get(&key, crate::util::now_ms()).map(|e| {
+                            crate::storage::keyspace::entry_cost(e.block_size(), e.value()) as i64
+                        })
                     })
                     .await;
                 match size {
@@ -1051,7 +1051,7 @@ async fn memory_stats(g: &mut GlobalCtx<'_>) {
     let overhead = used.saturating_sub(dataset_keys).max(startup).min(used);
     let dataset = used - overhead;
     let rss = rss_bytes();
-    let entry = (std::mem::size_of::<crate::storage::Entry>() + 1) as u64;
+    let entry = crate::storage::keyspace::SLOT_COST as u64;
     let mut w = g.w();
     w.map_len(27 + totals.len());
     let int = |w: &mut crate::protocol::reply::ReplyWriter, k: &str, v: i64| {

@@ -83,7 +83,7 @@ pub static COMMANDS: &[CommandSpec] = &[
 fn as_set(entry: Option<&mut Entry>) -> Result<Option<&mut SetValue>, ()> {
     match entry {
         None => Ok(None),
-        Some(e) => match &mut e.value {
+        Some(e) => match e.value_mut() {
             Value::Set(s) => Ok(Some(s)),
             _ => Err(()),
         },
@@ -113,7 +113,7 @@ fn read_set_rng<'c, 'a>(
     let entry = match data.dbs[ctx.db].get(key, now) {
         Some(e) => {
             data.stats.keyspace_hits += 1;
-            e.lru = crate::util::lru_clock();
+            e.set_lru(crate::util::lru_clock());
             Some(e)
         }
         None => {
@@ -728,7 +728,7 @@ fn set_op_local(ctx: &mut ExecCtx, op: SetOp, lay: Layout, card_limit: Option<us
     let db = &ctx.data.dbs[ctx.db];
     let sets: Vec<Option<&SetValue>> = lay
         .keys
-        .map(|i| match db.peek(args.get(i)).map(|e| &e.value) {
+        .map(|i| match db.peek(args.get(i)).map(|e| e.value()) {
             Some(Value::Set(s)) => Some(&**s),
             _ => None,
         })

@@ -131,7 +131,7 @@ fn fetch_elements(d: &mut ShardData, db: usize, key: &[u8]) -> Result<(SrcKind, 
         d.stats.keyspace_misses += 1;
         return Ok((SrcKind::List, Vec::new()));
     };
-    let out = match &e.value {
+    let out = match e.value() {
         Value::List(l) => (SrcKind::List, l.iter().map(|b| b.to_vec()).collect()),
         Value::Set(s) => (
             SrcKind::Set,
@@ -182,7 +182,7 @@ fn read_lookup(
         Some(_) => d.stats.keyspace_hits += 1,
         None => d.stats.keyspace_misses += 1,
     }
-    match (&found?.value, field) {
+    match (found?.value(), field) {
         (Value::Str(s), None) => Some(s.to_vec()),
         (Value::Hash(h), Some(f)) => h.get(f).map(|v| v.to_vec()),
         _ => None,

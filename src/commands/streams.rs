@@ -202,7 +202,7 @@ fn node_limits(ctx: &ExecCtx) -> NodeLimits {
 fn as_stream(entry: Option<&mut Entry>) -> Result<Option<&mut StreamValue>, ()> {
     match entry {
         None => Ok(None),
-        Some(e) => match &mut e.value {
+        Some(e) => match e.value_mut() {
             Value::Stream(s) => Ok(Some(s)),
             _ => Err(()),
         },
@@ -221,7 +221,7 @@ fn write_parts<'c, 'a>(
     let lru = ctx.lru();
     let mut e = ctx.data.dbs[ctx.db].get(key, now);
     if let Some(e) = e.as_deref_mut() {
-        e.lru = lru;
+        e.set_lru(lru);
     }
     (as_stream(e), &mut ctx.out)
 }

@@ -429,7 +429,7 @@ fn set(ctx: &mut ExecCtx) {
     let existing = ctx.lookup_write(key);
     let exists = existing.is_some();
     let old = match (o.get, existing) {
-        (true, Some(e)) => match &e.value {
+        (true, Some(e)) => match e.value() {
             Value::Str(s) => Some(s.clone()),
             _ => {
                 ctx.error(WRONGTYPE);

@@ -263,7 +263,7 @@ enum Found<'e> {
 fn as_zset(e: Option<&mut Entry>) -> Found<'_> {
     match e {
         None => Found::Missing,
-        Some(e) => match &mut e.value {
+        Some(e) => match e.value_mut() {
             Value::ZSet(z) => Found::ZSet(z),
             _ => Found::WrongType,
         },
@@ -296,7 +296,7 @@ fn reply_entries<'a>(
 fn drop_if_empty(ctx: &mut ExecCtx, key: &[u8]) -> bool {
     let now = ctx.now;
     let empty =
-        matches!(ctx.db().get(key, now), Some(Entry { value: Value::ZSet(z), .. }) if z.is_empty());
+        matches!(ctx.db().get(key, now).map(|e| e.value()), Some(Value::ZSet(z)) if z.is_empty());
     if empty {
         ctx.db().remove(key);
     }
@@ -1118,7 +1118,7 @@ fn zmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         Found::WrongType => PopStep::WrongType,
                         Found::ZSet(z) => PopStep::Popped(z.pop(max, count)),
                     };
-                    let emptied = matches!(dbr.peek(&k), Some(Entry { value: Value::ZSet(z), .. }) if z.is_empty());
+                    let emptied = matches!(dbr.peek(&k).map(|e| e.value()), Some(Value::ZSet(z)) if z.is_empty());
                     if emptied {
                         dbr.remove(&k);
                     }
@@ -1580,7 +1580,7 @@ fn combine_local(ctx: &mut ExecCtx, c: Combine) {
         let db = &ctx.data.dbs[ctx.db];
         let mut inputs = Vec::with_capacity(keys.len());
         for i in keys.clone() {
-            match input_of(db.peek(args.get(i)).map(|e| &e.value)) {
+            match input_of(db.peek(args.get(i)).map(|e| e.value())) {
                 Ok(input) => inputs.push(input),
                 Err(()) => return ctx.out.error(WRONGTYPE),
             }
@@ -1614,7 +1614,7 @@ async fn fetch_input(
     let k = key.to_vec();
     op.on(cell, cell.shard_of(key), move |d| {
         let now = crate::util::now_ms();
-        match read_counted(d, db, &k, now).map(|e| &e.value) {
+        match read_counted(d, db, &k, now).map(|e| e.value()) {
             None => Fetched::Missing,
             Some(Value::ZSet(z)) => Fetched::ZSet(z.clone()),
             Some(Value::Set(s)) => Fetched::Set(set_members(&s.to_dump())),

@@ -251,10 +251,10 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                         // Expiry is a write: WATCHers of the key must fail (Redis's
                         // signalModifiedKey), and big values may go to lazy free.
                         let st = db.expire_some_with(now, SAMPLES, |e| {
-                            signal_fields(&mut data.watches, &mut data.tracking, i, &e.key);
+                            signal_fields(&mut data.watches, &mut data.tracking, i, e.key());
                             if lazy {
                                 let charge = e.charge();
-                                data.lazy.free(e.value, charge);
+                                data.lazy.free(e.into_value(), charge);
                             }
                         });
                         if st.sampled == 0 || st.expired * 4 <= st.sampled {

@@ -239,7 +239,7 @@ impl MultiShardOp {
                 self.on(cell, s, move |d| {
                     match d.dbs[db].get(&k2, crate::util::now_ms()) {
                         None => Ok(None),
-                        Some(e) => match &e.value {
+                        Some(e) => match e.value() {
                             Value::Str(v) => Ok(Some(v.to_vec())),
                             _ => Err(()),
                         },
@@ -260,7 +260,7 @@ impl MultiShardOp {
             d.dbs[db].get(&k, now)?;
             d.dbs[db].remove(&k).map(|e| {
                 let at = e.expire_at();
-                (e.value, at)
+                (e.into_value(), at)
             })
         })
         .await
@@ -279,7 +279,7 @@ impl MultiShardOp {
             let now = crate::util::now_ms();
             d.dbs[db]
                 .get(&k, now)
-                .map(|e| (e.value.clone(), e.expire_at()))
+                .map(|e| (e.value().clone(), e.expire_at()))
         })
         .await
     }

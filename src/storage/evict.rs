@@ -398,7 +398,7 @@ impl ShardData {
         }
         if self.mem.lazy_eviction {
             let charge = e.charge();
-            self.lazy.free(e.value, charge);
+            self.lazy.free(e.into_value(), charge);
         }
         true
     }
@@ -409,7 +409,7 @@ impl ShardData {
         for i in 0..ndb {
             let db = (start + i) % ndb;
             let mut key = None;
-            self.dbs[db].sample(&mut self.rng, volatile, 1, |e| key = Some(e.key.to_vec()));
+            self.dbs[db].sample(&mut self.rng, volatile, 1, |e| key = Some(e.key().to_vec()));
             if let Some(k) = key {
                 return Some((db, k));
             }
@@ -433,11 +433,11 @@ impl ShardData {
                     let score = match policy {
                         VolatileTtl => u64::MAX - e.expire_at(),
                         AllkeysLfu | VolatileLfu => {
-                            255 - memory::lfu_decayed(e.lfu_counter(), e.lru, now_s, decay) as u64
+                            255 - memory::lfu_decayed(e.lfu_counter(), e.lru(), now_s, decay) as u64
                         }
-                        _ => now_s.wrapping_sub(e.lru) as u64,
+                        _ => now_s.wrapping_sub(e.lru()) as u64,
                     };
-                    pool_insert(pool, score, db, &e.key);
+                    pool_insert(pool, score, db, e.key());
                 });
             }
             while let Some(c) = self.mem.pool.pop() {

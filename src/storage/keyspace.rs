@@ -6,81 +6,26 @@
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 
-use super::key::CompactKey;
+use super::entry::block_size;
 use super::memory;
 use super::value::Value;
 use crate::config::notify as class;
 use crate::pubsub::notify;
 use crate::slot::key_slot;
 
-/// No expiry.
-pub const NO_EXPIRE: u64 = 0;
+pub use super::entry::{Entry, NO_EXPIRE};
 
-pub struct Entry {
-    pub key: CompactKey,
-    pub value: Value,
-    /// Absolute deadline in unix milliseconds, or `NO_EXPIRE`. Changed only through
-    /// `Db` so the per-slot TTL counters stay exact.
-    expire_at: u64,
-    /// Seconds-resolution access clock for OBJECT IDLETIME and LRU eviction.
-    pub lru: u32,
-    /// LFU counter (top 8 bits) and the bytes this entry is charged for (low 24 bits,
-    /// `memory::encode_charge`). Lives in what was the entry's padding.
-    meta: u32,
-}
+/// What a slot-table bucket costs: the entry's pointer and its control byte, at the
+/// tables' typical load (hashbrown runs between 7/16 and 7/8 full).
+pub const SLOT_COST: usize = (std::mem::size_of::<Entry>() + 1) * 3 / 2;
 
-impl Entry {
-    #[inline]
-    pub fn expire_at(&self) -> u64 {
-        self.expire_at
-    }
-
-    #[inline]
-    fn is_expired(&self, now_ms: u64) -> bool {
-        self.expire_at != NO_EXPIRE && self.expire_at <= now_ms
-    }
-
-    /// Bytes this entry is accounted for in its database's `used_bytes`.
-    #[inline]
-    pub fn charge(&self) -> usize {
-        memory::decode_charge(self.meta)
-    }
-
-    /// The raw LFU counter (Redis's 8-bit Morris counter), without decay.
-    #[inline]
-    pub fn lfu_counter(&self) -> u8 {
-        (self.meta >> 24) as u8
-    }
-
-    #[inline]
-    pub fn set_lfu_counter(&mut self, c: u8) {
-        self.meta = (self.meta & 0xFF_FFFF) | ((c as u32) << 24);
-    }
-
-    /// Records an access: the LRU clock always, the LFU counter (decayed for the time
-    /// since the last access, then bumped logarithmically) when `lfu` holds
-    /// (log factor, decay minutes, a random number).
-    #[inline]
-    pub fn touch(&mut self, now_s: u32, lfu: Option<(u64, u64, u64)>) {
-        if let Some((factor, decay, rnd)) = lfu {
-            let c = memory::lfu_decayed(self.lfu_counter(), self.lru, now_s, decay);
-            self.set_lfu_counter(memory::lfu_log_incr(c, factor, rnd));
-        }
-        self.lru = now_s;
-    }
-}
-
-/// What a slot-table entry costs beyond its heap parts: the entry and its control
-/// byte, at the tables' typical load (hashbrown runs between 7/16 and 7/8 full).
-const SLOT_COST: usize = (std::mem::size_of::<Entry>() + 1) * 3 / 2;
-
-/// Bytes charged for a key holding `value`: its slot, the key's and value's heap
-/// blocks at the allocator's size classes.
-pub fn entry_cost(key: &CompactKey, value: &Value) -> usize {
+/// Bytes charged for an entry block of `block` bytes holding `value`: its bucket, the
+/// block and the value's heap blocks, at the allocator's size classes.
+pub fn entry_cost(block: usize, value: &Value) -> usize {
     use std::mem::size_of;
     let boxed = |n: usize, heap: usize| memory::alloc_size(n) + heap;
     SLOT_COST
-        + memory::alloc_size(key.heap_size())
+        + memory::alloc_size(block)
         + match value {
             Value::Str(s) => memory::alloc_size(s.heap_size()),
             Value::List(v) => boxed(size_of::<super::list::ListValue>(), v.heap_size()),
@@ -132,8 +77,8 @@ impl Detached {
             for e in slot.table.drain() {
                 work += 1;
                 let charge = e.charge();
-                if value_elements(&e.value) > big_threshold {
-                    self.big.push((e.value, charge));
+                if value_elements(e.value()) > big_threshold {
+                    self.big.push((e.into_value(), charge));
                 } else {
                     self.bytes = self.bytes.saturating_sub(charge);
                     self.keys = self.keys.saturating_sub(1);
@@ -345,16 +290,12 @@ impl Db {
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         let (idx, hash) = self.locate(key);
         let slot = self.slots.get_mut(idx)?;
-        let occupied = slot
-            .table
-            .find_entry(hash, |e| e.key.as_bytes() == key)
-            .ok()?;
+        let occupied = slot.table.find_entry(hash, |e| e.key() == key).ok()?;
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
         }
         if crate::replication::active() {
-            self.expired_log
-                .push(occupied.get().key.as_bytes().to_vec());
+            self.expired_log.push(occupied.get().key().to_vec());
         }
         let (gone, _) = occupied.remove();
         self.used -= gone.charge();
@@ -372,10 +313,7 @@ impl Db {
     /// Looks a key up without expiring it or touching anything (for introspection).
     pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
         let (idx, hash) = self.locate(key);
-        self.slots
-            .get(idx)?
-            .table
-            .find(hash, |e| e.key.as_bytes() == key)
+        self.slots.get(idx)?.table.find(hash, |e| e.key() == key)
     }
 
     /// Whether a key exists and has not expired, without deleting anything.
@@ -396,20 +334,20 @@ impl Db {
         let found = self
             .slots
             .get_mut(idx)
-            .and_then(|slot| slot.table.find_mut(hash, |e| e.key.as_bytes() == key));
+            .and_then(|slot| slot.table.find_mut(hash, |e| e.key() == key));
         let Some(e) = found else {
             notify(class::NEW, "new", key, self.index);
-            self.add(CompactKey::new(key), value, expire_at, lru);
+            self.add(key, value, expire_at, lru);
             return None;
         };
         let old_charge = e.charge();
-        let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at != NO_EXPIRE) as i64;
-        let old = std::mem::replace(&mut e.value, value);
-        e.expire_at = expire_at;
-        e.lru = lru;
-        let meta = memory::encode_charge(entry_cost(&e.key, &e.value))
+        let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at() != NO_EXPIRE) as i64;
+        let old = e.replace_value(value);
+        e.set_expire_at(expire_at);
+        e.set_lru(lru);
+        let meta = memory::encode_charge(entry_cost(e.block_size(), e.value()))
             | ((memory::LFU_INIT_VAL as u32) << 24);
-        e.meta = meta;
+        e.set_meta(meta);
         self.used = self.used - old_charge + memory::decode_charge(meta);
         if ttl_delta != 0 {
             if let Some(slot) = self.slots.get_mut(idx) {
@@ -428,15 +366,16 @@ impl Db {
     }
 
     /// Inserts a key known to be absent.
-    pub fn insert_new(&mut self, key: CompactKey, value: Value, expire_at: u64, lru: u32) {
-        notify(class::NEW, "new", &key, self.index);
+    pub fn insert_new(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) {
+        notify(class::NEW, "new", key, self.index);
         self.add(key, value, expire_at, lru);
     }
 
-    fn add(&mut self, key: CompactKey, value: Value, expire_at: u64, lru: u32) {
-        let (idx, hash) = self.locate(&key);
-        let meta =
-            memory::encode_charge(entry_cost(&key, &value)) | ((memory::LFU_INIT_VAL as u32) << 24);
+    fn add(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) {
+        let (idx, hash) = self.locate(key);
+        let block = block_size(key.len(), expire_at != NO_EXPIRE);
+        let meta = memory::encode_charge(entry_cost(block, &value))
+            | ((memory::LFU_INIT_VAL as u32) << 24);
         self.used += memory::decode_charge(meta);
         let hasher = &self.hasher;
         let slot = self.slots.get_or_alloc(idx, self.slot_count);
@@ -444,17 +383,10 @@ impl Db {
             slot.ttl_count += 1;
             self.expires += 1;
         }
-        slot.table.insert_unique(
-            hash,
-            Entry {
-                key,
-                value,
-                expire_at,
-                lru,
-                meta,
-            },
-            |e| hasher.hash_one(e.key.as_bytes()),
-        );
+        slot.table
+            .insert_unique(hash, Entry::new(key, value, expire_at, lru, meta), |e| {
+                hasher.hash_one(e.key())
+            });
         self.keys += 1;
     }
 
@@ -468,10 +400,10 @@ impl Db {
         let slot = self.slots.get_mut(idx)?;
         let (entry, _) = slot
             .table
-            .find_entry(hash, |e| e.key.as_bytes() == key)
+            .find_entry(hash, |e| e.key() == key)
             .ok()?
             .remove();
-        if entry.expire_at != NO_EXPIRE {
+        if entry.expire_at() != NO_EXPIRE {
             slot.ttl_count -= 1;
             self.expires -= 1;
         }
@@ -490,10 +422,10 @@ impl Db {
         let Some(slot) = self.slots.get_mut(idx) else {
             return false;
         };
-        let Some(entry) = slot.table.find_mut(hash, |e| e.key.as_bytes() == key) else {
+        let Some(entry) = slot.table.find_mut(hash, |e| e.key() == key) else {
             return false;
         };
-        match (entry.expire_at != NO_EXPIRE, expire_at != NO_EXPIRE) {
+        match (entry.expire_at() != NO_EXPIRE, expire_at != NO_EXPIRE) {
             (false, true) => {
                 slot.ttl_count += 1;
                 self.expires += 1;
@@ -504,7 +436,15 @@ impl Db {
             }
             _ => {}
         }
-        entry.expire_at = expire_at;
+        let old_block = entry.block_size();
+        entry.set_expire_at(expire_at);
+        if entry.block_size() != old_block {
+            // A first deadline moved the key to a bigger block: charge for it.
+            let old = entry.charge();
+            let meta = memory::encode_charge(entry_cost(entry.block_size(), entry.value()));
+            entry.set_meta((entry.meta() & 0xFF00_0000) | meta);
+            self.used = self.used - old + memory::decode_charge(meta);
+        }
         true
     }
 
@@ -535,12 +475,12 @@ impl Db {
         let Some(slot) = self.slots.get_mut(idx) else {
             return;
         };
-        let Some(e) = slot.table.find_mut(hash, |e| e.key.as_bytes() == key) else {
+        let Some(e) = slot.table.find_mut(hash, |e| e.key() == key) else {
             return;
         };
         let old = e.charge();
-        let meta = memory::encode_charge(entry_cost(&e.key, &e.value));
-        e.meta = (e.meta & 0xFF00_0000) | meta;
+        let meta = memory::encode_charge(entry_cost(e.block_size(), e.value()));
+        e.set_meta((e.meta() & 0xFF00_0000) | meta);
         self.used = self.used - old + memory::decode_charge(meta);
     }
 
@@ -598,7 +538,7 @@ impl Db {
             if offered >= n {
                 break;
             }
-            if volatile && e.expire_at == NO_EXPIRE {
+            if volatile && e.expire_at() == NO_EXPIRE {
                 continue;
             }
             f(e);
@@ -643,7 +583,7 @@ impl Db {
             let pick = rng.below(slot.table.len());
             let entry = slot.table.iter().nth(pick)?;
             if entry.is_expired(now_ms) {
-                let key = entry.key.to_vec();
+                let key = entry.key().to_vec();
                 let hash = self.hasher.hash_one(&key[..]);
                 self.remove_at(idx, hash, &key);
                 self.expired_count += 1;
@@ -653,7 +593,7 @@ impl Db {
                 notify(class::EXPIRED, "expired", &key, self.index);
                 continue;
             }
-            return Some(entry.key.to_vec());
+            return Some(entry.key().to_vec());
         }
         None
     }
@@ -697,16 +637,17 @@ impl Db {
             let expired_log = &mut self.expired_log;
             let mut freed = 0usize;
             for e in slot.table.extract_if(|e| {
-                if e.expire_at == NO_EXPIRE {
+                let at = e.expire_at();
+                if at == NO_EXPIRE {
                     return false;
                 }
                 stats.sampled += 1;
-                e.expire_at <= now_ms
+                at <= now_ms
             }) {
                 if log {
-                    expired_log.push(e.key.as_bytes().to_vec());
+                    expired_log.push(e.key().to_vec());
                 }
-                notify(class::EXPIRED, "expired", e.key.as_bytes(), db);
+                notify(class::EXPIRED, "expired", e.key(), db);
                 removed += 1;
                 removed_ttl += 1;
                 freed += e.charge();
@@ -861,7 +802,7 @@ mod tests {
                         let key = vec![k % 40];
                         let want = model.get(&key).filter(|(_, at)| *at == NO_EXPIRE || *at > now).map(|(v, _)| v.clone());
                         let mut sc = [0u8; 24];
-                        let got = d.get(&key, now).map(|e| match &e.value { Value::Str(sv) => sv.bytes(&mut sc).to_vec(), other => panic!("unexpected {other:?}") });
+                        let got = d.get(&key, now).map(|e| match e.value() { Value::Str(sv) => sv.bytes(&mut sc).to_vec(), other => panic!("unexpected {other:?}") });
                         prop_assert_eq!(got, want);
                     }
                     Op::Cycle(dt) => {
@@ -875,15 +816,5 @@ mod tests {
                 prop_assert_eq!(d.expires_len() <= d.len(), true);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod layout {
-    /// The entry stays one cache line: key 24 + value 24 + deadline 8 + LRU 4 +
-    /// LFU/charge 4 (memory per key, benches/RESULTS.md).
-    #[test]
-    fn entry_is_64_bytes() {
-        assert_eq!(std::mem::size_of::<super::Entry>(), 64);
     }
 }

@@ -1,9 +1,9 @@
 //! Keyspace, slot tables, value encodings, expiry and the DUMP/RESTORE format.
 pub mod dump;
+pub mod entry;
 pub mod evict;
 pub mod hash;
 pub mod hll;
-pub mod key;
 pub mod keyspace;
 pub mod limits;
 pub mod list;

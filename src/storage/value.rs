@@ -1,5 +1,7 @@
 //! Value representations. Strings are stored compactly as Redis does: integers as
 //! integers, short strings inline in the entry, longer ones in one heap block.
+//! A `Value` is 16 bytes (a tag and one word), so the keyspace's per-key block stays
+//! in jemalloc's 48-byte class for typical cache keys (see `keyspace::Entry`).
 
 use super::dump::DumpValue;
 use super::hash::HashValue;
@@ -10,7 +12,7 @@ use super::stream::StreamValue;
 use super::zset::ZSetValue;
 
 /// Longest string kept inline in the value itself (no heap allocation).
-pub const INLINE_CAP: usize = 22;
+pub const INLINE_CAP: usize = 14;
 /// Redis reports strings up to this length, created by SET, as `embstr`.
 const EMBSTR_LIMIT: usize = 44;
 
@@ -21,12 +23,73 @@ pub enum StrValue {
     /// A short string stored in place.
     Inline { len: u8, data: [u8; INLINE_CAP] },
     /// An immutable string in one exact-sized heap block.
-    Heap(Box<[u8]>),
+    Heap(HeapBytes),
     /// A string that has been modified in place (APPEND, SETRANGE): keeps spare
     /// capacity so repeated appends are amortised, as Redis's raw sds does. Boxed so
     /// the rare mutable form does not make every value (and entry) 8 bytes bigger.
     Raw(Box<Vec<u8>>),
 }
+
+/// An exact-sized, immutable heap string behind a thin pointer: a `Box<[u8]>` whose
+/// length is kept in 32 bits, so that `StrValue` (and `Value`) fit in 16 bytes.
+/// Strings of 4 GiB and more are stored as `StrValue::Raw` instead. Packed to 4-byte
+/// alignment so it sits right after the enum's tag (12 bytes at offset 4, not 16 at 8).
+#[repr(C, packed(4))]
+pub struct HeapBytes {
+    ptr: std::ptr::NonNull<u8>,
+    len: u32,
+}
+
+// SAFETY: HeapBytes uniquely owns its block, exactly as the Box<[u8]> it was made from.
+unsafe impl Send for HeapBytes {}
+// SAFETY: shared access only reads the bytes.
+unsafe impl Sync for HeapBytes {}
+
+impl HeapBytes {
+    /// Takes the box apart; gives it back when it is 4 GiB or longer.
+    pub fn new(b: Box<[u8]>) -> Result<HeapBytes, Box<[u8]>> {
+        let Ok(len) = u32::try_from(b.len()) else {
+            return Err(b);
+        };
+        let ptr = std::ptr::NonNull::from(Box::leak(b)).cast::<u8>();
+        Ok(HeapBytes { ptr, len })
+    }
+}
+
+impl std::ops::Deref for HeapBytes {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr and len come from a live Box<[u8]> this value owns.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+    }
+}
+
+impl Drop for HeapBytes {
+    fn drop(&mut self) {
+        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize);
+        // SAFETY: rebuilds the Box<[u8]> taken apart in `new`, exactly once.
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+impl Clone for HeapBytes {
+    fn clone(&self) -> HeapBytes {
+        let copy: Box<[u8]> = Box::from(&**self);
+        HeapBytes {
+            ptr: std::ptr::NonNull::from(Box::leak(copy)).cast::<u8>(),
+            len: self.len,
+        }
+    }
+}
+
+impl PartialEq for HeapBytes {
+    fn eq(&self, other: &HeapBytes) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for HeapBytes {}
 
 impl std::fmt::Debug for StrValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,7 +163,15 @@ impl StrValue {
                 data,
             }
         } else {
-            StrValue::Heap(b.into())
+            Self::boxed(b.into())
+        }
+    }
+
+    /// A heap string, thin if it can be.
+    fn boxed(b: Box<[u8]>) -> StrValue {
+        match HeapBytes::new(b) {
+            Ok(h) => StrValue::Heap(h),
+            Err(b) => StrValue::raw(b.into_vec()),
         }
     }
 
@@ -113,7 +184,7 @@ impl StrValue {
         if v.len() <= INLINE_CAP || parse_canonical_i64(&v).is_some() {
             return Self::from_bytes(&v);
         }
-        StrValue::Heap(v.into_boxed_slice())
+        Self::boxed(v.into_boxed_slice())
     }
 
     /// The string's bytes; integers are formatted into `scratch`.

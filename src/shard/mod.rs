@@ -62,7 +62,7 @@ impl ShardData {
     pub fn refresh_config(&mut self) {
         self.limits = crate::storage::limits::EncodingLimits::from_config(&self.config);
         self.mem.refresh(&self.config);
-        self.apply_lazy_server_del();
+        self.apply_db_settings();
         // CONFIG SET then refreshes the overhead from every shard's figure of now
         // (without a limit they publish only once per cron period).
         crate::storage::memory::publish_dataset(self.id, self.dataset_bytes());
@@ -71,10 +71,12 @@ impl ShardData {
             .set_max_keys(self.config.tracking_table_max_keys());
     }
 
-    /// lazyfree-lazy-server-del lives in each database (`Db::insert` consults it).
-    fn apply_lazy_server_del(&mut self) {
+    /// lazyfree-lazy-server-del and the LFU parameters live in each database, for
+    /// `Db::insert`'s overwrites.
+    fn apply_db_settings(&mut self) {
         for db in &mut self.dbs {
             db.lazy_overwrites = self.mem.lazy_server_del;
+            db.lfu = self.mem.lfu;
         }
     }
 
@@ -194,7 +196,7 @@ pub fn new_shard_data(
         blocked: blocking::Blocked::default(),
     };
     data.tracking.set_max_keys(max_tracked);
-    data.apply_lazy_server_del();
+    data.apply_db_settings();
     data
 }
 

@@ -213,6 +213,12 @@ pub struct Db {
     /// Replaced big values with their charges, already counted as pending lazy frees,
     /// waiting for the shard's memory task (`ShardData::adopt_overwritten`).
     pub overwritten: Vec<(Value, usize)>,
+    /// (lfu-log-factor, lfu-decay-time) under an LFU policy: an overwritten key keeps
+    /// its access counter, bumped for the write's access, as Redis's dbOverwrite
+    /// carries the old object's LFU over to the new one.
+    pub lfu: Option<(u64, u64)>,
+    /// Random numbers for those LFU bumps.
+    rng: Rng,
     /// Sum of the entries' charges (memory accounting).
     used: usize,
 }
@@ -234,6 +240,8 @@ impl Db {
             tracking_expired: Vec::new(),
             lazy_overwrites: false,
             overwritten: Vec::new(),
+            lfu: None,
+            rng: Rng::new(first_slot as u64 ^ 0x9E37_79B9_7F4A_7C15),
             used: 0,
         }
     }
@@ -327,8 +335,10 @@ impl Db {
 
     /// Stores `value` under `key` with the given deadline, replacing any old entry,
     /// whose value is returned. An existing entry is overwritten where it is (one
-    /// probe, no table churn), and starts over as a new key would: fresh LFU counter,
-    /// the given access clock and deadline.
+    /// probe, no table churn) and takes the given access clock and deadline; under an
+    /// LFU policy it keeps its counter, counted as accessed (Redis's SET looks the key
+    /// up for writing, then dbOverwrite copies the LFU field), else the counter starts
+    /// over.
     pub fn insert(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) -> Option<Value> {
         let (idx, hash) = self.locate(key);
         let found = self
@@ -344,9 +354,16 @@ impl Db {
         let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at() != NO_EXPIRE) as i64;
         let old = e.replace_value(value);
         e.set_expire_at(expire_at);
+        let counter = match self.lfu {
+            Some((factor, decay)) => {
+                let c = memory::lfu_decayed(e.lfu_counter(), e.lru(), lru, decay);
+                memory::lfu_log_incr(c, factor, self.rng.next_u64())
+            }
+            None => memory::LFU_INIT_VAL,
+        };
         e.set_lru(lru);
-        let meta = memory::encode_charge(entry_cost(e.block_size(), e.value()))
-            | ((memory::LFU_INIT_VAL as u32) << 24);
+        let meta =
+            memory::encode_charge(entry_cost(e.block_size(), e.value())) | ((counter as u32) << 24);
         e.set_meta(meta);
         self.used = self.used - old_charge + memory::decode_charge(meta);
         if ttl_delta != 0 {
@@ -739,6 +756,28 @@ mod tests {
         assert_eq!(d.len(), 1);
         assert_eq!(d.expires_len(), 0);
         assert_eq!(d.expired_count, 2);
+    }
+
+    #[test]
+    fn overwrites_keep_the_lfu_counter_only_under_lfu() {
+        let mut d = db();
+        d.insert(b"k", s(b"1"), NO_EXPIRE, 100);
+        d.insert(b"k", s(b"2"), NO_EXPIRE, 100);
+        assert_eq!(
+            d.peek(b"k").map(|e| e.lfu_counter()),
+            Some(memory::LFU_INIT_VAL)
+        );
+        d.lfu = Some((10, 1));
+        // From the initial value an access always counts (probability 1).
+        d.insert(b"k", s(b"3"), NO_EXPIRE, 100);
+        assert_eq!(
+            d.peek(b"k").map(|e| e.lfu_counter()),
+            Some(memory::LFU_INIT_VAL + 1)
+        );
+        d.insert(b"k", s(b"4"), 5_000, 100);
+        let e = d.peek(b"k").expect("present");
+        assert!(e.lfu_counter() > memory::LFU_INIT_VAL);
+        assert_eq!((e.expire_at(), e.lru()), (5_000, 100));
     }
 
     #[derive(Debug, Clone)]

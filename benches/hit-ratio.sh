@@ -13,23 +13,6 @@ maxmemory=${1:-32mb}
 seconds=${2:-20}
 threads=${3:-2}
 cargo build --release --bin tessera --bin tessera-bench -q
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-wait_ready() {
-    for _ in $(seq 100); do
-        redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    echo "server on port $1 did not start" >&2
-    exit 1
-}
-
 stat() { # port section field
     redis-cli -p "$1" info "$2" | tr -d '\r' | sed -n "s/^$3://p"
 }
@@ -61,14 +44,7 @@ run() { # name port policy
         "$(stat "$port" stats evicted_keys)" "$peak"
 }
 
-rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
-pids+=($!)
-tport=$(free_port)
-target/release/tessera --port "$tport" --threads "$threads" >/dev/null 2>&1 &
-pids+=($!)
-wait_ready "$rport"
-wait_ready "$tport"
+. benches/side-by-side.sh
 
 echo "maxmemory $maxmemory, Zipf 0.99 over 1,000,000 keys, 100-byte values, SET:GET 1:1, ${seconds}s"
 printf '%-18s %-12s %7s %9s %13s %16s\n' server policy hit keys evicted max_used_memory

@@ -12,19 +12,9 @@ keys=${1:-1000000}
 value_bytes=${2:-10}
 threads=${3:-2}
 cargo build --release --bin tessera -q
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-python3 - "$keys" "$value_bytes" >"$tmp/cmds" <<'PY'
+. benches/side-by-side.sh
+scratch=$(mktemp -d)
+python3 - "$keys" "$value_bytes" >"$scratch/cmds" <<'PY'
 import sys
 n, d = int(sys.argv[1]), int(sys.argv[2])
 value = b"v" * d
@@ -38,33 +28,16 @@ used_memory() {
     redis-cli -p "$1" info memory | tr -d '\r' | sed -n 's/^used_memory://p'
 }
 
-wait_ready() {
-    for _ in $(seq 100); do
-        redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
-        sleep 0.1
-    done
-    echo "server on port $1 did not start" >&2
-    exit 1
-}
-
 measure() { # name port
     local empty full count
     empty=$(used_memory "$2")
-    redis-cli -p "$2" --pipe <"$tmp/cmds" >/dev/null
+    redis-cli -p "$2" --pipe <"$scratch/cmds" >/dev/null
     count=$(redis-cli -p "$2" dbsize | tr -d '\r')
     [ "$count" = "$keys" ] || { echo "$1 holds $count keys, expected $keys" >&2; exit 1; }
     full=$(used_memory "$2")
     echo "$1 $empty $full"
 }
 
-rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >/dev/null &
-pids+=($!)
-tport=$(free_port)
-target/release/tessera --port "$tport" --threads "$threads" >/dev/null 2>&1 &
-pids+=($!)
-wait_ready "$rport"
-wait_ready "$tport"
 
 {
     measure redis-server "$rport"

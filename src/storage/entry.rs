@@ -50,6 +50,12 @@ pub struct Entry {
     block: NonNull<Head>,
 }
 
+// What makes the two impls below sound: the block's only owned contents are the Value.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Value>();
+};
+
 // SAFETY: an Entry uniquely owns its block, like a Box<Head> (Value is Send and Sync).
 unsafe impl Send for Entry {}
 // SAFETY: shared references only read the block.

@@ -297,6 +297,7 @@ impl std::fmt::Debug for Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn s(v: &[u8]) -> Value {
         Value::Str(StrValue::from_bytes(v))
@@ -344,6 +345,60 @@ mod tests {
                 assert_eq!(e.lru(), 11);
                 assert_eq!(text(&e.into_value()), vec![b'x'; 300]);
             }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Expire(u64),
+        Persist,
+        Value(Vec<u8>),
+        Lru(u32),
+        Lfu(u8),
+        Touch(u32),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (1u64..u64::MAX).prop_map(Op::Expire),
+            Just(Op::Persist),
+            proptest::collection::vec(any::<u8>(), 0..64).prop_map(Op::Value),
+            any::<u32>().prop_map(Op::Lru),
+            any::<u8>().prop_map(Op::Lfu),
+            any::<u32>().prop_map(Op::Touch),
+        ]
+    }
+
+    proptest! {
+        /// An entry reads back exactly what a plain struct would hold after the same
+        /// writes, whatever the key length and however often its block moves.
+        #[test]
+        fn entry_matches_a_plain_struct(
+            key in proptest::collection::vec(any::<u8>(), 0..300),
+            first in proptest::collection::vec(any::<u8>(), 0..64),
+            at in prop_oneof![Just(NO_EXPIRE), 1u64..u64::MAX],
+            ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            let mut e = Entry::new(&key, s(&first), at, 1, 0x0500_0000);
+            let (mut value, mut deadline, mut lru, mut lfu) = (first, at, 1u32, 5u8);
+            for o in ops {
+                match o {
+                    Op::Expire(t) => { e.set_expire_at(t); deadline = t; }
+                    Op::Persist => { e.set_expire_at(NO_EXPIRE); deadline = NO_EXPIRE; }
+                    Op::Value(v) => {
+                        let old = e.replace_value(s(&v));
+                        prop_assert_eq!(text(&old), std::mem::replace(&mut value, v));
+                    }
+                    Op::Lru(l) => { e.set_lru(l); lru = l; }
+                    Op::Lfu(c) => { e.set_lfu_counter(c); lfu = c; }
+                    Op::Touch(now) => { e.touch(now, None); lru = now; }
+                }
+                prop_assert_eq!(e.key(), &key[..]);
+                prop_assert_eq!(e.expire_at(), deadline);
+                prop_assert_eq!((e.lru(), e.lfu_counter()), (lru, lfu));
+                prop_assert_eq!(text(e.value()), value.clone());
+            }
+            prop_assert_eq!(text(&e.into_value()), value);
         }
     }
 

@@ -36,6 +36,15 @@ pub fn entry_cost(block: usize, value: &Value) -> usize {
         }
 }
 
+/// Re-derives an entry's charge from its block and value, keeping its LFU counter.
+/// Returns the charges before and after.
+fn remeasure(e: &mut Entry) -> (usize, usize) {
+    let old = e.charge();
+    let meta = memory::encode_charge(entry_cost(e.block_size(), e.value()));
+    e.set_meta((e.meta() & 0xFF00_0000) | meta);
+    (old, memory::decode_charge(meta))
+}
+
 /// Slot tables taken out of a database by FLUSHALL/FLUSHDB ASYNC, freed by the
 /// shard's lazy-free task a slice at a time.
 #[derive(Default)]
@@ -465,15 +474,10 @@ impl Db {
             }
             _ => {}
         }
-        let old_block = entry.block_size();
         entry.set_expire_at(expire_at);
-        if entry.block_size() != old_block {
-            // A first deadline moved the key to a bigger block: charge for it.
-            let old = entry.charge();
-            let meta = memory::encode_charge(entry_cost(entry.block_size(), entry.value()));
-            entry.set_meta((entry.meta() & 0xFF00_0000) | meta);
-            self.used = self.used - old + memory::decode_charge(meta);
-        }
+        // A first deadline moves the key to a bigger block.
+        let (old, new) = remeasure(entry);
+        self.used = self.used - old + new;
         true
     }
 
@@ -507,10 +511,8 @@ impl Db {
         let Some(e) = slot.table.find_mut(hash, |e| e.key() == key) else {
             return;
         };
-        let old = e.charge();
-        let meta = memory::encode_charge(entry_cost(e.block_size(), e.value()));
-        e.set_meta((e.meta() & 0xFF00_0000) | meta);
-        self.used = self.used - old + memory::decode_charge(meta);
+        let (old, new) = remeasure(e);
+        self.used = self.used - old + new;
     }
 
     /// Calls `f` for up to `n` entries of one randomly chosen slot (only entries with a

@@ -374,22 +374,18 @@ impl Db {
             self.add(key, value, expire_at, lru);
             return None;
         };
-        let old_charge = e.charge();
         let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at() != NO_EXPIRE) as i64;
         let old = e.replace_value(value);
         e.set_expire_at(expire_at);
-        let counter = match self.lfu {
-            Some((factor, decay)) => {
-                let c = memory::lfu_decayed(e.lfu_counter(), e.lru(), lru, decay);
-                memory::lfu_log_incr(c, factor, self.rng.next_u64())
+        match self.lfu {
+            Some((factor, decay)) => e.touch(lru, Some((factor, decay, self.rng.next_u64()))),
+            None => {
+                e.set_lfu_counter(memory::LFU_INIT_VAL);
+                e.set_lru(lru);
             }
-            None => memory::LFU_INIT_VAL,
-        };
-        e.set_lru(lru);
-        let meta =
-            memory::encode_charge(entry_cost(e.block_size(), e.value())) | ((counter as u32) << 24);
-        e.set_meta(meta);
-        self.used = self.used - old_charge + memory::decode_charge(meta);
+        }
+        let (old_charge, new_charge) = remeasure(e);
+        self.used = self.used - old_charge + new_charge;
         if ttl_delta != 0 {
             if let Some(slot) = self.slots.get_mut(idx) {
                 slot.ttl_count = (slot.ttl_count as i64 + ttl_delta) as _;

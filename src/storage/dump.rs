@@ -2777,7 +2777,9 @@ mod tests {
             if let Some(c) = lzf::compress(&input, input.len() + 64) {
                 prop_assert_eq!(lzf::decompress(&c, input.len()), Some(input));
             } else {
-                prop_assert!(input.is_empty());
+                // With room for 64 bytes of growth only inputs too short to hold a
+                // back-reference (liblzf's minimum is 3 bytes) are refused.
+                prop_assert!(input.len() < 3);
             }
         }
 

@@ -18,13 +18,14 @@ use crate::clients::{ClientShared, ReplyMode, Session};
 use crate::commands::{
     self, table::flags, Args, ClientCtx, Cross, ExecCtx, GlobalCtx, KeyedFn, Kind, Merge,
 };
-use crate::protocol::parser::{ArgSpan, ParseLimits, RequestParser};
+use crate::protocol::parser::{scan_first_args, ArgSpan, ParseLimits, RequestParser};
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::runtime::TcpStream;
 use crate::shard::batch::{self, BatchReply, OwnedBatch};
 use crate::shard::locks;
 use crate::shard::ShardCell;
 use crate::storage::evict::OomCheck;
+use crate::storage::keyspace::PREFETCH_BATCH;
 
 /// Clients connected to the whole process (for maxclients and INFO clients).
 pub static CONNECTED_CLIENTS: AtomicUsize = AtomicUsize::new(0);
@@ -490,10 +491,14 @@ impl Connection {
         let limits = self.limits();
         let mut buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
+        let mut prefetched_to = self.start;
         while self.start < self.end
             && !self.session.close_after_reply
             && self.replica_link.is_none()
         {
+            if self.start >= prefetched_to {
+                prefetched_to = self.prefetch_keys(&buf);
+            }
             // Redis's tighter limits for clients that have not authenticated yet.
             self.parser.set_auth_required(!self.session.authenticated);
             let parsed = self
@@ -547,6 +552,26 @@ impl Connection {
             }
         }
         self.session.shared.query_buf_len.set(self.end - self.start);
+    }
+
+    /// Prefetches the keys of the next commands in the buffer (see `Db::prefetch`)
+    /// when there are at least two: a lone command has nothing to overlap with.
+    /// Returns where the scanned commands end; the next window starts there.
+    fn prefetch_keys(&self, buf: &[u8]) -> usize {
+        let window = &buf[self.start..self.end];
+        let mut keys = [ArgSpan { start: 0, end: 0 }; PREFETCH_BATCH];
+        let (n, len) = scan_first_args(window, &mut keys);
+        if n >= 2 {
+            let data = self.session.cell.data.borrow();
+            if let Some(db) = data.dbs.get(self.session.db) {
+                db.prefetch(keys[..n].iter().map(|k| &window[k.range()]));
+            }
+        }
+        if n == 0 {
+            self.end
+        } else {
+            self.start + len
+        }
     }
 
     /// The buffer a reply produced now must go to, to stay in request order.

@@ -172,6 +172,68 @@ impl ArgSpan {
     }
 }
 
+/// Finds the first argument after the name (where nearly every command keeps its
+/// key) of each complete multibulk command at the start of `buf`, at most
+/// `out.len()` of them, so the keyspace can prefetch a batch before it runs (see
+/// `Db::prefetch`). A hint, not a parse: it stops at the first command it cannot read
+/// at a glance (inline, incomplete, malformed), which the real parser then handles. A
+/// command with no argument gets an empty span. Returns how many commands it read and
+/// the offset where the last one ends.
+pub fn scan_first_args(buf: &[u8], out: &mut [ArgSpan]) -> (usize, usize) {
+    let mut done = 0;
+    let mut pos = 0;
+    while done < out.len() {
+        let Some((argc, mut at)) = scan_header(buf, pos, b'*') else {
+            break;
+        };
+        let mut first = ArgSpan { start: 0, end: 0 };
+        let mut complete = true;
+        for i in 0..argc {
+            let Some((len, data)) = scan_header(buf, at, b'$') else {
+                complete = false;
+                break;
+            };
+            let end = data + len;
+            if buf.get(end..end + 2) != Some(&b"\r\n"[..]) {
+                complete = false;
+                break;
+            }
+            if i == 1 {
+                match ArgSpan::new(data, end) {
+                    Some(span) => first = span,
+                    None => return (done, pos),
+                }
+            }
+            at = end + 2;
+        }
+        if !complete {
+            break;
+        }
+        out[done] = first;
+        done += 1;
+        pos = at;
+    }
+    (done, pos)
+}
+
+/// Reads `<marker><digits>\r\n` at `pos`: the number and where the line ends.
+fn scan_header(buf: &[u8], pos: usize, marker: u8) -> Option<(usize, usize)> {
+    if buf.get(pos) != Some(&marker) {
+        return None;
+    }
+    let mut n: usize = 0;
+    let mut i = pos + 1;
+    // Ten digits bound the value well inside usize, so the sums above cannot overflow.
+    while let Some(&b) = buf.get(i).filter(|b| b.is_ascii_digit()) {
+        if i - pos > 10 {
+            return None;
+        }
+        n = n * 10 + usize::from(b - b'0');
+        i += 1;
+    }
+    (i > pos + 1 && buf.get(i..i + 2) == Some(&b"\r\n"[..])).then_some((n, i + 2))
+}
+
 /// What the parser is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Phase {
@@ -1465,6 +1527,63 @@ mod tests {
         fn arbitrary_bytes_never_panic(input in prop::collection::vec(any::<u8>(), 0..200)) {
             let out = drive_with(&input, &[], &ParseLimits::default());
             prop_assert!(out.leftover <= input.len());
+        }
+
+        #[test]
+        fn scan_first_args_agrees_with_the_parser(
+            commands in prop::collection::vec(command_strategy(), 0..20),
+            cut in any::<usize>(),
+            room in 1usize..24,
+        ) {
+            let mut input = Vec::new();
+            let mut ends = Vec::new();
+            for cmd in &commands {
+                encode(cmd, &mut input);
+                ends.push(input.len());
+            }
+            // A trailing partial command is never reported.
+            let cut = cut % (input.len() + 1);
+            let whole = ends.iter().filter(|&&e| e <= cut).count();
+            let mut spans = vec![ArgSpan { start: 0, end: 0 }; room];
+            let (n, end) = scan_first_args(&input[..cut], &mut spans);
+            prop_assert_eq!(n, whole.min(room));
+            prop_assert_eq!(end, if n == 0 { 0 } else { ends[n - 1] });
+            for (cmd, span) in commands.iter().zip(&spans[..n]) {
+                let first: &[u8] = cmd.get(1).map_or(&[], |a| a.as_slice());
+                prop_assert_eq!(&input[span.range()], first);
+            }
+        }
+
+        #[test]
+        fn scan_first_args_stays_inside_any_input(input in protocol_ish_bytes()) {
+            let mut spans = [ArgSpan { start: 0, end: 0 }; 8];
+            let (n, end) = scan_first_args(&input, &mut spans);
+            prop_assert!(end <= input.len());
+            for span in &spans[..n] {
+                prop_assert!(span.start <= span.end && span.end as usize <= end);
+            }
+        }
+    }
+
+    #[test]
+    fn scan_first_args_stops_where_a_glance_is_not_enough() {
+        let mut spans = [ArgSpan { start: 0, end: 0 }; 4];
+        let input = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n*1\r\n$4\r\nPING\r\nGET b\r\n";
+        let (n, end) = scan_first_args(input, &mut spans);
+        assert_eq!((n, end), (2, 34));
+        assert_eq!(&input[spans[0].range()], b"a");
+        assert!(spans[1].is_empty());
+        // Counts the real parser would refuse, or that are not numbers at all.
+        for bad in [
+            &b"*-1\r\n"[..],
+            b"*\r\n",
+            b"*99999999999\r\n",
+            b"*1\r\n$x\r\n",
+            b"*1\n$1\r\na\r\n",
+            b"*1\r\n$1\r\nab\r\n",
+        ] {
+            let (n, end) = scan_first_args(bad, &mut spans);
+            assert_eq!((n, end), (0, 0), "{bad:?}");
         }
     }
 }

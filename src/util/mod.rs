@@ -2,6 +2,7 @@
 pub mod crc16;
 pub mod geohash;
 pub mod glob;
+pub mod prefetch;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,0 +1,14 @@
+//! Software prefetch: a hint that some memory is about to be read, so the cache miss
+//! overlaps other work instead of stalling it. Never faults, never changes results.
+
+/// Starts loading the cache line holding `p` into every cache level.
+#[inline(always)]
+pub fn read<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch is a hint: it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

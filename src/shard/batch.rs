@@ -10,6 +10,7 @@ use crate::commands::{table, Args, Cross, ExecCtx, KeyedFn, Kind};
 use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::storage::evict::OomCheck;
+use crate::storage::keyspace::PREFETCH_BATCH;
 
 #[derive(Debug, Clone, Copy)]
 struct BatchCmd {
@@ -148,6 +149,23 @@ impl OwnedBatch {
             keys: (k0, self.key_spans.len() as u32),
         });
         self.cmds.len() - 1
+    }
+
+    /// Warms the cache for the keys of the commands from `from` on that use the same
+    /// database, before they run (see `Db::prefetch`, which takes the first
+    /// `PREFETCH_BATCH`). A lone command has nothing to overlap with and is skipped.
+    fn prefetch(&self, cell: &ShardCell, from: usize) {
+        let rest = &self.cmds[from.min(self.cmds.len())..];
+        let Some(db) = rest.first().filter(|_| rest.len() >= 2).map(|c| c.db) else {
+            return;
+        };
+        let data = cell.data.borrow();
+        if let Some(d) = data.dbs.get(db as usize) {
+            let keys = (from..from + rest.len())
+                .take_while(|&i| self.cmds[i].db == db)
+                .flat_map(|i| self.keys_of(i));
+            d.prefetch(keys);
+        }
     }
 
     fn keys_of(&self, i: usize) -> impl Iterator<Item = &[u8]> {
@@ -399,6 +417,9 @@ fn run_until_blocked(
         .timing()
         .then(std::time::Instant::now);
     for i in from..batch.cmds.len() {
+        if (i - from) % PREFETCH_BATCH == 0 {
+            batch.prefetch(cell, i);
+        }
         if txn.is_none() && batch.blocked(i, cell) {
             return Some(Stop::Locked(i));
         }

@@ -331,7 +331,12 @@ impl Db {
     pub fn prefetch<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) {
         let mut found = [(0usize, 0u64); PREFETCH_BATCH];
         let mut n = 0;
+        let mut last: &[u8] = &[];
         for key in keys.take(PREFETCH_BATCH) {
+            // A run of commands on one key (LPUSH mylist ...) needs it warmed once.
+            if std::mem::replace(&mut last, key) == key {
+                continue;
+            }
             let idx = (key_slot(key) as usize).wrapping_sub(self.first_slot);
             if let Some(slot) = self.slots.get(idx).filter(|_| idx < self.slot_count) {
                 crate::util::prefetch::read(slot as *const SlotKeys);

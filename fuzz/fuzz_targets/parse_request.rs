@@ -3,11 +3,15 @@
 //! * nothing panics and every call terminates;
 //! * a completed command consumes at least one and at most all bytes;
 //! * every span lies inside the buffer it refers to;
-//! * the outcome is identical to parsing the same bytes in one piece.
+//! * the outcome is identical to parsing the same bytes in one piece;
+//! * the keyspace prefetch's glance (`scan_first_args`) stays inside the buffer and
+//!   names the same first argument as the parser for every command both read.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tessera::protocol::parser::{ArgSpan, ParseLimits, ProtocolError, RequestParser};
+use tessera::protocol::parser::{
+    scan_first_args, ArgSpan, ParseLimits, ProtocolError, RequestParser,
+};
 
 /// Commands parsed, then either the error that stopped parsing or the count
 /// of bytes left waiting for more input.
@@ -86,11 +90,35 @@ fn run(input: &[u8], chunker: &mut Option<Chunker>) -> Outcome {
     (commands, Ok(buf.len()))
 }
 
+/// The glance stops early where the parser reads on (inline commands, negative
+/// counts) and does not apply the parser's limits, so the two are compared only over
+/// the commands both read, in order from the start.
+fn check_scan(input: &[u8], whole: &Outcome) {
+    let mut spans = [ArgSpan { start: 0, end: 0 }; 16];
+    let (n, end) = scan_first_args(input, &mut spans);
+    assert!(
+        end <= input.len(),
+        "glance ended at {end} of {}",
+        input.len()
+    );
+    for (i, span) in spans[..n].iter().enumerate() {
+        assert!(
+            span.start <= span.end && span.end as usize <= end,
+            "{span:?}"
+        );
+        if let Some(cmd) = whole.0.get(i) {
+            let first: &[u8] = cmd.get(1).map_or(&[], |a| a.as_slice());
+            assert_eq!(&input[span.range()], first, "command {i}");
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&seed, input)) = data.split_first() else {
         return;
     };
     let chunked = run(input, &mut Some(Chunker(u32::from(seed) | 0x100)));
     let whole = run(input, &mut None);
+    check_scan(input, &whole);
     assert_eq!(chunked, whole, "chunking changed the outcome");
 });

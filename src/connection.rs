@@ -32,6 +32,10 @@ pub static CONNECTED_CLIENTS: AtomicUsize = AtomicUsize::new(0);
 
 const READ_CHUNK: usize = 16 * 1024;
 
+/// Bytes of the read buffer one key-prefetch glance may read: a -P 16 batch of GETs or
+/// SETs is well under 1 KB, and bigger commands gain little from it.
+const PREFETCH_SCAN_BYTES: usize = 4096;
+
 /// Where one command's reply is while a pipeline batch is in flight.
 #[derive(Debug, Clone, Copy)]
 enum Part {
@@ -557,8 +561,10 @@ impl Connection {
     /// Prefetches the keys of the next commands in the buffer (see `Db::prefetch`)
     /// when there are at least two: a lone command has nothing to overlap with.
     /// Returns where the scanned commands end; the next window starts there.
+    /// The glance covers at most `PREFETCH_SCAN_BYTES`: a big command still arriving
+    /// is not re-read on every read (the parser itself resumes where it stopped).
     fn prefetch_keys(&self, buf: &[u8]) -> usize {
-        let window = &buf[self.start..self.end];
+        let window = &buf[self.start..self.end.min(self.start + PREFETCH_SCAN_BYTES)];
         let mut keys = [ArgSpan { start: 0, end: 0 }; PREFETCH_BATCH];
         let (n, len) = scan_first_args(window, &mut keys);
         if n >= 2 {

@@ -19,8 +19,8 @@
 //! cursor is where the last segment returned ends. Positions never change while a field
 //! exists and segments always cover aligned position ranges, so however segments split
 //! or merge between calls, a field present for the whole scan is returned exactly once,
-//! and a scan ends after at most one call per segment. Strings of up to 22 bytes are
-//! stored inline, so small fields and values cost no allocation of their own.
+//! and a scan ends after at most one call per segment. Fields and values are
+//! [`ShortBytes`](super::short_bytes::ShortBytes): up to 22 bytes cost no allocation.
 
 use std::hash::BuildHasher;
 
@@ -31,61 +31,7 @@ use super::dump::DumpValue;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
 
-/// Longest string stored inside a [`Bytes`] without a heap block.
-const INLINE_CAP: usize = 22;
-
-/// An immutable byte string: inline when short, otherwise one exact-sized heap block.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Bytes {
-    Inline { len: u8, data: [u8; INLINE_CAP] },
-    Heap(Box<[u8]>),
-}
-
-impl Bytes {
-    pub fn new(b: &[u8]) -> Bytes {
-        if b.len() <= INLINE_CAP {
-            let mut data = [0u8; INLINE_CAP];
-            data[..b.len()].copy_from_slice(b);
-            Bytes::Inline {
-                len: b.len() as u8,
-                data,
-            }
-        } else {
-            Bytes::Heap(b.into())
-        }
-    }
-
-    #[inline]
-    pub fn as_bytes(&self) -> &[u8] {
-        match self {
-            Bytes::Inline { len, data } => &data[..*len as usize],
-            Bytes::Heap(b) => b,
-        }
-    }
-
-    /// Heap bytes owned beyond the inline size.
-    fn heap_size(&self) -> usize {
-        match self {
-            Bytes::Inline { .. } => 0,
-            Bytes::Heap(b) => b.len(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Bytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
-    }
-}
-
-/// Heap bytes a [`Bytes`] made from `b` owns.
-fn heap_len(b: &[u8]) -> usize {
-    if b.len() > INLINE_CAP {
-        b.len()
-    } else {
-        0
-    }
-}
+use super::short_bytes::{heap_len, ShortBytes as Bytes};
 
 type Pair = (Bytes, Bytes);
 

@@ -9,6 +9,7 @@ pub mod limits;
 pub mod list;
 pub mod memory;
 pub mod set;
+pub mod short_bytes;
 pub mod stream;
 pub mod value;
 pub mod zset;

@@ -28,6 +28,7 @@ use hashbrown::DefaultHashBuilder;
 use super::dump::DumpValue;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
+use super::short_bytes::{heap_len, ShortBytes};
 use super::value::{format_i64, parse_canonical_i64};
 
 /// A segment splits once it holds more members than this: 7/8 of 512 buckets, so a
@@ -131,7 +132,9 @@ impl Member {
 #[derive(Debug, Clone)]
 struct Slot {
     hash: u64,
-    member: Box<[u8]>,
+    /// Short members sit in the slot itself: a lookup reads the hash and the bytes it
+    /// compares from one place instead of following a pointer to a block of their own.
+    member: ShortBytes,
 }
 
 #[derive(Debug, Clone)]
@@ -159,7 +162,7 @@ struct HashMembers {
     depth: u8,
     segs: Vec<Segment>,
     len: usize,
-    /// Total member bytes, for memory accounting.
+    /// Heap bytes of the members too long to sit in their slots, for memory accounting.
     bytes: usize,
 }
 
@@ -199,25 +202,25 @@ impl HashMembers {
             Entry::Vacant(v) => {
                 v.insert(Slot {
                     hash,
-                    member: member.into(),
+                    member: ShortBytes::new(member),
                 });
             }
         }
-        self.added(si, hash, member.len());
+        self.added(si, hash, heap_len(member));
         true
     }
 
     /// Inserts a slot known not to be present (rebuilds, conversions).
     fn insert_new(&mut self, slot: Slot) {
-        let (hash, n) = (slot.hash, slot.member.len());
+        let (hash, n) = (slot.hash, slot.member.heap_size());
         let si = self.seg_index(hash);
         self.segs[si].table.insert_unique(hash, slot, |s| s.hash);
         self.added(si, hash, n);
     }
 
-    fn added(&mut self, si: usize, hash: u64, member_len: usize) {
+    fn added(&mut self, si: usize, hash: u64, member_heap: usize) {
         self.len += 1;
-        self.bytes += member_len;
+        self.bytes += member_heap;
         if self.segs[si].table.len() > SEG_MAX {
             self.split(si, hash);
         }
@@ -277,7 +280,7 @@ impl HashMembers {
             Err(_) => return false,
         }
         self.len -= 1;
-        self.bytes -= member.len();
+        self.bytes -= heap_len(member);
         // Give memory back as Redis's dict does when it falls under 1/8 full.
         if table.capacity() > 64 && table.len() * 8 < table.capacity() {
             table.shrink_to_fit(|s| s.hash);
@@ -578,7 +581,7 @@ impl SetValue {
                 let b = format_i64(n, &mut buf);
                 h.insert_new(Slot {
                     hash: hash_of(b),
-                    member: b.into(),
+                    member: ShortBytes::new(b),
                 });
             }
             self.repr = Repr::Hash(h);

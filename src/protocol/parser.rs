@@ -234,6 +234,67 @@ fn scan_header(buf: &[u8], pos: usize, marker: u8) -> Option<(usize, usize)> {
     (i > pos + 1 && buf.get(i..i + 2) == Some(&b"\r\n"[..])).then_some((n, i + 2))
 }
 
+/// The common case in one straight pass: a multibulk command that is wholly buffered,
+/// with plain decimal headers, within every limit. Anything else (a partial command,
+/// a sign, a leading zero, a limit reached) gives `None` and the state machine parses
+/// the command from its start, with Redis's errors; so on success this must give
+/// exactly what the state machine would (which, like Redis, skips the two bytes after
+/// a header's `\r` and a payload without looking at them).
+#[inline]
+fn parse_whole_multibulk(
+    buf: &[u8],
+    limits: &ParseLimits,
+    args: &mut Vec<ArgSpan>,
+) -> Option<usize> {
+    if limits.max_inline_len < 16 {
+        return None;
+    }
+    let (count, mut at) = plain_header(buf, 0, b'*')?;
+    if count == 0 || count > limits.max_multibulk_len {
+        return None;
+    }
+    args.reserve(count.min(MAX_ARGS_PREALLOC));
+    for _ in 0..count {
+        let (len, start) = plain_header(buf, at, b'$')?;
+        if len > limits.max_bulk_len {
+            return None;
+        }
+        let next = start + len + 2;
+        if next > buf.len() || next > u32::MAX as usize {
+            return None;
+        }
+        args.push(ArgSpan::new(start, start + len)?);
+        at = next;
+    }
+    Some(at)
+}
+
+/// Reads `<marker><digits>\r` at `pos` whose byte after the `\r` is buffered, the
+/// digits being `0` or up to ten without a leading zero: the number and where the
+/// line ends (two bytes past the `\r`).
+#[inline]
+fn plain_header(buf: &[u8], pos: usize, marker: u8) -> Option<(usize, usize)> {
+    if *buf.get(pos)? != marker {
+        return None;
+    }
+    let first = *buf.get(pos + 1)?;
+    let mut n = usize::from(first.wrapping_sub(b'0'));
+    if n > 9 {
+        return None;
+    }
+    let mut i = pos + 2;
+    if n != 0 {
+        while let Some(&b) = buf.get(i).filter(|b| b.is_ascii_digit()) {
+            if i - pos > 10 {
+                return None;
+            }
+            n = n * 10 + usize::from(b - b'0');
+            i += 1;
+        }
+    }
+    (buf.get(i) == Some(&b'\r') && i + 1 < buf.len()).then_some((n, i + 2))
+}
+
 /// What the parser is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Phase {
@@ -307,6 +368,13 @@ impl RequestParser {
         args: &mut Vec<ArgSpan>,
     ) -> Result<Option<usize>, ProtocolError> {
         args.clear();
+        if self.phase == Phase::Idle && !self.auth_required {
+            if let Some(consumed) = parse_whole_multibulk(buf, limits, args) {
+                self.last_inline = false;
+                return Ok(Some(consumed));
+            }
+            args.clear();
+        }
         if self.phase != Phase::Idle && buf.len() < self.seen {
             // The caller dropped bytes mid-command; the saved offsets would
             // be meaningless, so treat the buffer as a fresh start.
@@ -1551,6 +1619,41 @@ mod tests {
             for (cmd, span) in commands.iter().zip(&spans[..n]) {
                 let first: &[u8] = cmd.get(1).map_or(&[], |a| a.as_slice());
                 prop_assert_eq!(&input[span.range()], first);
+            }
+        }
+
+        #[test]
+        fn whole_multibulk_fast_path_matches_the_state_machine(
+            cmd in command_strategy(),
+            flip in prop::option::of((any::<usize>(), prop::sample::select(b"*$\r\n0129-+ x".to_vec()))),
+            cut in prop::option::of(any::<usize>()),
+        ) {
+            let mut input = Vec::new();
+            encode(&cmd, &mut input);
+            let pristine = flip.is_none() && cut.is_none();
+            if let Some((at, byte)) = flip {
+                let at = at % input.len();
+                input[at] = byte;
+            }
+            if let Some(cut) = cut {
+                input.truncate(cut % (input.len() + 1));
+            }
+            for limits in [ParseLimits::default(), tiny_limits()] {
+                let mut fast = Vec::new();
+                let got = parse_whole_multibulk(&input, &limits, &mut fast);
+                let mut p = RequestParser::new();
+                p.begin_command();
+                let slow = p.run(&input, &limits);
+                if let Some(n) = got {
+                    prop_assert_eq!(slow, Ok(Some(n)));
+                    prop_assert_eq!(&p.spans, &fast);
+                }
+            }
+            // A well-formed whole command always takes the fast path.
+            if pristine {
+                let mut fast = Vec::new();
+                let got = parse_whole_multibulk(&input, &ParseLimits::default(), &mut fast);
+                prop_assert_eq!(got, Some(input.len()));
             }
         }
 

@@ -4,6 +4,7 @@
 //! slots in order.
 
 use hashbrown::{DefaultHashBuilder, HashTable};
+use std::cell::Cell;
 use std::hash::BuildHasher;
 
 use super::entry::block_size;
@@ -249,6 +250,34 @@ pub struct Db {
     rng: Rng,
     /// Sum of the entries' charges (memory accounting).
     used: usize,
+    /// The last key located, with its slot index and hash (see `locate`).
+    located: Cell<LocateMemo>,
+}
+
+/// Keys up to this long are remembered by [`Db::locate`].
+const LOCATE_MEMO_BYTES: usize = 32;
+
+/// A key's slot index and table hash, computed once. A write looks its key up and is
+/// then re-measured under the same key (`recharge`), and the slot's CRC16, the hash
+/// tag scan and the table hash are most of a lookup's instructions once the tables
+/// are in cache. Both are pure functions of the key's bytes, so the memo can never be
+/// stale: it is matched by content, not by address.
+#[derive(Clone, Copy)]
+struct LocateMemo {
+    len: u8,
+    key: [u8; LOCATE_MEMO_BYTES],
+    idx: usize,
+    hash: u64,
+}
+
+impl LocateMemo {
+    const EMPTY: LocateMemo = LocateMemo {
+        // Longer than any remembered key: matches nothing.
+        len: u8::MAX,
+        key: [0; LOCATE_MEMO_BYTES],
+        idx: 0,
+        hash: 0,
+    };
 }
 
 impl Db {
@@ -271,6 +300,7 @@ impl Db {
             lfu: None,
             rng: Rng::new(first_slot as u64 ^ 0x9E37_79B9_7F4A_7C15),
             used: 0,
+            located: Cell::new(LocateMemo::EMPTY),
         }
     }
 
@@ -312,12 +342,27 @@ impl Db {
 
     #[inline]
     fn locate(&self, key: &[u8]) -> (usize, u64) {
+        let memo = self.located.get();
+        if usize::from(memo.len) == key.len() && memo.key.get(..key.len()) == Some(key) {
+            return (memo.idx, memo.hash);
+        }
         let idx = (key_slot(key) as usize).wrapping_sub(self.first_slot);
         debug_assert!(
             idx < self.slot_count,
             "key routed to a shard that does not own its slot"
         );
-        (idx, self.hasher.hash_one(key))
+        let hash = self.hasher.hash_one(key);
+        if key.len() <= LOCATE_MEMO_BYTES {
+            let mut memo = LocateMemo {
+                len: key.len() as u8,
+                idx,
+                hash,
+                ..LocateMemo::EMPTY
+            };
+            memo.key[..key.len()].copy_from_slice(key);
+            self.located.set(memo);
+        }
+        (idx, hash)
     }
 
     /// Warms the cache for the lookups of a pipelined batch before it runs. A lookup

@@ -242,6 +242,13 @@ impl Connection {
             self.take_pushes();
             self.process_input().await;
             self.take_pushes();
+            if !self.out.is_empty() && crate::runtime::others_ready() {
+                // Let the other connections that are ready run their commands first,
+                // then every reply goes out in one burst (Redis writes in beforeSleep
+                // for the same reason): a client that reads many connections is woken
+                // once for the burst, not once per reply with our work in between.
+                crate::runtime::yield_to_round_end().await;
+            }
             if !self.out.is_empty() {
                 let n = self.out.len() as u64;
                 if self.stream.write_all(&self.out).await.is_err() {

@@ -90,6 +90,8 @@ pub struct Executor {
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<u32>>,
     ready: RefCell<VecDeque<TaskId>>,
+    /// Tasks waiting in `YieldToRoundEnd` for the rest of the round to run.
+    round_end: RefCell<Vec<Waker>>,
     pub(crate) reactor: Reactor,
 }
 
@@ -127,6 +129,7 @@ impl Executor {
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             ready: RefCell::new(VecDeque::new()),
+            round_end: RefCell::new(Vec::new()),
             reactor,
         });
         CURRENT_ID.with(|c| c.set(ex.remote.executor_id));
@@ -212,6 +215,7 @@ impl Executor {
     /// Runs `main` and every spawned task forever (the process ends shards).
     pub fn run(self: Rc<Self>, main: impl Future<Output = ()> + 'static) {
         self.spawn_boxed(Box::pin(main));
+        let mut polled_last_round = true;
         loop {
             self.drain_remote();
             // One round: every task ready now; tasks woken during the round wait for
@@ -224,6 +228,19 @@ impl Executor {
                     None => break,
                 }
             }
+            // Tasks that waited for the end of the round go on now, without a reactor
+            // poll first (that would be one more system call between a connection's
+            // commands and its reply); at most every other round skips the poll, so
+            // readiness is still collected however often tasks ask.
+            let deferred = std::mem::take(&mut *self.round_end.borrow_mut());
+            if !deferred.is_empty() {
+                deferred.into_iter().for_each(Waker::wake);
+                if polled_last_round {
+                    polled_last_round = false;
+                    continue;
+                }
+            }
+            polled_last_round = true;
             self.drain_remote();
             let idle = self.ready.borrow().is_empty();
             if idle {
@@ -237,6 +254,34 @@ impl Executor {
             self.remote.sleeping.store(false, Ordering::SeqCst);
         }
     }
+}
+
+/// Resolves after every other task already ready in this round has had its turn,
+/// before the reactor is polled again.
+pub struct YieldToRoundEnd(pub bool);
+
+impl Future for YieldToRoundEnd {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        match try_current() {
+            Some(ex) => ex.round_end.borrow_mut().push(cx.waker().clone()),
+            None => cx.waker().wake_by_ref(),
+        }
+        Poll::Pending
+    }
+}
+
+/// Whether another task of this shard is waiting to run in the current round.
+pub fn others_ready() -> bool {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|ex| !ex.ready.borrow().is_empty())
+    })
 }
 
 pub fn spawn_detached(fut: impl Future<Output = ()> + 'static) {

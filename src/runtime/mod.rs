@@ -39,6 +39,17 @@ pub async fn sleep(d: Duration) {
     reactor::sleep(d).await
 }
 
+/// Whether another task of this shard is ready to run now.
+pub fn others_ready() -> bool {
+    executor::others_ready()
+}
+
+/// Continues once every other task ready in this round has run, before the shard
+/// looks for new I/O.
+pub async fn yield_to_round_end() {
+    executor::YieldToRoundEnd(false).await
+}
+
 /// Lets every other ready task of this shard run once before continuing.
 pub async fn yield_now() {
     executor::YieldNow(false).await

@@ -16,11 +16,9 @@ mod common;
 use common::*;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{Connection, Value};
 
@@ -42,79 +40,18 @@ impl Target {
     }
 }
 
-/// A real redis-server on a free loopback port, killed on drop.
-struct RealRedis {
-    child: Child,
-    port: u16,
-}
-
-fn redis_server_binary() -> Option<std::path::PathBuf> {
-    let fixed = std::path::PathBuf::from("/usr/bin/redis-server");
-    if fixed.is_file() {
-        return Some(fixed);
+/// The reference redis-server; a missing one is a failure when `CI` is set (CI
+/// installs it, so the comparison must not be skipped there).
+fn reference_redis() -> Option<ReferenceRedis> {
+    let reference = ReferenceRedis::start();
+    if reference.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-server did not start, and CI is set: the comparison must run"
+        );
+        eprintln!("redis-server not found: scenarios run against Tessera alone");
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("redis-server"))
-        .find(|p| p.is_file())
-}
-
-impl RealRedis {
-    /// None when redis-server is not installed (a failure when `CI` is set).
-    fn start() -> Option<RealRedis> {
-        let Some(bin) = redis_server_binary() else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "redis-server is not installed, and CI is set: the comparison must run"
-            );
-            eprintln!("redis-server not found: scenarios run against Tessera alone");
-            return None;
-        };
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("no free port");
-            let child = Command::new(&bin)
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
-            let mut r = RealRedis { child, port };
-            if r.wait_ready() {
-                return Some(r);
-            }
-        }
-        panic!("redis-server did not start");
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                let ping = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-                    .and_then(|c| c.get_connection())
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-                if ping.as_deref() == Ok("PONG") {
-                    return true;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-}
-
-impl Drop for RealRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    reference
 }
 
 // ---------------------------------------------------------------------------------
@@ -441,7 +378,7 @@ fn diff_report(name: &str, a_name: &str, a: &[String], b_name: &str, b: &[String
 /// Runs a scenario against a 2-shard Tessera and (twice) against redis-server, and
 /// requires identical transcripts.
 fn compare(name: &str, scenario: Scenario) {
-    let reference = RealRedis::start();
+    let reference = reference_redis();
     let tessera = Server::start(2);
     let ours_target = Target { port: tessera.port };
     let ours = scenario(&mut ours_target.connect(), &ours_target);

@@ -195,6 +195,8 @@ impl ReferenceRedis {
         let port = free_port();
         let child = Command::new("redis-server")
             .args([
+                "--bind",
+                "127.0.0.1",
                 "--port",
                 &port.to_string(),
                 "--save",
@@ -209,8 +211,17 @@ impl ReferenceRedis {
         let r = ReferenceRedis { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(r);
+            // Answering PING, not just accepting: a fresh redis-server can accept
+            // before it serves.
+            if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+                let mut pong = [0u8; 7];
+                if c.write_all(b"PING\r\n").is_ok()
+                    && c.read_exact(&mut pong).is_ok()
+                    && &pong == b"+PONG\r\n"
+                {
+                    return Some(r);
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }

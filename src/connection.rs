@@ -499,8 +499,7 @@ impl Connection {
         }
     }
 
-    /// Parses and runs every complete command in the buffer.
-    /// Runs every complete command in the buffer; returns how many it parsed.
+    /// Parses and runs every complete command in the buffer; returns how many it parsed.
     async fn process_input(&mut self) -> usize {
         let mut parsed_commands = 0;
         let limits = self.limits();

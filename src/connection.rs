@@ -26,6 +26,7 @@ use crate::shard::locks;
 use crate::shard::ShardCell;
 use crate::storage::evict::OomCheck;
 use crate::storage::keyspace::PREFETCH_BATCH;
+use crate::util::clock::Stamp;
 
 /// Clients connected to the whole process (for maxclients and INFO clients).
 pub static CONNECTED_CLIENTS: AtomicUsize = AtomicUsize::new(0);
@@ -138,7 +139,7 @@ pub struct Connection {
     timing: bool,
     /// When the last command run here ended: the next one's start, so timing costs
     /// one clock read per command. None after anything else took time (a wait, a read).
-    mark: Option<std::time::Instant>,
+    mark: Option<Stamp>,
     /// After MONITOR: the feed of every command the server runs.
     monitor: Option<futures_channel::mpsc::UnboundedReceiver<Vec<u8>>>,
 }
@@ -852,7 +853,7 @@ impl Connection {
         let Some(state) = self.session.multi.take() else {
             return;
         };
-        let t0 = self.timing.then(std::time::Instant::now);
+        let t0 = self.timing.then(Stamp::now);
         self.session.shared.multi_count.set(-1);
         let proto = self.session.proto;
         if state.aborted {
@@ -965,22 +966,16 @@ impl Connection {
     /// Where timing of a command run here starts: the end of the previous one when
     /// nothing happened since, else now. None when timing is off.
     #[inline]
-    fn clock_start(&mut self) -> Option<std::time::Instant> {
+    fn clock_start(&mut self) -> Option<Stamp> {
         if !self.timing {
             return None;
         }
-        Some(*self.mark.get_or_insert_with(std::time::Instant::now))
+        Some(*self.mark.get_or_insert_with(Stamp::now))
     }
 
     /// Accounts a command that ran here: commandstats / errorstats, its latency
     /// (histogram, latency monitor) and, if slow, a slowlog entry.
-    fn finish_local(
-        &mut self,
-        idx: u16,
-        before: usize,
-        t0: Option<std::time::Instant>,
-        args: &Args<'_>,
-    ) {
+    fn finish_local(&mut self, idx: u16, before: usize, t0: Option<Stamp>, args: &Args<'_>) {
         let failed_prefix = {
             let target = if self.pipe.is_empty() {
                 &self.out
@@ -997,9 +992,9 @@ impl Connection {
         let cell = self.session.cell.clone();
         let mut data = cell.data.borrow_mut();
         if let Some(t0) = t0 {
-            let t1 = std::time::Instant::now();
+            let t1 = Stamp::now();
             self.mark = Some(t1);
-            let ns = t1.duration_since(t0).as_nanos() as u64;
+            let ns = t1.ns_since(t0);
             usec = ns / 1000;
             let cmd_flags = t.stat_flags(stat);
             data.observe.record(stat, cmd_flags, ns);
@@ -1071,7 +1066,7 @@ impl Connection {
 
     async fn run_global(&mut self, idx: u16, f: commands::GlobalFn, args: &Args<'_>) {
         let before = self.out.len();
-        let t0 = self.timing.then(std::time::Instant::now);
+        let t0 = self.timing.then(Stamp::now);
         let spec = &commands::table().specs[idx as usize];
         let write = spec.has(flags::WRITE);
         let may_block = spec.has(flags::BLOCKING)

@@ -121,6 +121,8 @@ pub fn run(config: Config) -> i32 {
             return 1;
         }
     };
+    // Before any shard starts: command timing stamps must all come from one clock.
+    crate::util::clock::calibrate(std::time::Duration::from_millis(10));
     let n = placement.len();
     let slots = SlotTable::new(n);
     let info = Arc::new(ServerInfo {

@@ -11,6 +11,7 @@ use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::storage::evict::OomCheck;
 use crate::storage::keyspace::PREFETCH_BATCH;
+use crate::util::clock::Stamp;
 
 #[derive(Debug, Clone, Copy)]
 struct BatchCmd {
@@ -265,7 +266,7 @@ fn run_one(
     i: usize,
     (now, txn, may_ask): (u64, Option<TxnId>, bool),
     reply: &mut BatchReply,
-    clock: &mut Option<std::time::Instant>,
+    clock: &mut Option<Stamp>,
 ) -> Result<(), u64> {
     let c = batch.cmds[i];
     let run = handler_of(c.cmd, c.split_part);
@@ -325,9 +326,9 @@ fn run_one(
     let stat = t.stat_id(c.cmd, &args);
     let mut usec = 0;
     if let Some(t0) = *clock {
-        let t1 = std::time::Instant::now();
+        let t1 = Stamp::now();
         *clock = Some(t1);
-        let ns = t1.duration_since(t0).as_nanos() as u64;
+        let ns = t1.ns_since(t0);
         usec = ns / 1000;
         let cmd_flags = t.stat_flags(stat);
         if c.counted {
@@ -410,12 +411,7 @@ fn run_until_blocked(
     reply: &mut BatchReply,
 ) -> Option<Stop> {
     let now = crate::util::now_ms();
-    let mut clock = cell
-        .data
-        .borrow()
-        .observe
-        .timing()
-        .then(std::time::Instant::now);
+    let mut clock = cell.data.borrow().observe.timing().then(Stamp::now);
     for i in from..batch.cmds.len() {
         if (i - from) % PREFETCH_BATCH == 0 {
             batch.prefetch(cell, i);

@@ -1,4 +1,5 @@
 //! Small shared helpers.
+pub mod clock;
 pub mod crc16;
 pub mod geohash;
 pub mod glob;

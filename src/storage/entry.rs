@@ -127,8 +127,15 @@ impl Entry {
     /// first cache line) without reading it: a pipelined batch's lookups overlap
     /// their cache misses this way (see `Db::prefetch`).
     #[inline]
-    pub fn prefetch(&self) {
-        crate::util::prefetch::read(self.block.as_ptr().cast::<u8>());
+    pub fn prefetch(&self, key_len: usize) {
+        let start = self.block.as_ptr().cast::<u8>();
+        crate::util::prefetch::read(start);
+        // Blocks are 16-aligned, so one that starts in the second half of a cache line
+        // has its key in the next line, where a probe's comparison would still miss.
+        // The line of the key's last byte (were the block to carry a deadline) is
+        // requested as well; prefetching never faults, whatever the block's real size.
+        let key_end = HEAD + 1 + 8 + key_len.min(SHORT_KEY_MAX);
+        crate::util::prefetch::read(start.wrapping_add(key_end - 1));
     }
 
     #[inline]

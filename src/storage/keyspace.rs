@@ -270,6 +270,30 @@ struct LocateMemo {
     hash: u64,
 }
 
+/// `key` equals the first `key.len()` bytes of `stored` (`key.len()` is at most
+/// `LOCATE_MEMO_BYTES`): overlapping 8-byte words, inline, where a slice comparison
+/// calls memcmp (~4% of SET -P 16 for the three lookups of a write).
+#[inline(always)]
+fn short_eq(stored: &[u8; LOCATE_MEMO_BYTES], key: &[u8]) -> bool {
+    let n = key.len();
+    if !(8..=LOCATE_MEMO_BYTES).contains(&n) {
+        return stored.get(..n) == Some(key);
+    }
+    let word = |b: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let mut at = 0;
+    while at + 8 < n {
+        if word(stored, at) != word(key, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(stored, n - 8) == word(key, n - 8)
+}
+
 impl LocateMemo {
     const EMPTY: LocateMemo = LocateMemo {
         // Longer than any remembered key: matches nothing.
@@ -342,8 +366,10 @@ impl Db {
 
     #[inline]
     fn locate(&self, key: &[u8]) -> (usize, u64) {
-        let memo = self.located.get();
-        if usize::from(memo.len) == key.len() && memo.key.get(..key.len()) == Some(key) {
+        // SAFETY: the memo is only written by `set` below, never while this reference
+        // lives (a Db belongs to one shard thread).
+        let memo = unsafe { &*self.located.as_ptr() };
+        if usize::from(memo.len) == key.len() && short_eq(&memo.key, key) {
             return (memo.idx, memo.hash);
         }
         let idx = (key_slot(key) as usize).wrapping_sub(self.first_slot);
@@ -374,7 +400,7 @@ impl Db {
     /// being read. Keys of slots this shard does not own are skipped. Only a hint: it
     /// changes nothing, and a key that is absent costs one probe.
     pub fn prefetch<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) {
-        let mut found = [(0usize, 0u64); PREFETCH_BATCH];
+        let mut found = [(0usize, 0u64, 0usize); PREFETCH_BATCH];
         let mut n = 0;
         let mut last: &[u8] = &[];
         for key in keys.take(PREFETCH_BATCH) {
@@ -385,16 +411,28 @@ impl Db {
             let idx = (key_slot(key) as usize).wrapping_sub(self.first_slot);
             if let Some(slot) = self.slots.get(idx).filter(|_| idx < self.slot_count) {
                 crate::util::prefetch::read(slot as *const SlotKeys);
-                found[n] = (idx, self.hasher.hash_one(key));
+                found[n] = (idx, self.hasher.hash_one(key), key.len());
                 n += 1;
             }
         }
-        for &(idx, hash) in &found[..n] {
+        // Two probes per key: the first waits only for the control bytes and requests
+        // the matching bucket's line without reading it, so the keys' bucket misses
+        // overlap; the second reads the buckets (arrived by then) and requests each
+        // candidate's block. One probe doing both waited for each bucket in turn.
+        for &(idx, hash, _) in &found[..n] {
+            if let Some(slot) = self.slots.get(idx) {
+                let _ = slot.table.find(hash, |e| {
+                    crate::util::prefetch::read(e as *const Entry);
+                    false
+                });
+            }
+        }
+        for &(idx, hash, key_len) in &found[..n] {
             if let Some(slot) = self.slots.get(idx) {
                 // The probe's comparison requests the block and rejects it, so the
                 // probe reads only the table.
                 let _ = slot.table.find(hash, |e| {
-                    e.prefetch();
+                    e.prefetch(key_len);
                     false
                 });
             }
@@ -837,6 +875,20 @@ mod tests {
 
     fn s(v: &[u8]) -> Value {
         Value::Str(StrValue::from_bytes(v))
+    }
+
+    #[test]
+    fn short_eq_agrees_with_slice_equality() {
+        let stored: [u8; LOCATE_MEMO_BYTES] = std::array::from_fn(|i| b'a' + i as u8);
+        for n in 0..=LOCATE_MEMO_BYTES {
+            let same = stored[..n].to_vec();
+            assert!(short_eq(&stored, &same), "len {n}");
+            for at in 0..n {
+                let mut other = same.clone();
+                other[at] ^= 0x20;
+                assert!(!short_eq(&stored, &other), "len {n}, byte {at} differs");
+            }
+        }
     }
 
     #[test]

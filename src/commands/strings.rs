@@ -617,7 +617,11 @@ fn incr_by(ctx: &mut ExecCtx, delta: i64) {
             let Some(n) = cur.checked_add(delta) else {
                 return ctx.error(OVERFLOW);
             };
+            let same_size = matches!(v, StrValue::Int(_));
             *v = StrValue::Int(n);
+            if same_size {
+                ctx.db().charge_unchanged(key);
+            }
             ctx.notify(notify::STRING, "incrby", key);
             ctx.out.integer(n);
         }

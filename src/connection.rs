@@ -736,12 +736,16 @@ impl Connection {
         if crate::observe::monitoring() && t.stat_flags(stat) & flags::ADMIN == 0 {
             crate::observe::monitor_feed(self.session.db, Some(&self.session.shared.addr), &args);
         }
-        if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
-            self.flush().await;
-            return self.start_replica(spec.name == "psync").await;
-        }
-        if spec.name == "monitor" {
-            return self.start_monitor(idx, &args).await;
+        // SYNC, PSYNC and MONITOR take over the connection; all three are admin
+        // commands, so one flag test spares every other command the name compares.
+        if spec.has(flags::ADMIN) {
+            if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
+                self.flush().await;
+                return self.start_replica(spec.name == "psync").await;
+            }
+            if spec.name == "monitor" {
+                return self.start_monitor(idx, &args).await;
+            }
         }
         match spec.kind {
             Kind::Client(f) => {

@@ -333,12 +333,19 @@ impl CommandTable {
     /// The id commandstats, latency histograms and slowlog know a call by: the command
     /// itself, or for a container its subcommand (`specs.len() + index in subs`). An
     /// unknown subcommand counts as the container (its handler replies the error).
-    #[inline]
+    #[inline(always)]
     pub fn stat_id(&self, idx: u16, args: &super::Args) -> u16 {
         let (a, b) = self.sub_ranges[idx as usize];
         if a == b {
             return idx;
         }
+        self.sub_stat_id(idx, a, b, args)
+    }
+
+    /// `stat_id` of a container: its subcommands `a..b` searched by name, kept out of
+    /// line so that the common case above inlines into every command's accounting.
+    #[inline(never)]
+    fn sub_stat_id(&self, idx: u16, a: u16, b: u16, args: &super::Args) -> u16 {
         let word = args.get(1);
         (a..b)
             .find(|&i| {
@@ -491,6 +498,16 @@ mod tests {
         }
         assert!(lookup(b"GeT").is_some());
         assert!(lookup(b"nosuchcommand").is_none());
+    }
+
+    #[test]
+    fn connection_takeover_commands_are_admin() {
+        // Connection::run_command looks for SYNC, PSYNC and MONITOR by name only
+        // among admin commands.
+        for name in ["sync", "psync", "monitor"] {
+            let (_, spec) = lookup(name.as_bytes()).expect("command exists");
+            assert!(spec.has(flags::ADMIN), "{name} must stay an admin command");
+        }
     }
 
     fn positions(spec: KeySpec, words: &[&str]) -> Vec<usize> {

@@ -35,7 +35,12 @@ impl ReplyWriter<'_> {
     /// desynchronise the client.
     pub fn simple(&mut self, s: &str) {
         self.out.push(b'+');
-        push_single_line(self.out, s.as_bytes());
+        let bytes = s.as_bytes();
+        if bytes.iter().any(|&b| b == b'\r' || b == b'\n') {
+            push_single_line(self.out, bytes);
+        } else {
+            self.out.extend_from_slice(bytes);
+        }
         self.crlf();
     }
 
@@ -61,9 +66,7 @@ impl ReplyWriter<'_> {
 
     /// `:n\r\n`.
     pub fn integer(&mut self, n: i64) {
-        self.out.push(b':');
-        write_i64(n, self.out);
-        self.crlf();
+        put_number_line(self.out, b':', n < 0, n.unsigned_abs());
     }
 
     /// `$len\r\n<bytes>\r\n`.
@@ -184,9 +187,7 @@ impl ReplyWriter<'_> {
     }
 
     fn header(&mut self, prefix: u8, n: u64) {
-        self.out.push(prefix);
-        write_u64(n, self.out);
-        self.crlf();
+        put_number_line(self.out, prefix, false, n);
     }
 
     fn crlf(&mut self) {
@@ -216,6 +217,43 @@ const DIGIT_PAIRS: [u8; 200] = {
     }
     table
 };
+
+/// The longest number line: prefix, sign, 20 digits (u64::MAX), CRLF.
+const NUMBER_LINE_MAX: usize = 24;
+
+/// Appends `<prefix>[-]<magnitude>\r\n` (integer replies, bulk and aggregate
+/// headers). The line is built in a fixed-size stack buffer whose whole length is
+/// copied and then cut back: a copy of constant size compiles to a few stores, where
+/// appending a variable-length slice calls memcpy (1-2% of integer-reply commands at
+/// -P 16, for lines of 3 to 10 bytes).
+#[inline]
+fn put_number_line(out: &mut Vec<u8>, prefix: u8, negative: bool, mut magnitude: u64) {
+    let digits = magnitude.checked_ilog10().map_or(1, |d| d as usize + 1);
+    let len = 1 + usize::from(negative) + digits + 2;
+    let mut line = [0u8; NUMBER_LINE_MAX];
+    line[0] = prefix;
+    if negative {
+        line[1] = b'-';
+    }
+    let mut at = len - 2;
+    line[at..len].copy_from_slice(b"\r\n");
+    while magnitude >= 100 {
+        let pair = (magnitude % 100) as usize * 2;
+        magnitude /= 100;
+        at -= 2;
+        line[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if magnitude >= 10 {
+        let pair = magnitude as usize * 2;
+        at -= 2;
+        line[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        line[at - 1] = b'0' + magnitude as u8;
+    }
+    let start = out.len();
+    out.extend_from_slice(&line);
+    out.truncate(start + len);
+}
 
 /// Decimal digits of an integer, built right-to-left on the stack.
 struct IntBuf {
@@ -589,6 +627,31 @@ mod tests {
             "$4\r\n-123\r\n"
         );
         assert_eq!(render(Protocol::Resp2, |w| w.bulk_int(7)), "$1\r\n7\r\n");
+    }
+
+    #[test]
+    fn number_lines_match_decimal_formatting_at_every_width() {
+        let mut values = vec![0u64, u64::MAX, i64::MAX as u64, 1 << 63];
+        let mut p = 1u64;
+        while let Some(next) = p.checked_mul(10) {
+            values.extend([p - 1, p, p + 1]);
+            p = next;
+        }
+        values.extend([p - 1, p, p + 1]);
+        for m in values {
+            for negative in [false, true] {
+                let mut out = b"junk".to_vec();
+                put_number_line(&mut out, b'*', negative, m);
+                let sign = if negative { "-" } else { "" };
+                assert_eq!(out, format!("junk*{sign}{m}\r\n").into_bytes());
+            }
+        }
+        for n in [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX] {
+            assert_eq!(
+                render(Protocol::Resp2, |w| w.integer(n)),
+                format!(":{n}\r\n")
+            );
+        }
     }
 
     #[test]

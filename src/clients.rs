@@ -41,6 +41,8 @@ pub struct ClientShared {
     /// While the client waits in a blocking command: its wake-up state, which
     /// CLIENT UNBLOCK uses.
     pub blocked: RefCell<Option<std::sync::Arc<crate::shard::blocking::BlockState>>>,
+    /// While the client's next command waits for a CLIENT PAUSE to end.
+    pub paused: Cell<bool>,
     /// Pub/Sub subscriptions and pushes waiting to be written.
     pub pubsub: crate::pubsub::ClientPubSub,
     /// CLIENT TRACKING mode.
@@ -61,7 +63,7 @@ impl ClientShared {
         if self.pubsub.active() {
             flags.push('P');
         }
-        if self.blocked.borrow().is_some() {
+        if self.is_blocked() {
             flags.push('b');
         }
         self.tracking.list_flags(&mut flags);
@@ -95,6 +97,12 @@ impl ClientShared {
                 Protocol::Resp3 => 3,
             }
         )
+    }
+
+    /// Whether the client waits: in a blocking command or for a CLIENT PAUSE to end
+    /// (Redis counts both as blocked clients).
+    pub fn is_blocked(&self) -> bool {
+        self.paused.get() || self.blocked.borrow().is_some()
     }
 
     /// Ends the connection from outside its task: shutting the socket down makes the

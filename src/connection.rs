@@ -142,6 +142,9 @@ pub struct Connection {
     mark: Option<Stamp>,
     /// After MONITOR: the feed of every command the server runs.
     monitor: Option<futures_channel::mpsc::UnboundedReceiver<Vec<u8>>>,
+    /// Bytes of `out` written while the current command waited for a CLIENT PAUSE
+    /// (replies of earlier commands), so that dispatch's reply start stays right.
+    sent_early: usize,
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
@@ -179,6 +182,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         no_evict: Default::default(),
         multi_count: std::cell::Cell::new(-1),
         blocked: Default::default(),
+        paused: Default::default(),
         pubsub: Default::default(),
         tracking: Default::default(),
     });
@@ -215,6 +219,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         timing: false,
         mark: None,
         monitor: None,
+        sent_early: 0,
     };
     conn.run().await;
     if conn.monitor.is_some() {
@@ -645,7 +650,9 @@ impl Connection {
             self.flush().await;
         }
         let before = self.out.len();
+        self.sent_early = 0;
         self.run_command(args).await;
+        let before = before.saturating_sub(self.sent_early);
         // CLIENT CACHING covers the next command only (a whole transaction, as Redis).
         if self.session.shared.tracking.caching_given()
             && self.session.multi.is_none()
@@ -670,7 +677,8 @@ impl Connection {
     /// tenth of a pipelined GET or SET): a known keyed command of the right arity
     /// whose keys are all on this shard, from an authenticated client with replies
     /// on, outside MULTI, pub/sub and tracking, with no script busy, no monitor, no
-    /// replication refusal, no key lock on the shard and no maxmemory. It then does
+    /// replication refusal, no key lock on the shard, no maxmemory and no client
+    /// pause. It then does
     /// exactly what the full path does for it. Returns false, having changed
     /// nothing, for anything else.
     fn run_fast(&mut self, args: &Args<'_>) -> bool {
@@ -715,8 +723,14 @@ impl Connection {
         {
             return false;
         }
-        if !cell.locks.borrow().is_idle() || cell.data.borrow().mem.limit != 0 {
+        if !cell.locks.borrow().is_idle() {
             return false;
+        }
+        {
+            let data = cell.data.borrow();
+            if data.mem.limit != 0 || data.client_pause.is_set() {
+                return false;
+            }
         }
         self.last_cmd = Some((idx, spec));
         self.session.shared.last_cmd.set(t.stat_name(stat));
@@ -782,6 +796,18 @@ impl Connection {
         }
         if let Some(err) = self.replication_gate(spec) {
             return self.reject(Some(idx), err);
+        }
+        // CLIENT PAUSE holds a command after every refusal and before MULTI queues
+        // it, as Redis's processCommand; what EXEC or a script runs is never held.
+        if self.session.exec_owner.is_none()
+            && !self.session.in_script
+            && self.session.cell.data.borrow().client_pause.is_set()
+        {
+            let may_write = self.pause_may_write(idx, &args);
+            self.wait_out_pause(may_write).await;
+            if self.session.close_after_reply {
+                return;
+            }
         }
         if self.session.multi.is_some() {
             if spec.name == "exec" {
@@ -862,6 +888,60 @@ impl Connection {
         }
         let config = &self.session.cell.data.borrow().config;
         crate::replication::check(config, write, stale_ok)
+    }
+
+    /// Whether CLIENT PAUSE WRITE holds this command: it may write or propagate
+    /// (EXEC: one of its queued commands may).
+    fn pause_may_write(&self, idx: u16, args: &Args<'_>) -> bool {
+        let spec = &commands::table().specs[idx as usize];
+        if spec.name != "exec" {
+            return may_write_or_propagate(idx, args);
+        }
+        self.session.multi.as_ref().is_some_and(|m| {
+            m.queue.iter().any(|(i, argv)| {
+                let (buf, spans) = owned_args(argv);
+                may_write_or_propagate(*i, &Args::new(&buf, &spans))
+            })
+        })
+    }
+
+    /// Waits while a CLIENT PAUSE holds the command about to run. Replies of earlier
+    /// commands go out first (Redis writes them while the client is blocked); the
+    /// socket is watched meanwhile, so a client that leaves stops waiting.
+    async fn wait_out_pause(&mut self, may_write: bool) {
+        let cell = self.session.cell.clone();
+        let held = cell
+            .data
+            .borrow_mut()
+            .pause_holds(crate::util::now_ms(), may_write)
+            .is_some();
+        if !held {
+            return;
+        }
+        self.flush().await;
+        if !self.out.is_empty() {
+            let n = self.out.len();
+            if self.stream.write_all(&self.out).await.is_err() {
+                self.session.close_after_reply = true;
+                return;
+            }
+            cell.data.borrow_mut().stats.net_output_bytes += n as u64;
+            self.out.clear();
+            self.sent_early += n;
+        }
+        let shared = self.session.shared.clone();
+        shared.paused.set(true);
+        let gone = || shared.killed.get();
+        let wait = crate::shard::pause::wait_while_paused(&cell, may_write, gone);
+        let ((), closed) = watch_socket(&mut self.stream, &mut self.stash, wait, || {
+            shared.killed.set(true)
+        })
+        .await;
+        shared.paused.set(false);
+        self.mark = None;
+        if closed {
+            self.session.close_after_reply = true;
+        }
     }
 
     /// Whether this connection's shard is over its maxmemory share with nothing left
@@ -1158,33 +1238,14 @@ impl Connection {
         // client that goes away stops waiting. The command is told (its client is
         // marked killed and unblocked) rather than dropped, as it may hold key locks.
         let shared = ctx.session.shared.clone();
-        let mut tmp = vec![0u8; READ_CHUNK];
-        let (mut got, mut closed) = (0, false);
-        {
-            let mut fut = f(&mut ctx);
-            let mut rd = Box::pin(self.stream.read(&mut tmp));
-            let mut reading = true;
-            std::future::poll_fn(|cx| {
-                if reading {
-                    if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
-                        reading = false;
-                        match r {
-                            Ok(0) | Err(_) => {
-                                closed = true;
-                                shared.killed.set(true);
-                                if let Some(st) = shared.blocked.borrow().as_ref() {
-                                    st.unblock(crate::shard::blocking::UNBLOCK_TIMEOUT);
-                                }
-                            }
-                            Ok(n) => got = n,
-                        }
-                    }
-                }
-                std::future::Future::poll(fut.as_mut(), cx)
-            })
-            .await;
-        }
-        self.stash.extend_from_slice(&tmp[..got]);
+        let on_close = || {
+            shared.killed.set(true);
+            if let Some(st) = shared.blocked.borrow().as_ref() {
+                st.unblock(crate::shard::blocking::UNBLOCK_TIMEOUT);
+            }
+        };
+        let ((), closed) =
+            watch_socket(&mut self.stream, &mut self.stash, f(&mut ctx), on_close).await;
         if closed {
             self.session.close_after_reply = true;
             return;
@@ -1728,6 +1789,57 @@ pub(crate) fn merge_replies<'a>(
 }
 
 /// The first word of an error reply (ERR, WRONGTYPE ...), for INFO errorstats.
+/// Whether a command may write or propagate (Redis's WRITE | MAY_REPLICATE, with a
+/// script's declared flags for EVAL / EVALSHA / FCALL): what CLIENT PAUSE WRITE holds.
+fn may_write_or_propagate(idx: u16, args: &Args<'_>) -> bool {
+    let t = commands::table();
+    if t.stat_flags(t.stat_id(idx, args)) & (flags::WRITE | flags::MAY_REPLICATE) == 0 {
+        return false;
+    }
+    args.len() < 2 || crate::scripting::may_write(t.specs[idx as usize].name, args.get(1))
+}
+
+/// Runs `fut` while watching the client's socket: input that arrives meanwhile (one
+/// read, at most `READ_CHUNK` bytes, so a waiting client cannot grow it) goes to
+/// `stash`, parsed after; end-of-file or an error calls `on_close`, which must make
+/// `fut` end soon. Returns `fut`'s output and whether the client went away.
+async fn watch_socket<T>(
+    stream: &mut TcpStream,
+    stash: &mut Vec<u8>,
+    fut: impl std::future::Future<Output = T>,
+    on_close: impl FnOnce(),
+) -> (T, bool) {
+    let mut tmp = vec![0u8; READ_CHUNK];
+    let (mut got, mut closed) = (0, false);
+    let out = {
+        let mut fut = std::pin::pin!(fut);
+        let mut rd = std::pin::pin!(stream.read(&mut tmp));
+        let mut on_close = Some(on_close);
+        let mut reading = true;
+        std::future::poll_fn(|cx| {
+            use std::future::Future;
+            if reading {
+                if let std::task::Poll::Ready(r) = rd.as_mut().poll(cx) {
+                    reading = false;
+                    match r {
+                        Ok(0) | Err(_) => {
+                            closed = true;
+                            if let Some(f) = on_close.take() {
+                                f();
+                            }
+                        }
+                        Ok(n) => got = n,
+                    }
+                }
+            }
+            fut.as_mut().poll(cx)
+        })
+        .await
+    };
+    stash.extend_from_slice(&tmp[..got]);
+    (out, closed)
+}
+
 pub fn error_prefix(msg: &[u8]) -> &str {
     let msg = msg.strip_prefix(b"-").unwrap_or(msg);
     let end = msg

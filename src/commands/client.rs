@@ -353,10 +353,8 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok()
             }
             "pause" if argc == 3 || argc == 4 => {
-                let Some(ms) = parse_i64(&g.args[2]).filter(|&n| n >= 0) else {
-                    return g.w().error("ERR timeout is not an integer or out of range");
-                };
-                let write_only = if argc == 4 {
+                // Redis checks the mode before the timeout.
+                let writes_only = if argc == 4 {
                     if g.is(3, "write") {
                         true
                     } else if g.is(3, "all") {
@@ -367,22 +365,28 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 } else {
                     false
                 };
-                let until = crate::util::now_ms() + ms as u64;
+                let Some(ms) = parse_i64(&g.args[2]) else {
+                    return g.w().error("ERR timeout is not an integer or out of range");
+                };
+                if ms < 0 {
+                    return g.w().error("ERR timeout is negative");
+                }
+                let now = crate::util::now_ms();
+                if ms > i64::MAX - now as i64 {
+                    return g.w().error("ERR timeout is out of range");
+                }
+                // A zero timeout is an end time of 0: it extends nothing (Redis).
+                let until = if ms > 0 { now + ms as u64 } else { 0 };
                 g.session
                     .cell
-                    .call_all(move |c| {
-                        let mut d = c.data.borrow_mut();
-                        // A new pause never shortens or weakens one in force.
-                        let (u, w) = d.pause.unwrap_or((0, true));
-                        d.pause = Some((u.max(until), w && write_only));
-                    })
+                    .call_all(move |c| c.data.borrow_mut().pause_clients(until, writes_only))
                     .await;
                 g.w().ok()
             }
             "unpause" if argc == 2 => {
                 g.session
                     .cell
-                    .call_all(|c| c.data.borrow_mut().pause = None)
+                    .call_all(|c| c.data.borrow_mut().unpause_clients())
                     .await;
                 g.w().ok()
             }

@@ -50,7 +50,7 @@ macro_rules! pcmd {
 #[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     pcmd!("pfadd", -2, WRITE | DENYOOM | FAST, K1, Kind::Keyed(pfadd, Cross::Never), "Adds the specified elements to the specified HyperLogLog.", W),
-    pcmd!("pfcount", -2, READONLY, K_ALL, Kind::Keyed(pfcount, Cross::Coordinator(pfcount_across)), "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", R_SLOW),
+    pcmd!("pfcount", -2, READONLY | MAY_REPLICATE, K_ALL, Kind::Keyed(pfcount, Cross::Coordinator(pfcount_across)), "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", R_SLOW),
     pcmd!("pfmerge", -2, WRITE | DENYOOM, K_ALL, Kind::Keyed(pfmerge, Cross::Coordinator(pfmerge_across)), "Merge N different HyperLogLogs into a single one.", W_SLOW),
     pcmd!("pfdebug", 3, WRITE | DENYOOM | ADMIN, K2, Kind::Keyed(pfdebug, Cross::Never), "Internal commands for debugging HyperLogLog values", ADMIN_SLOW),
     pcmd!("pfselftest", 1, ADMIN, KeySpec::None, Kind::Client(pfselftest), "An internal command for testing HyperLogLog values", SELFTEST),

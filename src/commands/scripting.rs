@@ -176,6 +176,7 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         no_evict: Default::default(),
         multi_count: std::cell::Cell::new(-1),
         blocked: Default::default(),
+        paused: Default::default(),
         pubsub: Default::default(),
         tracking: Default::default(),
     });
@@ -348,13 +349,15 @@ async fn call(
     if deny_oom && !*wrote && spec.has(DENYOOM) {
         return error_reply(proto, OOM_ERR);
     }
+    // Commands that may propagate (PUBLISH, PFCOUNT) count as writes here, so that
+    // a read-only script never waits for CLIENT PAUSE WRITE (Redis does the same).
+    if ro && spec.has(WRITE | MAY_REPLICATE) {
+        return error_reply(
+            proto,
+            "ERR Write commands are not allowed from read-only scripts.",
+        );
+    }
     if write {
-        if ro {
-            return error_reply(
-                proto,
-                "ERR Write commands are not allowed from read-only scripts.",
-            );
-        }
         let denied = {
             let config = &fake.cell.data.borrow().config;
             crate::replication::check(config, true, true)

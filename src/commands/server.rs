@@ -244,12 +244,7 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     eviction_us: d.mem.eviction_us,
                     dataset: d.dataset_bytes(),
                     clients: c.clients.borrow().len(),
-                    blocked_clients: c
-                        .clients
-                        .borrow()
-                        .iter()
-                        .filter(|x| x.blocked.borrow().is_some())
-                        .count(),
+                    blocked_clients: c.clients.borrow().iter().filter(|x| x.is_blocked()).count(),
                 }
             })
             .await;

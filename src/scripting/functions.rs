@@ -34,6 +34,15 @@ pub fn snapshot() -> (u64, Vec<Arc<Library>>) {
     )
 }
 
+/// The flags of the function called `name` (case-insensitive), if one is loaded.
+pub fn flags_of(name: &[u8]) -> Option<u32> {
+    let libs = lock(&LIBRARIES);
+    libs.values()
+        .flat_map(|l| l.functions.iter())
+        .find(|f| f.name.as_bytes().eq_ignore_ascii_case(name))
+        .map(|f| f.flags)
+}
+
 pub fn counts() -> (usize, usize) {
     let libs = lock(&LIBRARIES);
     (libs.len(), libs.values().map(|l| l.functions.len()).sum())

@@ -52,6 +52,23 @@ pub mod flags {
     ];
 }
 
+/// Whether `EVAL` / `EVALSHA` / `FCALL <script|sha|function> ...` may write, as
+/// Redis's getCommandFlags answers for CLIENT PAUSE WRITE: a script or function that
+/// declares its flags writes unless it says no-writes; one without flags, unknown, or
+/// whose shebang does not parse counts as writing. Any other command: true.
+pub fn may_write(command: &str, target: &[u8]) -> bool {
+    let declared = match command {
+        "eval" => vm::parse_shebang(target).ok().map(|(f, _)| f),
+        "evalsha" => std::str::from_utf8(target)
+            .ok()
+            .and_then(|sha| script_get(&sha.to_ascii_lowercase()))
+            .and_then(|body| vm::parse_shebang(&body).ok().map(|(f, _)| f)),
+        "fcall" => functions::flags_of(target),
+        _ => None,
+    };
+    declared.is_none_or(|f| f & (flags::EVAL_COMPAT | flags::NO_WRITES) != flags::NO_WRITES)
+}
+
 pub const BUSY_EVAL: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
 pub const BUSY_FUNCTION: &str =

@@ -5,6 +5,7 @@ pub mod blocking;
 pub mod fabric;
 pub mod locks;
 pub mod multi;
+pub mod pause;
 pub mod watch;
 
 use std::cell::{Cell, RefCell};
@@ -43,8 +44,8 @@ pub struct ShardData {
     pub blocked: blocking::Blocked,
     /// Collection encoding thresholds, refreshed on CONFIG SET.
     pub limits: crate::storage::limits::EncodingLimits,
-    /// CLIENT PAUSE in force: (until unix ms, writes only).
-    pub pause: Option<(u64, bool)>,
+    /// CLIENT PAUSE: commands wait, keys neither expire nor get evicted.
+    pub client_pause: pause::ClientPause,
     /// maxmemory settings, eviction pool and counters.
     pub mem: crate::storage::evict::MemState,
     /// Big values waiting to be freed in the background.
@@ -74,10 +75,45 @@ impl ShardData {
     /// lazyfree-lazy-server-del and the LFU parameters live in each database, for
     /// `Db::insert`'s overwrites.
     fn apply_db_settings(&mut self) {
+        let hold = self.client_pause.is_set();
         for db in &mut self.dbs {
             db.lazy_overwrites = self.mem.lazy_server_del;
             db.lfu = self.mem.lfu;
+            db.expiry_held = hold;
         }
+    }
+
+    /// CLIENT PAUSE on this shard: until `until_ms`, all commands or only writes.
+    pub fn pause_clients(&mut self, until_ms: u64, writes_only: bool) {
+        self.client_pause.pause(until_ms, writes_only);
+        self.apply_db_settings();
+    }
+
+    /// CLIENT UNPAUSE on this shard: waiting clients go on, keys expire again.
+    pub fn unpause_clients(&mut self) {
+        self.client_pause.unpause();
+        self.apply_db_settings();
+    }
+
+    /// Whether a client pause is in force at `now_ms` (expiry and eviction wait for
+    /// its end, as Redis keeps the dataset static while clients are paused).
+    pub fn paused(&mut self, now_ms: u64) -> bool {
+        if !self.client_pause.is_set() {
+            return false;
+        }
+        let on = self.client_pause.in_force(now_ms);
+        if !on {
+            self.apply_db_settings();
+        }
+        on
+    }
+
+    /// When a command must wait for the pause (see `ClientPause::holds`).
+    pub fn pause_holds(&mut self, now_ms: u64, may_write: bool) -> Option<u64> {
+        if !self.paused(now_ms) {
+            return None;
+        }
+        self.client_pause.holds(now_ms, may_write)
     }
 
     /// `key` was modified (Redis's signalModifiedKey): its WATCHers' transactions
@@ -190,7 +226,7 @@ pub fn new_shard_data(
                 ^ crate::util::now_ms(),
         ),
         active_expire: true,
-        pause: None,
+        client_pause: Default::default(),
         watches: watch::Watches::default(),
         tracking: Default::default(),
         blocked: blocking::Blocked::default(),
@@ -240,10 +276,11 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                 if crate::replication::active() {
                     crate::replication::drain_expired(&mut data, None);
                 }
-                if !data.active_expire || !cell.locks.borrow().is_idle() {
+                let now = crate::util::now_ms();
+                // A client pause keeps the dataset still: nothing expires meanwhile.
+                if !data.active_expire || !cell.locks.borrow().is_idle() || data.paused(now) {
                     break;
                 }
-                let now = crate::util::now_ms();
                 let data = &mut *data;
                 // Expiry is the server's write, never a client's (NOLOOP).
                 data.tracking.writer = 0;

@@ -321,7 +321,11 @@ impl ShardData {
     /// share, until `bytes` are freed, nothing is left to evict, or the eviction time
     /// budget is spent. Returns the bytes freed.
     pub fn evict_for_peer(&mut self, bytes: u64, may_evict: bool) -> u64 {
-        if self.mem.limit == 0 || !may_evict || self.mem.policy == MaxmemoryPolicy::NoEviction {
+        if self.mem.limit == 0
+            || !may_evict
+            || self.mem.policy == MaxmemoryPolicy::NoEviction
+            || self.paused(crate::util::now_ms())
+        {
             return 0;
         }
         let before = self.dataset_bytes();
@@ -335,6 +339,11 @@ impl ShardData {
     /// out (`None`: no budget).
     pub fn perform_evictions(&mut self, budget: Option<Duration>) -> Evict {
         if self.mem.limit == 0 || self.mem_used() <= self.mem.limit {
+            return Evict::Ok;
+        }
+        // While clients are paused the dataset holds still (Redis's
+        // isSafeToPerformEvictions): as if nothing needed evicting.
+        if self.paused(crate::util::now_ms()) {
             return Evict::Ok;
         }
         // Over its share, a shard evicts only while the server as a whole is over:

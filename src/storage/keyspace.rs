@@ -239,6 +239,9 @@ pub struct Db {
     /// lazyfree-lazy-server-del: big values that writes replaced go to the shard's
     /// lazy-free task (through `overwritten`) instead of being freed in the command.
     pub lazy_overwrites: bool,
+    /// While clients are paused keys do not expire: a read finds a key whose TTL
+    /// passed missing, but leaves it in place (Redis's expireIfNeeded under a pause).
+    pub expiry_held: bool,
     /// Replaced big values with their charges, already counted as pending lazy frees,
     /// waiting for the shard's memory task (`ShardData::adopt_overwritten`).
     pub overwritten: Vec<(Value, usize)>,
@@ -362,6 +365,7 @@ impl Db {
             expired_log: Vec::new(),
             tracking_expired: Vec::new(),
             lazy_overwrites: false,
+            expiry_held: false,
             overwritten: Vec::new(),
             lfu: None,
             rng: Rng::new(first_slot as u64 ^ 0x9E37_79B9_7F4A_7C15),
@@ -494,6 +498,9 @@ impl Db {
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
         }
+        if self.expiry_held {
+            return None;
+        }
         if crate::replication::active() {
             self.expired_log.push(occupied.get().key().to_vec());
         }
@@ -576,6 +583,13 @@ impl Db {
 
     /// Inserts a key known to be absent.
     pub fn insert_new(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) {
+        if self.expiry_held {
+            // During a client pause an expired key stays in place though `get` calls
+            // it missing: a write that runs anyway (inside the EXEC that paused)
+            // replaces it rather than adding a second entry.
+            self.insert(key, value, expire_at, lru);
+            return;
+        }
         notify(class::NEW, "new", key, self.index);
         self.add(key, value, expire_at, lru);
     }
@@ -798,6 +812,9 @@ impl Db {
             let pick = rng.below(slot.table.len());
             let entry = slot.table.iter().nth(pick)?;
             if entry.is_expired(now_ms) {
+                if self.expiry_held {
+                    continue;
+                }
                 let key = entry.key().to_vec();
                 let hash = self.hasher.hash_one(&key[..]);
                 self.remove_at(idx, hash, &key);

@@ -677,7 +677,6 @@ fn dump_restore_round_trip() {
 }
 
 #[test]
-#[ignore = "OBJECT FREQ always answers 0: the LFU counter (RESTORE ... FREQ, access counting) is not kept"]
 fn restore_freq_sets_the_lfu_counter() {
     let (_s, mut c) = setup();
     assert_eq!(c.c("CONFIG SET maxmemory-policy allkeys-lfu"), ok());
@@ -691,4 +690,45 @@ fn restore_freq_sets_the_lfu_counter() {
         ok()
     );
     assert_eq!(c.c("OBJECT FREQ foo"), i(100));
+}
+
+#[test]
+fn rename_and_move_keep_the_lfu_counter() {
+    // Redis moves the object itself: RENAME and MOVE keep its access counter (COPY
+    // makes a new object, which starts over).
+    let (_s, mut c) = setup();
+    assert_eq!(c.c("CONFIG SET maxmemory-policy allkeys-lfu"), ok());
+    for (from, to) in [("a{t}", "b{t}"), ("bar", "foo"), ("b{t}", "bar")] {
+        c.c(&format!("SET {from} v"));
+        let payload = dump(&mut c, from);
+        let restore: [&[u8]; 7] = [
+            b"RESTORE",
+            from.as_bytes(),
+            b"0",
+            &payload,
+            b"REPLACE",
+            b"FREQ",
+            b"100",
+        ];
+        assert_eq!(c.cmd(&restore), ok());
+        assert_eq!(c.c(&format!("OBJECT FREQ {from}")), i(100));
+        assert_eq!(c.c(&format!("RENAME {from} {to}")), ok(), "{from} -> {to}");
+        let R::Int(f) = c.c(&format!("OBJECT FREQ {to}")) else {
+            panic!()
+        };
+        assert!((99..=101).contains(&f), "{from} -> {to}: {f}");
+    }
+    assert_eq!(c.c("MOVE bar 3"), i(1));
+    c.c("SELECT 3");
+    let R::Int(f) = c.c("OBJECT FREQ bar") else {
+        panic!()
+    };
+    assert!((99..=101).contains(&f), "after MOVE: {f}");
+}
+
+fn dump(c: &mut Raw, key: &str) -> Vec<u8> {
+    match c.c(&format!("DUMP {key}")) {
+        R::Bulk(p) => p,
+        other => panic!("DUMP {key}: {other:?}"),
+    }
 }

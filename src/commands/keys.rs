@@ -312,8 +312,7 @@ fn rename_local(ctx: &mut ExecCtx, nx: bool) {
         return ctx.out.integer(0);
     }
     if let Some(e) = db.remove(src) {
-        let (at, lru) = (e.expire_at(), e.lru());
-        db.insert(dst, e.into_value(), at, lru);
+        db.insert_moved(dst, e);
         notify_rename(src, dst, ctx.db);
     }
     if nx {
@@ -350,8 +349,8 @@ async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
         if nx && op.exists(&cell, db, &dst).await {
             return Ok(false);
         }
-        if let Some((v, at)) = op.take(&cell, db, &src).await {
-            op.put(&cell, db, &dst, v, at).await;
+        if let Some(taken) = op.take(&cell, db, &src).await {
+            op.put_taken(&cell, db, &dst, taken).await;
             // Both events from here, so subscribers see them in Redis's order.
             notify_rename(&src, &dst, db);
         }
@@ -481,8 +480,7 @@ fn move_cmd(ctx: &mut ExecCtx) {
         return ctx.out.integer(0);
     }
     if let Some(e) = ctx.db().remove(key) {
-        let (at, lru) = (e.expire_at(), e.lru());
-        ctx.data.dbs[target].insert(key, e.into_value(), at, lru);
+        ctx.data.dbs[target].insert_moved(key, e);
         ctx.notify(notify::GENERIC, "move_from", key);
         crate::pubsub::notify(notify::GENERIC, "move_to", key, target);
     }

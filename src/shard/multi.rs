@@ -13,6 +13,14 @@ use crate::storage::{StrValue, Value, NO_EXPIRE};
 /// A key and its string value.
 type KeyValue = (Vec<u8>, Vec<u8>);
 
+/// A key's value as `MultiShardOp::take` removed it, with what moves along with it.
+pub struct Taken {
+    pub value: Value,
+    pub expire_at: u64,
+    pub lru: u32,
+    pub freq: u8,
+}
+
 pub struct MultiShardOp {
     txn: TxnId,
     write: bool,
@@ -252,16 +260,29 @@ impl MultiShardOp {
     }
 
     /// Removes a key and returns its value and deadline (RENAME / MOVE's source side).
-    pub async fn take(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8]) -> Option<(Value, u64)> {
+    pub async fn take(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8]) -> Option<Taken> {
         let k = key.to_vec();
         let s = cell.shard_of(key);
         self.on(cell, s, move |d| {
             let now = crate::util::now_ms();
             d.dbs[db].get(&k, now)?;
-            d.dbs[db].remove(&k).map(|e| {
-                let at = e.expire_at();
-                (e.into_value(), at)
+            d.dbs[db].remove(&k).map(|e| Taken {
+                expire_at: e.expire_at(),
+                lru: e.lru(),
+                freq: e.lfu_counter(),
+                value: e.into_value(),
             })
+        })
+        .await
+    }
+
+    /// Stores a value `take` removed (RENAME across shards): as Redis moves the object
+    /// itself, its deadline, access clock and LFU counter come along.
+    pub async fn put_taken(&self, cell: &Rc<ShardCell>, db: usize, key: &[u8], t: Taken) {
+        let k = key.to_vec();
+        let s = cell.shard_of(key);
+        self.on(cell, s, move |d| {
+            d.dbs[db].insert_with_access(&k, t.value, t.expire_at, t.lru, t.freq);
         })
         .await
     }

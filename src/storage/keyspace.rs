@@ -581,6 +581,37 @@ impl Db {
         Some(old)
     }
 
+    /// Stores an entry taken from another key or database (RENAME, MOVE) as Redis moves
+    /// the object itself: its deadline, access clock and LFU counter come along. An
+    /// entry already under `key` is replaced; its value is returned.
+    pub fn insert_moved(&mut self, key: &[u8], from: Entry) -> Option<Value> {
+        let (at, lru, freq) = (from.expire_at(), from.lru(), from.lfu_counter());
+        self.insert_with_access(key, from.into_value(), at, lru, freq)
+    }
+
+    /// `insert` with a given access clock and LFU counter (a value moved here from
+    /// another key, possibly on another shard).
+    pub fn insert_with_access(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        expire_at: u64,
+        lru: u32,
+        freq: u8,
+    ) -> Option<Value> {
+        let old = self.insert(key, value, expire_at, lru);
+        let (idx, hash) = self.locate(key);
+        if let Some(e) = self
+            .slots
+            .get_mut(idx)
+            .and_then(|slot| slot.table.find_mut(hash, |e| key_eq(e.key(), key)))
+        {
+            e.set_lru(lru);
+            e.set_lfu_counter(freq);
+        }
+        old
+    }
+
     /// Inserts a key known to be absent.
     pub fn insert_new(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) {
         if self.expiry_held {

@@ -746,6 +746,11 @@ impl Connection {
         }
     }
 
+    /// The full path of one command: every refusal and wait Redis's processCommand
+    /// has, then routing. `run_fast` takes the common keyed command past all of them;
+    /// a gate added here that can refuse, delay or reroute a keyed command must also
+    /// make `run_fast` decline (as CLIENT PAUSE does), or ordinary keyed commands
+    /// would skip it.
     async fn run_command(&mut self, args: Args<'_>) {
         let name = args.get(0);
         let cached = self

@@ -27,6 +27,13 @@ fn has_reply_within(raw: &mut Raw, ms: u64) -> bool {
     ready
 }
 
+/// How long `c` took to run `args` (whose reply is not looked at).
+fn time_of(c: &mut redis::Connection, args: &[&str]) -> Duration {
+    let t = Instant::now();
+    let _: Value = q(c, args);
+    t.elapsed()
+}
+
 #[test]
 fn write_pause_holds_writes_on_every_shard_and_lets_reads_through() {
     let s = Server::start(2);
@@ -58,31 +65,16 @@ fn all_pause_holds_every_command_until_it_runs_out() {
     let mut c = s.client();
     let mut other = s.client();
     let _: () = q(&mut c, &["CLIENT", "PAUSE", "400"]);
-    let t = Instant::now();
-    let _: String = q(&mut other, &["PING"]);
-    assert!(
-        t.elapsed() >= Duration::from_millis(300),
-        "{:?}",
-        t.elapsed()
-    );
+    let d = time_of(&mut other, &["PING"]);
+    assert!(d >= Duration::from_millis(300), "{d:?}");
     // The pause is over: nothing waits any more.
-    let t = Instant::now();
-    let _: () = q(&mut c, &["SET", "k", "v"]);
-    assert!(
-        t.elapsed() < Duration::from_millis(200),
-        "{:?}",
-        t.elapsed()
-    );
+    let d = time_of(&mut c, &["SET", "k", "v"]);
+    assert!(d < Duration::from_millis(200), "{d:?}");
     // A later, shorter pause never cuts one in force short.
     let _: () = q(&mut c, &["CLIENT", "PAUSE", "400", "WRITE"]);
     let _: () = q(&mut other, &["CLIENT", "PAUSE", "1", "WRITE"]);
-    let t = Instant::now();
-    let _: () = q(&mut c, &["SET", "k", "w"]);
-    assert!(
-        t.elapsed() >= Duration::from_millis(250),
-        "{:?}",
-        t.elapsed()
-    );
+    let d = time_of(&mut c, &["SET", "k", "w"]);
+    assert!(d >= Duration::from_millis(250), "{d:?}");
 }
 
 #[test]
@@ -266,11 +258,6 @@ fn pause_arguments_are_checked_as_redis_does() {
     // CLIENT PAUSE 0 pauses nothing.
     let _: () = q(&mut c, &["CLIENT", "UNPAUSE"]);
     let _: () = q(&mut c, &["CLIENT", "PAUSE", "0"]);
-    let t = Instant::now();
-    let _: () = q(&mut c, &["SET", "k", "v"]);
-    assert!(
-        t.elapsed() < Duration::from_millis(200),
-        "{:?}",
-        t.elapsed()
-    );
+    let d = time_of(&mut c, &["SET", "k", "v"]);
+    assert!(d < Duration::from_millis(200), "{d:?}");
 }

@@ -690,9 +690,15 @@ impl Connection {
         else {
             return false;
         };
-        let Kind::Keyed(run, _) = spec.kind else {
-            return false;
-        };
+        match spec.kind {
+            Kind::Keyed(..) => {}
+            // PING, ECHO, SELECT, TIME ...: fast connection commands that neither take
+            // the connection over nor touch authentication or subscriptions.
+            Kind::Client(_)
+                if spec.has(flags::FAST)
+                    && !spec.has(flags::ADMIN | flags::PUBSUB | flags::NO_AUTH) => {}
+            _ => return false,
+        }
         let session = &self.session;
         let shared = &session.shared;
         if session.reply_mode != ReplyMode::On
@@ -715,6 +721,19 @@ impl Connection {
             return false;
         }
         let cell = self.session.cell.clone();
+        if cell.data.borrow().client_pause.is_set() {
+            return false;
+        }
+        let run = match spec.kind {
+            Kind::Keyed(run, _) => run,
+            Kind::Client(f) => {
+                self.last_cmd = Some((idx, spec));
+                self.session.shared.last_cmd.set(t.stat_name(stat));
+                self.run_client(idx, spec, f, *args);
+                return true;
+            }
+            _ => return false,
+        };
         if cell.shard_count() > 1
             && spec
                 .keys
@@ -723,14 +742,8 @@ impl Connection {
         {
             return false;
         }
-        if !cell.locks.borrow().is_idle() {
+        if !cell.locks.borrow().is_idle() || cell.data.borrow().mem.limit != 0 {
             return false;
-        }
-        {
-            let data = cell.data.borrow();
-            if data.mem.limit != 0 || data.client_pause.is_set() {
-                return false;
-            }
         }
         self.last_cmd = Some((idx, spec));
         self.session.shared.last_cmd.set(t.stat_name(stat));
@@ -845,28 +858,7 @@ impl Connection {
             }
         }
         match spec.kind {
-            Kind::Client(f) => {
-                let proto = self.session.proto;
-                let before = self.reply_target().len();
-                let t0 = self.clock_start();
-                let target: &mut Vec<u8> = if self.pipe.is_empty() {
-                    &mut self.out
-                } else {
-                    &mut self.pipe.scratch
-                };
-                f(&mut ClientCtx {
-                    session: &mut self.session,
-                    args,
-                    out: ReplyWriter { out: target, proto },
-                });
-                if crate::replication::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
-                    let (txn, db) = (self.session.exec_owner, self.session.db);
-                    let reply = &self.reply_target()[before..];
-                    crate::replication::after_global(txn, db, spec, &args, reply);
-                }
-                self.finish_local(idx, before, t0, &args);
-                self.note_local(before);
-            }
+            Kind::Client(f) => self.run_client(idx, spec, f, args),
             Kind::Global(f) => {
                 if spec.has(flags::DENYOOM) && self.home_out_of_memory() {
                     return self.reject(Some(idx), commands::OOM_ERR);
@@ -876,6 +868,36 @@ impl Connection {
             }
             Kind::Keyed(run, cross) => self.route_keyed(idx, spec, run, cross, &args).await,
         }
+    }
+
+    /// Runs a connection command (its handler is synchronous) and accounts it.
+    fn run_client(
+        &mut self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        f: commands::ClientFn,
+        args: Args<'_>,
+    ) {
+        let proto = self.session.proto;
+        let before = self.reply_target().len();
+        let t0 = self.clock_start();
+        let target: &mut Vec<u8> = if self.pipe.is_empty() {
+            &mut self.out
+        } else {
+            &mut self.pipe.scratch
+        };
+        f(&mut ClientCtx {
+            session: &mut self.session,
+            args,
+            out: ReplyWriter { out: target, proto },
+        });
+        if crate::replication::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
+            let (txn, db) = (self.session.exec_owner, self.session.db);
+            let reply = &self.reply_target()[before..];
+            crate::replication::after_global(txn, db, spec, &args, reply);
+        }
+        self.finish_local(idx, before, t0, &args);
+        self.note_local(before);
     }
 
     /// Redis's replication checks before a command runs (or queues): READONLY on a

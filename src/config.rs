@@ -237,6 +237,9 @@ pub enum Special {
     FileName,
     /// Tessera's `cpus` list (`0-3,8`), empty for "no pinning".
     CpuList,
+    /// `replicaof host port` (or `no one`): the master, set in the config file or
+    /// by REPLICAOF; CONFIG GET shows the one in force.
+    ReplicaOf,
 }
 
 /// How a parameter's value is parsed and rendered.
@@ -274,6 +277,7 @@ impl ParamKind {
                     | Special::Save
                     | Special::ClientOutputBufferLimit
                     | Special::LatencyPercentiles
+                    | Special::ReplicaOf
             )
         )
     }
@@ -461,6 +465,9 @@ const TABLE: &[ConfigParam] = &[
     boolean("repl-disable-tcp-nodelay", "no"),
     int("min-replicas-to-write", 0, INT_MAX, "0").alias(&["min-slaves-to-write"]),
     int("min-replicas-max-lag", 0, INT_MAX, "10").alias(&["min-slaves-max-lag"]),
+    special("replicaof", Special::ReplicaOf, "")
+        .alias(&["slaveof"])
+        .flag(IMMUTABLE),
     boolean("replica-serve-stale-data", "yes").alias(&["slave-serve-stale-data"]),
     boolean("replica-read-only", "yes").alias(&["slave-read-only"]),
     int("replica-priority", 0, INT_MAX, "100").alias(&["slave-priority"]),
@@ -519,6 +526,7 @@ const fn param_index(name: &str) -> usize {
 }
 
 const IDX_BIND: usize = param_index("bind");
+const IDX_REPLICAOF: usize = param_index("replicaof");
 const IDX_PORT: usize = param_index("port");
 const IDX_TCP_BACKLOG: usize = param_index("tcp-backlog");
 const IDX_UNIXSOCKET: usize = param_index("unixsocket");
@@ -703,6 +711,24 @@ fn parse_special(
         Special::Dir => parse_dir(single(args)?),
         Special::FileName => parse_file_name(p.name, single(args)?),
         Special::CpuList => parse_cpus_value(single(args)?),
+        Special::ReplicaOf => parse_replicaof(args),
+    }
+}
+
+/// `replicaof host port` / `replicaof no one`, with Redis's errors.
+fn parse_replicaof(args: &[String]) -> Result<Value, String> {
+    if is_single_empty(args) {
+        return Ok(Value::List(Vec::new()));
+    }
+    let [host, port] = args else {
+        return Err("wrong number of arguments".to_string());
+    };
+    if host.eq_ignore_ascii_case("no") && port.eq_ignore_ascii_case("one") {
+        return Ok(Value::List(Vec::new()));
+    }
+    match port.parse::<u16>() {
+        Ok(n) => Ok(Value::List(vec![host.clone(), n.to_string()])),
+        Err(_) => Err("Invalid master port".to_string()),
     }
 }
 
@@ -1587,6 +1613,12 @@ impl Config {
     }
 
     fn render_at(&self, idx: usize) -> String {
+        if idx == IDX_REPLICAOF {
+            // REPLICAOF changes the master at run time without touching the config.
+            return crate::commands::replication::master()
+                .map(|(host, port)| format!("{host} {port}"))
+                .unwrap_or_default();
+        }
         match (PARAMS.get(idx), self.values.get(idx)) {
             (Some(p), Some(v)) => render(p, v),
             _ => String::new(),
@@ -1731,6 +1763,17 @@ impl Config {
     }
 
     /// Addresses to listen on (may be empty: no TCP listener).
+    /// The master the config file names (`replicaof host port`), if any.
+    pub fn replicaof(&self) -> Option<(String, u16)> {
+        match self.value(IDX_REPLICAOF) {
+            Some(Value::List(l)) => match l.as_slice() {
+                [host, port] => port.parse().ok().map(|p| (host.clone(), p)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     pub fn bind(&self) -> &[String] {
         match self.value(IDX_BIND) {
             Some(Value::List(l)) => l,

@@ -556,3 +556,72 @@ fn reset_discards_transaction_watch_db_and_name() {
         "EXEC aborted by a WATCH that RESET should have dropped"
     );
 }
+
+#[test]
+fn replicaof_is_a_config_parameter_too() {
+    // REPLICAOF at run time shows in CONFIG GET replicaof / slaveof; CONFIG SET may not
+    // change it (immutable in Redis 7.0), the config file may.
+    let s = Server::start(2);
+    let mut c = Raw::connect(s.port);
+    assert_eq!(c.c("CONFIG GET replicaof"), bulks(&["replicaof", ""]));
+    assert_eq!(c.c("REPLICAOF 127.0.0.1 9"), ok());
+    assert_eq!(
+        c.c("CONFIG GET replicaof"),
+        bulks(&["replicaof", "127.0.0.1 9"])
+    );
+    assert_eq!(
+        c.c("CONFIG GET slaveof"),
+        bulks(&["slaveof", "127.0.0.1 9"])
+    );
+    let all = pairs(c.c("CONFIG GET *of"));
+    assert!(
+        all.contains(&("replicaof".into(), "127.0.0.1 9".into())),
+        "{all:?}"
+    );
+    assert!(
+        all.contains(&("slaveof".into(), "127.0.0.1 9".into())),
+        "{all:?}"
+    );
+    assert_eq!(
+        c.cmd(&[b"CONFIG", b"SET", b"replicaof", b"no one"]),
+        e("ERR CONFIG SET failed (possibly related to argument 'replicaof') - can't set immutable config")
+    );
+    assert_eq!(c.c("REPLICAOF NO ONE"), ok());
+    assert_eq!(c.c("CONFIG GET replicaof"), bulks(&["replicaof", ""]));
+    drop(c);
+    drop(s);
+
+    let port = free_port();
+    let path = temp_file(
+        "replica.conf",
+        &format!("port {port}\nreplicaof 127.0.0.1 9\n"),
+    );
+    let args = vec![
+        path.to_string_lossy().into_owned(),
+        "--threads".into(),
+        "2".into(),
+    ];
+    let p = Proc::start(&args, port);
+    let mut c = Raw::connect(p.port);
+    assert_eq!(
+        c.c("CONFIG GET replicaof"),
+        bulks(&["replicaof", "127.0.0.1 9"])
+    );
+    assert_eq!(c.c("ROLE").items()[0], b("slave"));
+    assert_eq!(
+        c.c("SET k v"),
+        e("READONLY You can't write against a read only replica.")
+    );
+    drop(c);
+    drop(p);
+
+    let path = temp_file("badreplica.conf", "replicaof 127.0.0.1 99999\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg(&path)
+        .output()
+        .expect("run tessera");
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Invalid master port"), "{text}");
+}

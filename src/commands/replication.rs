@@ -84,6 +84,13 @@ fn replicaof(ctx: &mut ClientCtx) {
     ctx.out.ok();
 }
 
+/// `replicaof host port` in the config file: the same role REPLICAOF records.
+pub fn follow_at_start(host: String, port: u16) {
+    tracing::info!("REPLICAOF {host}:{port} enabled (config file)");
+    *MASTER.lock().unwrap_or_else(|e| e.into_inner()) = Some((host, port));
+    replication::set_replica(true);
+}
+
 /// The master REPLICAOF set, if any (for ROLE and INFO replication).
 pub fn master() -> Option<(String, u16)> {
     MASTER.lock().unwrap_or_else(|e| e.into_inner()).clone()

@@ -123,6 +123,9 @@ pub fn run(config: Config) -> i32 {
     };
     // Before any shard starts: command timing stamps must all come from one clock.
     crate::util::clock::calibrate(std::time::Duration::from_millis(10));
+    if let Some((host, port)) = config.replicaof() {
+        crate::commands::replication::follow_at_start(host, port);
+    }
     let n = placement.len();
     let slots = SlotTable::new(n);
     let info = Arc::new(ServerInfo {

@@ -30,6 +30,19 @@ fn temp_file(name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// Writes the config file `name` (its text built from a free port) and starts
+/// `tessera FILE --threads 2` on it; returns the server and the file.
+fn start_from_config_file(name: &str, conf: impl Fn(u16) -> String) -> (Proc, PathBuf) {
+    let port = free_port();
+    let path = temp_file(name, &conf(port));
+    let args = vec![
+        path.to_string_lossy().into_owned(),
+        "--threads".into(),
+        "2".into(),
+    ];
+    (Proc::start(&args, port), path)
+}
+
 fn pairs(r: R) -> Vec<(String, String)> {
     let items = r.items().to_vec();
     let mut v: Vec<(String, String)> = items
@@ -407,17 +420,10 @@ fn time_and_debug_sleep() {
 
 #[test]
 fn config_file_as_first_argument() {
-    let port = free_port();
-    let path = temp_file(
-        "ok.conf",
-        &format!("# a comment\n\nport {port}\ndatabases 4\nmaxmemory-policy allkeys-lru\n"),
-    );
-    let args = vec![
-        path.to_string_lossy().into_owned(),
-        "--threads".into(),
-        "2".into(),
-    ];
-    let p = Proc::start(&args, port);
+    let (p, path) = start_from_config_file("ok.conf", |port| {
+        format!("# a comment\n\nport {port}\ndatabases 4\nmaxmemory-policy allkeys-lru\n")
+    });
+    let port = p.port;
     let mut c = Raw::connect(p.port);
     assert_eq!(c.c("CONFIG GET databases"), bulks(&["databases", "4"]));
     assert_eq!(c.c("CONFIG GET port"), bulks(&["port", &port.to_string()]));
@@ -591,17 +597,9 @@ fn replicaof_is_a_config_parameter_too() {
     drop(c);
     drop(s);
 
-    let port = free_port();
-    let path = temp_file(
-        "replica.conf",
-        &format!("port {port}\nreplicaof 127.0.0.1 9\n"),
-    );
-    let args = vec![
-        path.to_string_lossy().into_owned(),
-        "--threads".into(),
-        "2".into(),
-    ];
-    let p = Proc::start(&args, port);
+    let (p, path) = start_from_config_file("replica.conf", |port| {
+        format!("port {port}\nreplicaof 127.0.0.1 9\n")
+    });
     let mut c = Raw::connect(p.port);
     assert_eq!(
         c.c("CONFIG GET replicaof"),
@@ -614,6 +612,7 @@ fn replicaof_is_a_config_parameter_too() {
     );
     drop(c);
     drop(p);
+    let _ = std::fs::remove_file(path);
 
     let path = temp_file("badreplica.conf", "replicaof 127.0.0.1 99999\n");
     let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
@@ -624,4 +623,5 @@ fn replicaof_is_a_config_parameter_too() {
     let text =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Invalid master port"), "{text}");
+    let _ = std::fs::remove_file(path);
 }

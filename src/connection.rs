@@ -675,12 +675,12 @@ impl Connection {
     /// The common case, run without building the futures of `run_command`,
     /// `route_keyed` and `run_inline` (whose set-up and state switches were about a
     /// tenth of a pipelined GET or SET): a known keyed command of the right arity
-    /// whose keys are all on this shard, from an authenticated client with replies
-    /// on, outside MULTI, pub/sub and tracking, with no script busy, no monitor, no
-    /// replication refusal, no key lock on the shard, no maxmemory and no client
-    /// pause. It then does
-    /// exactly what the full path does for it. Returns false, having changed
-    /// nothing, for anything else.
+    /// whose keys are all on this shard, or a fast connection command (PING, ECHO,
+    /// SELECT ...), from an authenticated client with replies on, outside MULTI,
+    /// pub/sub and tracking, with no script busy, no monitor, no replication refusal
+    /// and no client pause; for a keyed command also no key lock on the shard and no
+    /// maxmemory. It then does exactly what the full path does for it. Returns false,
+    /// having changed nothing, for anything else.
     fn run_fast(&mut self, args: &Args<'_>) -> bool {
         let name = args.get(0);
         let Some((idx, spec)) = self
@@ -1815,7 +1815,6 @@ pub(crate) fn merge_replies<'a>(
     }
 }
 
-/// The first word of an error reply (ERR, WRONGTYPE ...), for INFO errorstats.
 /// Whether a command may write or propagate (Redis's WRITE | MAY_REPLICATE, with a
 /// script's declared flags for EVAL / EVALSHA / FCALL): what CLIENT PAUSE WRITE holds.
 fn may_write_or_propagate(idx: u16, args: &Args<'_>) -> bool {
@@ -1867,6 +1866,7 @@ async fn watch_socket<T>(
     (out, closed)
 }
 
+/// The first word of an error reply (ERR, WRONGTYPE ...), for INFO errorstats.
 pub fn error_prefix(msg: &[u8]) -> &str {
     let msg = msg.strip_prefix(b"-").unwrap_or(msg);
     let end = msg

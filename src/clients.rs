@@ -134,6 +134,10 @@ pub struct Session {
     pub watched: Vec<WatchedKey>,
     /// The fake client a Lua script's commands run as (Redis's CLIENT_SCRIPT).
     pub in_script: bool,
+    /// The reply just produced is an error already counted in the error stats (a
+    /// script's error that came from a `redis.call`): the command still counts as
+    /// failed, the error not a second time.
+    pub error_counted: bool,
 }
 
 /// A key under WATCH: any write to it on its shard sets `dirty`.

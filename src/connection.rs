@@ -204,6 +204,7 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
             exec_owner: None,
             watched: Vec::new(),
             in_script: false,
+            error_counted: false,
         },
         buf: vec![0; READ_CHUNK],
         start: 0,
@@ -1184,7 +1185,8 @@ impl Connection {
             }
         }
         data.stats.record_timed(stat, failed_prefix.is_some(), usec);
-        if let Some(p) = failed_prefix {
+        let counted = std::mem::take(&mut self.session.error_counted);
+        if let Some(p) = failed_prefix.filter(|_| !counted) {
             data.stats.record_error(&p);
         }
         if let Some(rec) = slow {

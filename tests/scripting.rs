@@ -527,3 +527,73 @@ fn libraries_cjson_cmsgpack_bit_struct() {
     .unwrap();
     assert_eq!(v, Value::Array(vec![Value::Int(2), Value::Int(258)]));
 }
+
+/// One INFO field's value.
+fn info_value(c: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = q(c, &["INFO", section]);
+    info.split("\r\n")
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+}
+
+#[test]
+fn an_error_from_redis_call_is_counted_once() {
+    // As Redis: the failing command counts the error (a refused one as rejected), the
+    // script's reply carrying that same error counts the script as failed but not the
+    // error again; an error the script makes itself is counted.
+    let s = Server::start(2);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
+    let _: () = q(&mut c, &["CONFIG", "RESETSTAT"]);
+    let e = err(
+        &mut c,
+        &["EVAL", "return redis.call('set','x','y')", "1", "x"],
+    );
+    assert!(e.contains("OOM"), "{e}");
+    assert_eq!(
+        info_value(&mut c, "errorstats", "errorstat_OOM").as_deref(),
+        Some("count=1")
+    );
+    assert_eq!(
+        info_value(&mut c, "stats", "total_error_replies").as_deref(),
+        Some("1")
+    );
+    let set = info_value(&mut c, "commandstats", "cmdstat_set").unwrap_or_default();
+    assert!(
+        set.contains("calls=0,") && set.contains("rejected_calls=1,failed_calls=0"),
+        "{set}"
+    );
+    let ev = info_value(&mut c, "commandstats", "cmdstat_eval").unwrap_or_default();
+    assert!(ev.contains("rejected_calls=0,failed_calls=1"), "{ev}");
+    // pcall's error table returned as the script's reply: still counted once.
+    let _ = err(
+        &mut c,
+        &["EVAL", "return redis.pcall('set','x','y')", "1", "x"],
+    );
+    assert_eq!(
+        info_value(&mut c, "errorstats", "errorstat_OOM").as_deref(),
+        Some("count=2")
+    );
+    let _: () = q(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+    let _: () = q(&mut c, &["CONFIG", "RESETSTAT"]);
+    let _ = err(&mut c, &["EVAL", "return redis.call('select',99)", "0"]);
+    assert_eq!(
+        info_value(&mut c, "errorstats", "errorstat_ERR").as_deref(),
+        Some("count=1")
+    );
+    assert_eq!(
+        info_value(&mut c, "stats", "total_error_replies").as_deref(),
+        Some("1")
+    );
+    let _ = err(
+        &mut c,
+        &["EVAL", "return redis.error_reply('MINE oops')", "0"],
+    );
+    assert_eq!(
+        info_value(&mut c, "errorstats", "errorstat_MINE").as_deref(),
+        Some("count=1")
+    );
+    assert_eq!(
+        info_value(&mut c, "stats", "total_error_replies").as_deref(),
+        Some("2")
+    );
+}

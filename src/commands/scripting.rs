@@ -192,6 +192,7 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         exec_owner: Some(txn),
         watched: Vec::new(),
         in_script: true,
+        error_counted: false,
     }
 }
 
@@ -267,8 +268,9 @@ async fn run_script(
                 let reply = call(&mut fake, argv, ro, deny_oom, now, &mut wrote).await;
                 let _ = rtx.send(reply);
             }
-            Some(Event::Done(reply)) => {
+            Some(Event::Done(reply, counted)) => {
                 g.out.extend_from_slice(&reply);
+                g.session.error_counted = counted;
                 break;
             }
             None => {
@@ -296,6 +298,17 @@ const OOM_ERR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 fn out_of_memory(cell: &ShardCell) -> bool {
     let mut d = cell.data.borrow_mut();
     d.mem.limit != 0 && d.oom_refuses(true, cell.locks.borrow().is_idle())
+}
+
+/// A `redis.call` refused before its command ran: counted as that command's rejected
+/// call and as an error reply, as Redis counts it (the script's own reply, if it is
+/// this error, is then not counted again).
+fn refuse(fake: &Session, cmd: Option<u16>, msg: &str) -> Vec<u8> {
+    let mut d = fake.cell.data.borrow_mut();
+    d.stats.record_rejected(cmd);
+    d.stats
+        .record_error(crate::connection::error_prefix(msg.as_bytes()));
+    error_reply(fake.proto, msg)
 }
 
 fn error_reply(proto: Protocol, msg: &str) -> Vec<u8> {
@@ -331,29 +344,39 @@ async fn call(
     let Some((idx, spec)) = super::lookup(&argv[0]) else {
         // CLUSTER is not implemented; Redis refuses its subcommands in scripts.
         if argv[0].eq_ignore_ascii_case(b"cluster") {
-            return error_reply(proto, "ERR This Redis command is not allowed from script");
+            return refuse(
+                fake,
+                None,
+                "ERR This Redis command is not allowed from script",
+            );
         }
-        return error_reply(proto, "ERR Unknown Redis command called from script");
+        return refuse(fake, None, "ERR Unknown Redis command called from script");
     };
     if !spec.arity_ok(argv.len()) {
-        return error_reply(
-            proto,
+        return refuse(
+            fake,
+            Some(idx),
             "ERR Wrong number of args calling Redis command from script",
         );
     }
     if spec.has(NOSCRIPT) {
-        return error_reply(proto, "ERR This Redis command is not allowed from script");
+        return refuse(
+            fake,
+            Some(idx),
+            "ERR This Redis command is not allowed from script",
+        );
     }
     let write = spec.has(WRITE);
     // Only until the script's first write: after that it cannot stop half-way.
     if deny_oom && !*wrote && spec.has(DENYOOM) {
-        return error_reply(proto, OOM_ERR);
+        return refuse(fake, Some(idx), OOM_ERR);
     }
     // Commands that may propagate (PUBLISH, PFCOUNT) count as writes here, so that
     // a read-only script never waits for CLIENT PAUSE WRITE (Redis does the same).
     if ro && spec.has(WRITE | MAY_REPLICATE) {
-        return error_reply(
-            proto,
+        return refuse(
+            fake,
+            Some(idx),
             "ERR Write commands are not allowed from read-only scripts.",
         );
     }
@@ -363,7 +386,7 @@ async fn call(
             crate::replication::check(config, true, true)
         };
         if let Some(e) = denied {
-            return error_reply(proto, e);
+            return refuse(fake, Some(idx), e);
         }
         if !*wrote {
             *wrote = true;

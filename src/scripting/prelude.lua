@@ -218,6 +218,10 @@ local function handler(e)
   end
   local r = {err = msg}
   if source then r.source, r.line = source, line end
+  -- A redis.call error was counted when its command failed (Redis's flag).
+  if type(e) == 'table' and rawget(e, 'ignore_error_stats_update') then
+    r.ignore_error_stats_update = true
+  end
   return r
 end
 local function run(f, a, b)

@@ -38,8 +38,11 @@ pub enum Event {
         /// The script may run deny-oom commands even when out of memory.
         allow_oom: bool,
     },
-    /// The script ended: its reply for the client.
-    Done(Vec<u8>),
+    /// The script ended: its reply for the client, and whether that reply is an
+    /// error a `redis.call` already counted in the error stats (Redis's
+    /// ignore_error_stats_update: the script's command counts as failed, the error
+    /// not twice).
+    Done(Vec<u8>, bool),
 }
 
 pub enum Target {
@@ -136,7 +139,7 @@ fn fail(job: Job, msg: &str) {
         Job::Run(r) => {
             let mut out = Vec::new();
             ReplyWriter::new(&mut out, r.client_proto).error(msg);
-            let _ = r.events.unbounded_send(Event::Done(out));
+            let _ = r.events.unbounded_send(Event::Done(out, false));
         }
         Job::ScriptLoad { done, .. } | Job::FunctionLoad { done, .. } => {
             let _ = done.send(Err(msg.to_string()));
@@ -597,6 +600,7 @@ impl Vm {
             replies,
         } = job;
         let mut out = Vec::new();
+        let mut counted = false;
         let mut w = ReplyWriter::new(&mut out, client_proto);
         let resolved = match target {
             Target::Eval { sha, body } => self
@@ -629,12 +633,12 @@ impl Vm {
                         events: events.clone(),
                         replies,
                     });
-                    self.execute(f, &name, mode, ro, threshold_ms, &keys, &args, &mut w);
+                    counted = self.execute(f, &name, mode, ro, threshold_ms, &keys, &args, &mut w);
                     *self.st.link.borrow_mut() = None;
                 }
             }
         }
-        let _ = events.unbounded_send(Event::Done(out));
+        let _ = events.unbounded_send(Event::Done(out, counted));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -648,7 +652,7 @@ impl Vm {
         keys: &[Vec<u8>],
         args: &[Vec<u8>],
         w: &mut ReplyWriter,
-    ) {
+    ) -> bool {
         let lua = &self.lua;
         let seq = |items: &[Vec<u8>]| -> mlua::Result<Table> {
             let t = lua.create_table_with_capacity(items.len(), 0)?;
@@ -659,7 +663,10 @@ impl Vm {
         };
         let (kt, at) = match (seq(keys), seq(args)) {
             (Ok(k), Ok(a)) => (k, a),
-            _ => return w.error("ERR out of memory building KEYS/ARGV"),
+            _ => {
+                w.error("ERR out of memory building KEYS/ARGV");
+                return false;
+            }
         };
         let st = &self.st;
         st.mode.set(mode);
@@ -682,7 +689,10 @@ impl Vm {
         }
         let killed = super::KILL.load(Ordering::SeqCst);
         match result {
-            Ok((true, v)) if !killed => lua_to_resp(&v, w, 0),
+            Ok((true, v)) if !killed => {
+                lua_to_resp(&v, w, 0);
+                counted_error(&v)
+            }
             Ok((_, v)) => {
                 let (mut msg, mut at) = (value_text(&v), None);
                 if let Value::Table(t) = &v {
@@ -699,10 +709,24 @@ impl Vm {
                     Some(at) => w.error(&format!("{msg} script: {name}, on {at}.")),
                     None => w.error(&msg),
                 }
+                !killed && counted_error(&v)
             }
-            Err(e) => w.error(&format!("ERR {}", error_text(&e))),
+            Err(e) => {
+                w.error(&format!("ERR {}", error_text(&e)));
+                false
+            }
         }
     }
+}
+
+/// The field Redis puts in the error table of a failed `redis.call` / `redis.pcall`:
+/// the error was counted when the command failed, so the script's reply, if it is
+/// that error, is not counted again.
+const COUNTED_FIELD: &str = "ignore_error_stats_update";
+
+/// Whether `v` is an error table a `redis.call` produced (see `COUNTED_FIELD`).
+fn counted_error(v: &Value) -> bool {
+    matches!(v, Value::Table(t) if t.raw_get::<bool>(COUNTED_FIELD).unwrap_or(false))
 }
 
 /// `redis.call` / `redis.pcall`'s transport: (reply as a Lua value, is an error).
@@ -739,7 +763,13 @@ fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(V
         Err(_) => None,
     };
     match reply {
-        Some(r) => resp_to_lua(lua, &r),
+        Some(r) => {
+            let (v, failed) = resp_to_lua(lua, &r)?;
+            if let (true, Value::Table(t)) = (failed, &v) {
+                t.raw_set(COUNTED_FIELD, true)?;
+            }
+            Ok((v, failed))
+        }
         None => Ok((err_table(lua, "ERR script link lost")?, true)),
     }
 }

@@ -597,3 +597,122 @@ fn an_error_from_redis_call_is_counted_once() {
         Some("2")
     );
 }
+
+/// Lua runs on the shard thread: a busy script must still let its own shard's other
+/// clients in (one shard, so every client shares the script's thread), to get -BUSY,
+/// to see FUNCTION STATS, and to kill it.
+#[test]
+fn busy_script_serves_clients_of_its_own_shard() {
+    let s = Server::start(1);
+    let mut c = s.client();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(10)
+        .query(&mut c)
+        .unwrap();
+    let mut runner = s.client();
+    let t = thread::spawn(move || {
+        eval(
+            &mut runner,
+            "local i = 0 while true do i = i + 1 end",
+            &[],
+            &[],
+        )
+    });
+    thread::sleep(Duration::from_millis(200));
+    let e = err_text(redis::cmd("GET").arg("k").query(&mut c));
+    assert!(e.contains("BUSY"), "{e}");
+    let e = err_text(
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg("return 1")
+            .query(&mut c),
+    );
+    assert!(e.contains("BUSY"), "{e}");
+    let stats: Value = redis::cmd("FUNCTION").arg("STATS").query(&mut c).unwrap();
+    assert!(format!("{stats:?}").contains("while true"), "{stats:?}");
+    let _: () = redis::cmd("SCRIPT").arg("KILL").query(&mut c).unwrap();
+    let e = err_text(t.join().unwrap());
+    assert!(e.contains("killed by user"), "{e}");
+    assert_eq!(
+        eval(&mut c, "return redis.call('incr', KEYS[1])", &["k"], &[]).unwrap(),
+        Value::Int(1)
+    );
+}
+
+/// While a script waits for another shard's reply its shard runs its other tasks;
+/// those that need the Lua VM (SCRIPT LOAD, EVAL, FCALL, FUNCTION LOAD) must wait
+/// for the script rather than re-enter the VM, and every reply must stay right.
+#[test]
+fn scripts_waiting_on_other_shards_let_other_script_jobs_wait() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let lib = "#!lua name=counters\nredis.register_function('bump', function(keys) return redis.call('incr', keys[1]) end)";
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(lib)
+        .query(&mut c)
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let mut c = s.client();
+        let stop = stop.clone();
+        workers.push(thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let body = format!("return {w}{n}");
+                let sha: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(&body)
+                    .query(&mut c)
+                    .unwrap();
+                let v: i64 = redis::cmd("EVALSHA")
+                    .arg(&sha)
+                    .arg(0)
+                    .query(&mut c)
+                    .unwrap();
+                assert_eq!(v, format!("{w}{n}").parse::<i64>().unwrap());
+                let key = format!("fc{w}");
+                let v: i64 = redis::cmd("FCALL")
+                    .arg("bump")
+                    .arg(1)
+                    .arg(&key)
+                    .query(&mut c)
+                    .unwrap();
+                assert_eq!(v as u64, n + 1);
+                let lib = format!(
+                    "#!lua name=w{w}\nredis.register_function('f{w}', function() return {n} end)"
+                );
+                let _: String = redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg("REPLACE")
+                    .arg(lib)
+                    .query(&mut c)
+                    .unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    let script = format!(
+        "for i = 1, 300 do redis.call('incr', '{KEY_SHARD0}') redis.call('incr', '{KEY_SHARD1}') end \
+         return redis.call('mget', '{KEY_SHARD0}', '{KEY_SHARD1}')"
+    );
+    for round in 1..=10 {
+        let v = eval(&mut c, &script, &[], &[]).unwrap();
+        let want = (round * 300).to_string().into_bytes();
+        assert_eq!(
+            v,
+            Value::Array(vec![
+                Value::BulkString(want.clone()),
+                Value::BulkString(want)
+            ])
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        assert!(w.join().unwrap() > 0);
+    }
+}

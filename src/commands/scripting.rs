@@ -2,16 +2,15 @@
 //! EVALSHA_RO, FCALL, FCALL_RO, SCRIPT and FUNCTION.
 //!
 //! A script runs atomically across shards: the home task takes every shard's lock
-//! (MultiShardOp::lock_all, as EXEC does), hands the script to the shard's Lua VM
-//! (src/scripting), and serves its `redis.call`s: each command runs like a command of
-//! a fake client inside EXEC — keyed commands on the shard owning their keys, split
-//! or coordinated when they span shards — and its RESP reply goes back to the VM.
+//! (MultiShardOp::lock_all, as EXEC does) and runs the script on the shard's Lua VM
+//! (src/scripting), serving its `redis.call`s synchronously: each command runs like a
+//! command of a fake client inside EXEC — keyed commands on the shard owning their
+//! keys, split or coordinated when they span shards — and its RESP reply goes back to
+//! the script.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-
-use futures_channel::mpsc::UnboundedReceiver;
 
 use super::keys::reply_help;
 use super::strings::cmd;
@@ -21,7 +20,7 @@ use crate::clients::{ClientShared, ReplyMode, Session};
 use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::scripting::functions::{self, Policy};
-use crate::scripting::vm::{self, Event, Job, RunJob, Target};
+use crate::scripting::vm::{self, Job, RunJob, Target};
 use crate::scripting::{self, Running};
 use crate::shard::locks::LockOwner;
 use crate::shard::multi::MultiShardOp;
@@ -150,11 +149,6 @@ async fn run_fcall(g: &mut GlobalCtx<'_>, ro: bool) {
     .await
 }
 
-/// Receives the VM's next event.
-async fn next_event(rx: &mut UnboundedReceiver<Event>) -> Option<Event> {
-    std::future::poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut *rx), cx)).await
-}
-
 /// The script's own client: the caller's database, the script's RESP version, the
 /// script's lock owner (so commands that lock keys re-enter the held locks).
 fn fake_session(s: &Session, txn: u64) -> Session {
@@ -221,8 +215,6 @@ async fn run_script(
     let captured = crate::replication::begin_capture(owner.id);
     let threshold_ms = cell.data.borrow().config.busy_reply_threshold();
     let oom = out_of_memory(&cell);
-    let (etx, mut erx) = futures_channel::mpsc::unbounded();
-    let (rtx, rrx) = std::sync::mpsc::channel();
     scripting::start_running(Running {
         start: std::time::Instant::now(),
         is_eval,
@@ -230,7 +222,29 @@ async fn run_script(
         command: g.args.clone(),
         wrote: false,
     });
-    vm::submit(Job::Run(Box::new(RunJob {
+    let read = Rc::new(std::cell::Cell::new(false));
+    let handler = {
+        let mut fake = fake_session(g.session, owner.id);
+        // Time stands still for the script, as in Redis: every command sees its start.
+        let now = crate::util::now_ms();
+        let mut wrote = false;
+        let read = read.clone();
+        Box::new(move |c: vm::Call| {
+            let is_read = super::lookup(&c.argv[0]).is_some_and(|(_, s)| s.has(READONLY));
+            read.set(read.get() || is_read);
+            fake.proto = if c.resp3 {
+                Protocol::Resp3
+            } else {
+                Protocol::Resp2
+            };
+            let deny_oom = oom && !c.allow_oom;
+            crate::runtime::block_on_nested(call(
+                &mut fake, c.argv, c.ro, deny_oom, now, &mut wrote,
+            ))
+        })
+    };
+    let (done, reply) = futures_channel::oneshot::channel();
+    vm::run(Job::Run(Box::new(RunJob {
         target,
         keys,
         args,
@@ -242,42 +256,16 @@ async fn run_script(
             crate::replication::check(config, true, true)
         },
         threshold_ms,
-        events: etx,
-        replies: rrx,
-    })));
-    let mut fake = fake_session(g.session, owner.id);
-    // Time stands still for the script, as in Redis: every command sees its start.
-    let now = crate::util::now_ms();
-    let mut wrote = false;
-    let mut read = false;
-    loop {
-        match next_event(&mut erx).await {
-            Some(Event::Call {
-                argv,
-                resp3,
-                ro,
-                allow_oom,
-            }) => {
-                read = read || super::lookup(&argv[0]).is_some_and(|(_, s)| s.has(READONLY));
-                fake.proto = if resp3 {
-                    Protocol::Resp3
-                } else {
-                    Protocol::Resp2
-                };
-                let deny_oom = oom && !allow_oom;
-                let reply = call(&mut fake, argv, ro, deny_oom, now, &mut wrote).await;
-                let _ = rtx.send(reply);
-            }
-            Some(Event::Done(reply, counted)) => {
-                g.out.extend_from_slice(&reply);
-                g.session.error_counted = counted;
-                break;
-            }
-            None => {
-                g.error("ERR the script engine failed");
-                break;
-            }
+        handler,
+        done,
+    })))
+    .await;
+    match reply.await {
+        Ok((reply, counted)) => {
+            g.out.extend_from_slice(&reply);
+            g.session.error_counted = counted;
         }
+        Err(_) => g.error("ERR the script engine failed"),
     }
     scripting::stop_running();
     if captured {
@@ -286,7 +274,7 @@ async fn run_script(
     op.release(&cell).await;
     // Client tracking: a script that read anything tracks its declared keys for its
     // caller, as Redis remembers the EVAL's keys.
-    if read && g.session.shared.tracking.tracks_reads() {
+    if read.get() && g.session.shared.tracking.tracks_reads() {
         crate::tracking::remember_remote(g.session, keys_for_tracking).await;
     }
 }
@@ -739,10 +727,11 @@ fn script<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             "help" if sub_arity(g, "script", "help", 2) => reply_help(&mut g.w(), SCRIPT_HELP),
             "load" if sub_arity(g, "script", "load", 3) => {
                 let (done, rx) = futures_channel::oneshot::channel();
-                vm::submit(Job::ScriptLoad {
+                vm::run(Job::ScriptLoad {
                     body: g.args[2].clone(),
                     done,
-                });
+                })
+                .await;
                 match rx.await {
                     Ok(Ok(sha)) => g.w().bulk(sha.as_bytes()),
                     Ok(Err(e)) => g.error(&e),
@@ -844,11 +833,12 @@ async fn function_load(g: &mut GlobalCtx<'_>) {
         }
     }
     let (done, rx) = futures_channel::oneshot::channel();
-    vm::submit(Job::FunctionLoad {
+    vm::run(Job::FunctionLoad {
         code: g.args[argc - 1].clone(),
         replace,
         done,
-    });
+    })
+    .await;
     match rx.await {
         Ok(Ok(name)) => g.w().bulk(name.as_bytes()),
         Ok(Err(e)) => g.error(&e),
@@ -883,11 +873,12 @@ async fn function_restore(g: &mut GlobalCtx<'_>) {
         Err(e) => return g.error(&e),
     };
     let (done, rx) = futures_channel::oneshot::channel();
-    vm::submit(Job::FunctionRestore {
+    vm::run(Job::FunctionRestore {
         codes,
         policy,
         done,
-    });
+    })
+    .await;
     match rx.await {
         Ok(Ok(())) => g.w().ok(),
         Ok(Err(e)) => g.error(&e),

@@ -2,6 +2,10 @@
 //! its task id onto the local ready queue when woken on the executor's own thread, or
 //! onto a mutex-protected remote queue (plus an eventfd write if the executor sleeps)
 //! when woken from another shard.
+//!
+//! A task that must stay synchronous while it waits (a Lua script's `redis.call`)
+//! runs the loop from inside its own poll (`block_on_nested`); its own wake-ups are
+//! parked until it returns, so no future is ever polled re-entrantly.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -36,6 +40,11 @@ impl Remote {
         if let Ok(mut q) = self.queue.lock() {
             q.push(id);
         }
+        self.kick();
+    }
+
+    /// Makes a sleeping executor look at its queues again.
+    fn kick(&self) {
         self.pending.store(true, Ordering::SeqCst);
         if self.sleeping.swap(false, Ordering::SeqCst) {
             let one: u64 = 1;
@@ -92,6 +101,10 @@ pub struct Executor {
     ready: RefCell<VecDeque<TaskId>>,
     /// Tasks waiting in `YieldToRoundEnd` for the rest of the round to run.
     round_end: RefCell<Vec<Waker>>,
+    /// Tasks woken while they were still being polled further up the stack (a task
+    /// that runs a nested loop, see `block_on_nested`): they go back on the ready
+    /// queue once that loop ends, not lost and not polled re-entrantly.
+    parked: RefCell<Vec<TaskId>>,
     pub(crate) reactor: Reactor,
 }
 
@@ -130,6 +143,7 @@ impl Executor {
             free: RefCell::new(Vec::new()),
             ready: RefCell::new(VecDeque::new()),
             round_end: RefCell::new(Vec::new()),
+            parked: RefCell::new(Vec::new()),
             reactor,
         });
         CURRENT_ID.with(|c| c.set(ex.remote.executor_id));
@@ -179,6 +193,8 @@ impl Executor {
                 return;
             }
             let Some(f) = slot.future.take() else {
+                // Live but out of its slot: it is mid-poll below a nested loop.
+                self.parked.borrow_mut().push(id);
                 return;
             };
             (f, slot.waker.clone())
@@ -199,6 +215,40 @@ impl Executor {
         } else {
             slot.future = Some(fut);
         }
+    }
+
+    /// One round of the loop run from inside a task that cannot return yet (a Lua
+    /// script waiting for a command or serving clients while busy): every task ready
+    /// now, the deferred ones, then the reactor, which sleeps only when `may_sleep`
+    /// says nothing the caller waits for has happened.
+    fn nested_round(&self, may_sleep: &dyn Fn() -> bool) {
+        self.drain_remote();
+        let round = self.ready.borrow().len();
+        for _ in 0..round {
+            let next = self.ready.borrow_mut().pop_front();
+            match next {
+                Some(id) => self.poll_task(id),
+                None => break,
+            }
+        }
+        let deferred = std::mem::take(&mut *self.round_end.borrow_mut());
+        deferred.into_iter().for_each(Waker::wake);
+        self.drain_remote();
+        let mut block = self.ready.borrow().is_empty() && may_sleep();
+        if block {
+            self.remote.sleeping.store(true, Ordering::SeqCst);
+            if self.remote.pending.load(Ordering::SeqCst) || !may_sleep() {
+                block = false;
+            }
+        }
+        self.reactor.poll(block);
+        self.remote.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Puts tasks woken during a nested loop back on the ready queue.
+    fn unpark(&self) {
+        let parked = std::mem::take(&mut *self.parked.borrow_mut());
+        self.ready.borrow_mut().extend(parked);
     }
 
     fn drain_remote(&self) {
@@ -253,6 +303,61 @@ impl Executor {
             self.reactor.poll(idle);
             self.remote.sleeping.store(false, Ordering::SeqCst);
         }
+    }
+}
+
+/// Wakes `block_on_nested`'s loop, from this thread or another.
+struct NestedWaker {
+    woken: AtomicBool,
+    remote: Arc<Remote>,
+}
+
+impl Wake for NestedWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        if CURRENT_ID.with(|c| c.get()) != self.remote.executor_id {
+            self.remote.kick();
+        }
+    }
+}
+
+/// Runs `fut` to completion from inside a task's poll, running this executor's other
+/// tasks and its reactor while `fut` waits (Redis's processEventsWhileBlocked, for
+/// code that must stay synchronous, such as a Lua `redis.call`). The calling task is
+/// not polled meanwhile: a wake-up for it is kept for after.
+pub fn block_on_nested<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let Some(ex) = try_current() else {
+        panic!("block_on_nested outside a Tessera executor")
+    };
+    let flag = Arc::new(NestedWaker {
+        woken: AtomicBool::new(false),
+        remote: ex.remote.clone(),
+    });
+    let waker = Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        flag.woken.store(false, Ordering::SeqCst);
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            ex.unpark();
+            return v;
+        }
+        while !flag.woken.load(Ordering::SeqCst) {
+            ex.nested_round(&|| !flag.woken.load(Ordering::SeqCst));
+        }
+    }
+}
+
+/// One round of this executor's other tasks and a non-blocking look at the reactor,
+/// from inside a task that cannot return yet (a long script answering -BUSY).
+pub fn serve_while_blocked() {
+    if let Some(ex) = try_current() {
+        ex.nested_round(&|| false);
+        ex.unpark();
     }
 }
 
@@ -334,5 +439,70 @@ impl Future for YieldNow {
             cx.waker().wake_by_ref();
             Poll::Pending
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Runs `main` on a fresh executor thread and returns what it sends back.
+    fn run_on_executor<T: Send + 'static>(
+        main: impl FnOnce(std::sync::mpsc::Sender<T>) -> BoxedTask + Send + 'static,
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || match Executor::new() {
+            Ok(ex) => ex.run(main(tx)),
+            Err(e) => panic!("executor: {e}"),
+        });
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(v) => v,
+            Err(e) => panic!("executor test timed out: {e}"),
+        }
+    }
+
+    #[test]
+    fn block_on_nested_runs_other_tasks_and_keeps_the_callers_wakeup() {
+        let (ran, polls) = run_on_executor(|tx| {
+            Box::pin(async move {
+                let other_ran = Rc::new(Cell::new(false));
+                let flag = other_ran.clone();
+                spawn_detached(async move { flag.set(true) });
+                let polls = Rc::new(Cell::new(0));
+                let p = polls.clone();
+                // The caller wakes itself before blocking: the wake-up must survive
+                // the nested loop (parked, then re-queued) so it is polled again.
+                let caller = spawn(std::future::poll_fn(move |cx| {
+                    p.set(p.get() + 1);
+                    if p.get() == 1 {
+                        cx.waker().wake_by_ref();
+                        block_on_nested(super::super::reactor::sleep(Duration::from_millis(5)));
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(())
+                }));
+                caller.await;
+                let _ = tx.send((other_ran.get(), polls.get()));
+            })
+        });
+        assert!(ran, "the other task did not run during the nested loop");
+        assert_eq!(polls, 2);
+    }
+
+    #[test]
+    fn block_on_nested_is_woken_from_another_thread() {
+        let v = run_on_executor(|tx| {
+            Box::pin(async move {
+                let (otx, orx) = futures_channel::oneshot::channel();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let _ = otx.send(7u32);
+                });
+                let v = block_on_nested(orx).unwrap_or(0);
+                let _ = tx.send(v);
+            })
+        });
+        assert_eq!(v, 7);
     }
 }

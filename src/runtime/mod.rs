@@ -39,6 +39,19 @@ pub async fn sleep(d: Duration) {
     reactor::sleep(d).await
 }
 
+/// Runs `fut` to completion without returning to the executor, serving this shard's
+/// other tasks and I/O while it waits. For synchronous callers only (a Lua
+/// `redis.call`); async code awaits instead.
+pub fn block_on_nested<F: Future>(fut: F) -> F::Output {
+    executor::block_on_nested(fut)
+}
+
+/// Serves this shard's ready tasks and I/O once, from inside a long synchronous
+/// computation (a script past busy-reply-threshold).
+pub fn serve_while_blocked() {
+    executor::serve_while_blocked()
+}
+
 /// Whether another task of this shard is ready to run now.
 pub fn others_ready() -> bool {
     executor::others_ready()
@@ -68,6 +81,9 @@ where
 {
     std::thread::Builder::new()
         .name(name.to_string())
+        // Lua scripts run on the shard thread, and Lua's C calls nest on its stack
+        // (Redis runs them on its main thread's 8 MiB); untouched pages cost nothing.
+        .stack_size(64 << 20)
         .spawn(move || {
             if let Some(c) = cpu {
                 if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {

@@ -1,18 +1,20 @@
 //! Lua scripting (EVAL, FCALL): the script engine and the state every shard shares.
 //!
 //! Design (DESIGN.md §4): a script is atomic across shards. The connection's home shard
-//! takes every shard's lock (as EXEC does) and hands the script to its Lua VM, which
-//! runs on a dedicated OS thread next to the shard (`vm.rs`). Each `redis.call` goes
-//! back to the home shard as a message; the home task runs the command on the shard
-//! that owns its keys, under the script's lock owner, and returns the RESP reply, which
-//! the VM parses into Lua values exactly as Redis parses its fake client's reply.
+//! takes every shard's lock (as EXEC does) and runs the script on its own Lua VM, on
+//! the shard thread, inside the EVAL's task (`vm.rs`). Each `redis.call` runs at once
+//! like a command of a fake client inside EXEC — on the shard that owns its keys,
+//! under the script's lock owner — and its RESP reply is parsed into Lua values
+//! exactly as Redis parses its fake client's reply.
 //!
-//! Running Lua off the shard thread means the shard keeps serving its other clients
-//! while a script runs: keyed commands wait behind the script's locks, and once the
-//! script has run past `busy-reply-threshold` every shard answers -BUSY to commands
-//! without the allow-busy flag, and SCRIPT KILL / FUNCTION KILL reach the VM through an
-//! atomic flag its instruction-count hook polls. (Lua 5.1 cannot yield across pcall,
-//! so an async `redis.call` on the shard thread would break `pcall(redis.call ...)`.)
+//! Lua 5.1 cannot yield across pcall, so a script cannot be an ordinary future that
+//! awaits its commands (`pcall(redis.call ...)` would break). Instead `redis.call` is
+//! synchronous: a command that must wait (for another shard's reply) runs the shard's
+//! other tasks in a nested loop until it is done (`runtime::block_on_nested`), and a
+//! script past `busy-reply-threshold` does the same from its instruction hook, so every
+//! shard answers -BUSY and SCRIPT KILL / FUNCTION KILL reach the script through an
+//! atomic flag the hook polls (Redis's processEventsWhileBlocked). One script runs at a
+//! time per shard VM; other jobs (SCRIPT LOAD ...) wait for it.
 //!
 //! Shared state: scripts and function libraries live in process-wide registries behind
 //! a mutex that a VM only touches on a cache miss, a load or a flush; each VM keeps its

@@ -1,16 +1,19 @@
-//! One shard's Lua VM, on its own OS thread (see mod.rs for why). The shard submits
-//! jobs (run a script or function, load a script or library); while a script runs, its
-//! `redis.call`s travel back to the shard's home task as `Event::Call` and the replies
-//! come back over a plain channel, so the VM thread simply blocks on each call.
+//! One shard's Lua VM, run on the shard's own thread. A script runs inside the
+//! EVAL's task poll; each `redis.call` is served synchronously by the caller's
+//! `CallHandler`, which runs the command (on another shard when its keys live there)
+//! while the shard's other tasks keep running in a nested loop
+//! (`runtime::block_on_nested`). Past busy-reply-threshold the instruction hook
+//! serves the shard's clients the same way, so they get -BUSY and SCRIPT KILL reaches
+//! the script, as Redis's processEventsWhileBlocked does.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use futures_channel::{mpsc::UnboundedSender, oneshot};
+use futures_channel::oneshot;
 use mlua::{
     ChunkMode, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState,
 };
@@ -28,22 +31,17 @@ const PRELUDE: &str = include_str!("prelude.lua");
 const MARKER: &str = "redis.call error #";
 const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 
-/// From the VM to the home task running the script.
-pub enum Event {
-    /// Run a command for the script and send its reply back.
-    Call {
-        argv: Vec<Vec<u8>>,
-        resp3: bool,
-        ro: bool,
-        /// The script may run deny-oom commands even when out of memory.
-        allow_oom: bool,
-    },
-    /// The script ended: its reply for the client, and whether that reply is an
-    /// error a `redis.call` already counted in the error stats (Redis's
-    /// ignore_error_stats_update: the script's command counts as failed, the error
-    /// not twice).
-    Done(Vec<u8>, bool),
+/// One `redis.call` / `redis.pcall` of the running script.
+pub struct Call {
+    pub argv: Vec<Vec<u8>>,
+    pub resp3: bool,
+    pub ro: bool,
+    /// The script may run deny-oom commands even when out of memory.
+    pub allow_oom: bool,
 }
+
+/// Runs a script's command and returns its RESP reply.
+pub type CallHandler = Box<dyn FnMut(Call) -> Vec<u8>>;
 
 pub enum Target {
     Eval { sha: String, body: Option<Vec<u8>> },
@@ -63,8 +61,12 @@ pub struct RunJob {
     /// scripts not flagged no-writes are refused up front.
     pub write_denied: Option<&'static str>,
     pub threshold_ms: u64,
-    pub events: UnboundedSender<Event>,
-    pub replies: Receiver<Vec<u8>>,
+    pub handler: CallHandler,
+    /// The script's reply for the client, and whether that reply is an error a
+    /// `redis.call` already counted in the error stats (Redis's
+    /// ignore_error_stats_update: the script's command counts as failed, the error
+    /// not twice).
+    pub done: oneshot::Sender<(Vec<u8>, bool)>,
 }
 
 pub enum Job {
@@ -85,53 +87,61 @@ pub enum Job {
     },
 }
 
+/// This shard's VM: out of its slot while a job runs, so that tasks the running
+/// script lets run (nested loop) wait their turn instead of re-entering it.
+struct VmSlot {
+    vm: Option<Vm>,
+    in_use: bool,
+    waiters: Vec<Waker>,
+}
+
 thread_local! {
-    /// This shard's VM thread, started on first use.
-    static VM: RefCell<Option<Sender<Job>>> = const { RefCell::new(None) };
+    static SLOT: RefCell<VmSlot> = const {
+        RefCell::new(VmSlot {
+            vm: None,
+            in_use: false,
+            waiters: Vec::new(),
+        })
+    };
 }
 
-/// Hands a job to this shard's VM thread (starting it if needed).
-pub fn submit(job: Job) {
-    VM.with(|slot| {
-        let mut slot = slot.borrow_mut();
-        let job = match slot.as_ref() {
-            Some(tx) => match tx.send(job) {
-                Ok(()) => return,
-                Err(e) => e.0,
-            },
-            None => job,
-        };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("lua".into())
-            .stack_size(64 << 20)
-            .spawn(move || vm_main(rx));
-        if spawned.is_ok() {
-            let _ = tx.send(job);
-            *slot = Some(tx);
-        }
+/// Runs `job` on this shard's VM, once no other job holds it (one runs at a time).
+pub async fn run(job: Job) {
+    let vm = std::future::poll_fn(|cx| {
+        SLOT.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.in_use {
+                s.waiters.push(cx.waker().clone());
+                return Poll::Pending;
+            }
+            s.in_use = true;
+            Poll::Ready(s.vm.take())
+        })
     })
-}
-
-fn vm_main(rx: Receiver<Job>) {
-    let mut vm: Option<Vm> = None;
-    for job in rx {
-        let epoch = super::SCRIPT_EPOCH.load(Ordering::SeqCst);
-        if vm.as_ref().is_none_or(|v| v.epoch != epoch) {
-            // SCRIPT FLUSH resets the VM, as Redis does.
-            vm = match Vm::new(epoch) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    tracing::error!("cannot create the Lua VM: {e}");
-                    None
-                }
-            };
-        }
-        match vm.as_mut() {
-            Some(v) => v.handle(job),
-            None => fail(job, "ERR Lua engine unavailable"),
-        }
+    .await;
+    let epoch = super::SCRIPT_EPOCH.load(Ordering::SeqCst);
+    let mut vm = match vm {
+        Some(v) if v.epoch == epoch => Some(v),
+        // SCRIPT FLUSH resets the VM, as Redis does.
+        _ => match Vm::new(epoch) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::error!("cannot create the Lua VM: {e}");
+                None
+            }
+        },
+    };
+    match vm.as_mut() {
+        Some(v) => v.handle(job),
+        None => fail(job, "ERR Lua engine unavailable"),
     }
+    let waiters = SLOT.with(|s| {
+        let mut s = s.borrow_mut();
+        s.vm = vm;
+        s.in_use = false;
+        std::mem::take(&mut s.waiters)
+    });
+    waiters.into_iter().for_each(Waker::wake);
 }
 
 fn fail(job: Job, msg: &str) {
@@ -139,7 +149,7 @@ fn fail(job: Job, msg: &str) {
         Job::Run(r) => {
             let mut out = Vec::new();
             ReplyWriter::new(&mut out, r.client_proto).error(msg);
-            let _ = r.events.unbounded_send(Event::Done(out, false));
+            let _ = r.done.send((out, false));
         }
         Job::ScriptLoad { done, .. } | Job::FunctionLoad { done, .. } => {
             let _ = done.send(Err(msg.to_string()));
@@ -158,11 +168,6 @@ enum Mode {
     Function,
 }
 
-struct Link {
-    events: UnboundedSender<Event>,
-    replies: Receiver<Vec<u8>>,
-}
-
 struct RunState {
     mode: Cell<Mode>,
     start: Cell<Instant>,
@@ -172,7 +177,8 @@ struct RunState {
     resp3: Cell<bool>,
     ro: Cell<bool>,
     allow_oom: Cell<bool>,
-    link: RefCell<Option<Link>>,
+    /// Serves `redis.call` while a script runs.
+    link: RefCell<Option<CallHandler>>,
     /// The error table of the last failed `redis.call`, with its marker number.
     pending: RefCell<Option<(u64, Value)>>,
     err_seq: Cell<u64>,
@@ -221,6 +227,10 @@ fn hook(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<VmState> {
             if !st.busy.get() && elapsed.as_millis() as u64 >= st.threshold_ms.get() {
                 st.busy.set(true);
                 super::set_busy(mode == Mode::Eval);
+            }
+            if st.busy.get() {
+                // This shard's clients get -BUSY, and SCRIPT KILL can arrive.
+                crate::runtime::serve_while_blocked();
             }
             if super::KILL.load(Ordering::SeqCst) {
                 if !st.fast_hook.get() {
@@ -596,8 +606,8 @@ impl Vm {
             oom,
             write_denied,
             threshold_ms,
-            events,
-            replies,
+            handler,
+            done,
         } = job;
         let mut out = Vec::new();
         let mut counted = false;
@@ -629,16 +639,13 @@ impl Vm {
                 } else {
                     let ro = ro_cmd || fl & flags::NO_WRITES != 0;
                     self.st.allow_oom.set(fl & flags::ALLOW_OOM != 0);
-                    *self.st.link.borrow_mut() = Some(Link {
-                        events: events.clone(),
-                        replies,
-                    });
+                    *self.st.link.borrow_mut() = Some(handler);
                     counted = self.execute(f, &name, mode, ro, threshold_ms, &keys, &args, &mut w);
                     *self.st.link.borrow_mut() = None;
                 }
             }
         }
-        let _ = events.unbounded_send(Event::Done(out, counted));
+        let _ = done.send((out, counted));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -747,29 +754,23 @@ fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(V
             }
         }
     }
-    let link = st.link.borrow();
-    let Some(link) = link.as_ref() else {
-        let e = "ERR redis.call/pcall can only be called inside a script invocation";
-        return Ok((err_table(lua, e)?, true));
-    };
-    let sent = link.events.unbounded_send(Event::Call {
+    let call = Call {
         argv,
         resp3: st.resp3.get(),
         ro: st.ro.get(),
         allow_oom: st.allow_oom.get(),
-    });
-    let reply = match sent {
-        Ok(()) => link.replies.recv().ok(),
-        Err(_) => None,
     };
-    match reply {
-        Some(r) => {
-            let (v, failed) = resp_to_lua(lua, &r)?;
-            if let (true, Value::Table(t)) = (failed, &v) {
-                t.raw_set(COUNTED_FIELD, true)?;
-            }
-            Ok((v, failed))
-        }
-        None => Ok((err_table(lua, "ERR script link lost")?, true)),
+    // The handler is taken out while it runs: the nested loop it may run serves other
+    // tasks, none of which can reach this VM (it is out of its slot).
+    let Some(mut handler) = st.link.borrow_mut().take() else {
+        let e = "ERR redis.call/pcall can only be called inside a script invocation";
+        return Ok((err_table(lua, e)?, true));
+    };
+    let reply = handler(call);
+    *st.link.borrow_mut() = Some(handler);
+    let (v, failed) = resp_to_lua(lua, &reply)?;
+    if let (true, Value::Table(t)) = (failed, &v) {
+        t.raw_set(COUNTED_FIELD, true)?;
     }
+    Ok((v, failed))
 }

@@ -21,15 +21,19 @@ pub fn sha1(data: &[u8]) -> [u8; 20] {
         0xC3D2_E1F0,
     ];
     let bit_len = (data.len() as u64).wrapping_mul(8);
-    let mut tail = Vec::with_capacity(128);
     let full = data.len() / 64 * 64;
-    tail.extend_from_slice(&data[full..]);
-    tail.push(0x80);
-    while tail.len() % 64 != 56 {
-        tail.push(0);
+    for block in data[..full].chunks_exact(64) {
+        compress(&mut h, block);
     }
-    tail.extend_from_slice(&bit_len.to_be_bytes());
-    for block in data[..full].chunks_exact(64).chain(tail.chunks_exact(64)) {
+    // The rest, 0x80, zeros and the bit length: one block, or two when the rest
+    // leaves less than 9 bytes of room.
+    let rest = &data[full..];
+    let mut tail = [0u8; 128];
+    tail[..rest.len()].copy_from_slice(rest);
+    tail[rest.len()] = 0x80;
+    let tail_len = if rest.len() < 56 { 64 } else { 128 };
+    tail[tail_len - 8..tail_len].copy_from_slice(&bit_len.to_be_bytes());
+    for block in tail[..tail_len].chunks_exact(64) {
         compress(&mut h, block);
     }
     let mut out = [0u8; 20];
@@ -47,29 +51,40 @@ fn compress(h: &mut [u32; 5], block: &[u8]) {
     for i in 16..80 {
         w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
     }
-    let [mut a, mut b, mut c, mut d, mut e] = *h;
-    for (i, wi) in w.iter().enumerate() {
-        let (f, k) = match i {
-            0..=19 => ((b & c) | (!b & d), 0x5A82_7999),
-            20..=39 => (b ^ c ^ d, 0x6ED9_EBA1),
-            40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC),
-            _ => (b ^ c ^ d, 0xCA62_C1D6),
-        };
-        let t = a
-            .rotate_left(5)
-            .wrapping_add(f)
-            .wrapping_add(e)
-            .wrapping_add(k)
-            .wrapping_add(*wi);
-        e = d;
-        d = c;
-        c = b.rotate_left(30);
-        b = a;
-        a = t;
+    // Four loops, one per round function, so each compiles without a branch per step.
+    let mut s = *h;
+    for &wi in &w[0..20] {
+        let [_, b, c, d, _] = s;
+        step(&mut s, (b & c) | (!b & d), 0x5A82_7999, wi);
     }
-    for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+    for &wi in &w[20..40] {
+        let [_, b, c, d, _] = s;
+        step(&mut s, b ^ c ^ d, 0x6ED9_EBA1, wi);
+    }
+    for &wi in &w[40..60] {
+        let [_, b, c, d, _] = s;
+        step(&mut s, (b & c) | (b & d) | (c & d), 0x8F1B_BCDC, wi);
+    }
+    for &wi in &w[60..80] {
+        let [_, b, c, d, _] = s;
+        step(&mut s, b ^ c ^ d, 0xCA62_C1D6, wi);
+    }
+    for (x, y) in h.iter_mut().zip(s) {
         *x = x.wrapping_add(y);
     }
+}
+
+/// One of the 80 steps: `f` is the round function of b, c, d; `k` the round constant.
+#[inline(always)]
+fn step(s: &mut [u32; 5], f: u32, k: u32, wi: u32) {
+    let [a, b, c, d, e] = *s;
+    let t = a
+        .rotate_left(5)
+        .wrapping_add(f)
+        .wrapping_add(e)
+        .wrapping_add(k)
+        .wrapping_add(wi);
+    *s = [t, a, b.rotate_left(30), c, d];
 }
 
 #[cfg(test)]
@@ -86,6 +101,19 @@ mod tests {
         assert_eq!(
             sha1_hex(&[b'a'; 1000]),
             "291e9a6c66994949b57ba5e650361e98fc36b1ba"
+        );
+        // Rests of 55, 56 and 64 bytes: the padding fits, spills, or takes a block.
+        assert_eq!(
+            sha1_hex(&[b'a'; 55]),
+            "c1c8bbdc22796e28c0e15163d20899b65621d65a"
+        );
+        assert_eq!(
+            sha1_hex(&[b'a'; 56]),
+            "c2db330f6083854c99d4b5bfb6e8f29f201be699"
+        );
+        assert_eq!(
+            sha1_hex(&[b'a'; 64]),
+            "0098ba824b5c16427bd7a1122a5a442a25ec644d"
         );
     }
 }

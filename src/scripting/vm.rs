@@ -196,6 +196,9 @@ pub struct Vm {
     load_library: Function,
     /// Where the globals really live (KEYS and ARGV go here).
     store: Table,
+    /// "KEYS" and "ARGV", made once: interning them again for every EVAL showed up.
+    keys_name: mlua::String,
+    argv_name: mlua::String,
     epoch: u64,
     scripts: HashMap<String, (Function, u32)>,
     funcs: HashMap<String, FuncEntry>,
@@ -331,11 +334,14 @@ impl Vm {
         let (run, load_library, store): (Function, Function, Table) =
             lua.load(PRELUDE).set_name("=[tessera]").call(prims)?;
         install_hook(&lua, &st, HOOK_EVERY);
+        let (keys_name, argv_name) = (lua.create_string("KEYS")?, lua.create_string("ARGV")?);
         Ok(Vm {
             lua,
             run,
             load_library,
             store,
+            keys_name,
+            argv_name,
             epoch,
             scripts: HashMap::new(),
             funcs: HashMap::new(),
@@ -683,8 +689,8 @@ impl Vm {
         st.resp3.set(false);
         st.ro.set(ro);
         let result: mlua::Result<(bool, Value)> = if mode == Mode::Eval {
-            let _ = self.store.raw_set("KEYS", kt);
-            let _ = self.store.raw_set("ARGV", at);
+            let _ = self.store.raw_set(&self.keys_name, kt);
+            let _ = self.store.raw_set(&self.argv_name, at);
             self.run.call((f, Value::Nil, Value::Nil))
         } else {
             self.run.call((f, kt, at))

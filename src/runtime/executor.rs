@@ -108,6 +108,9 @@ pub struct Executor {
     pub(crate) reactor: Reactor,
 }
 
+/// How long a nested loop spins for a reply before it sleeps (`spin_for_wakeup`).
+const NESTED_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 static NEXT_EXECUTOR_ID: AtomicUsize = AtomicUsize::new(1);
 
 thread_local! {
@@ -235,6 +238,9 @@ impl Executor {
         deferred.into_iter().for_each(Waker::wake);
         self.drain_remote();
         let mut block = self.ready.borrow().is_empty() && may_sleep();
+        if block && self.spin_for_wakeup(may_sleep) {
+            block = false;
+        }
         if block {
             self.remote.sleeping.store(true, Ordering::SeqCst);
             if self.remote.pending.load(Ordering::SeqCst) || !may_sleep() {
@@ -243,6 +249,26 @@ impl Executor {
         }
         self.reactor.poll(block);
         self.remote.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Spins up to `NESTED_SPIN` for a wake-up from another shard; true if one came.
+    /// A nested loop waits for one reply only (a script's command on another shard,
+    /// while the script holds every shard), and the reply usually comes within
+    /// microseconds: sleeping would add a wake-up (an interrupt and a context switch)
+    /// to every such command.
+    fn spin_for_wakeup(&self, may_sleep: &dyn Fn() -> bool) -> bool {
+        let until = std::time::Instant::now() + NESTED_SPIN;
+        loop {
+            if self.remote.pending.load(Ordering::Acquire) || !may_sleep() {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     /// Puts tasks woken during a nested loop back on the ready queue.

@@ -271,3 +271,95 @@ fn table_to_resp(t: &Table, w: &mut ReplyWriter, depth: usize) {
         lua_to_resp(v, w, depth + 1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Converts `reply` and describes the Lua value with a small Lua serializer.
+    fn show(lua: &Lua, reply: &[u8]) -> Result<String> {
+        let (v, _) = resp_to_lua(lua, reply)?;
+        let dump: mlua::Function = lua
+            .load(
+                r#"
+                local function dump(v)
+                  if type(v) ~= 'table' then return type(v) .. ':' .. tostring(v) end
+                  local keys = {}
+                  for k in pairs(v) do keys[#keys + 1] = k end
+                  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+                  local parts = {}
+                  for _, k in ipairs(keys) do parts[#parts + 1] = dump(k) .. '=' .. dump(v[k]) end
+                  return '{' .. table.concat(parts, ',') .. '}'
+                end
+                return dump
+                "#,
+            )
+            .eval()?;
+        dump.call(v)
+    }
+
+    #[test]
+    fn every_reply_type_becomes_redis_s_lua_value() {
+        let lua = Lua::new();
+        let cases: &[(&[u8], &str)] = &[
+            (b":42\r\n", "number:42"),
+            (b"$3\r\nfoo\r\n", "string:foo"),
+            (b"$0\r\n\r\n", "string:"),
+            (b"$-1\r\n", "boolean:false"),
+            (b"*-1\r\n", "boolean:false"),
+            (b"+OK\r\n", "{string:ok=string:OK}"),
+            (b"-ERR bad\r\n", "{string:err=string:ERR bad}"),
+            (
+                b"*3\r\n:1\r\n$1\r\na\r\n*1\r\n+x\r\n",
+                "{number:1=number:1,number:2=string:a,number:3={number:1={string:ok=string:x}}}",
+            ),
+            (b"*0\r\n", "{}"),
+            (b"_\r\n", "nil:nil"),
+            (b"#t\r\n", "boolean:true"),
+            (b"#f\r\n", "boolean:false"),
+            (b",1.5\r\n", "{string:double=number:1.5}"),
+            (b"(123\r\n", "{string:big_number=string:123}"),
+            (
+                b"%1\r\n$1\r\nk\r\n:7\r\n",
+                "{string:map={string:k=number:7}}",
+            ),
+            (b"~1\r\n$1\r\nm\r\n", "{string:set={string:m=boolean:true}}"),
+            (
+                b"=8\r\ntxt:abcd\r\n",
+                "{string:verbatim_string={string:format=string:txt,string:string=string:abcd}}",
+            ),
+            (b"|1\r\n+a\r\n+b\r\n:5\r\n", "number:5"),
+        ];
+        for (reply, want) in cases {
+            let got = show(&lua, reply).unwrap_or_else(|e| panic!("{reply:?}: {e}"));
+            assert_eq!(&got, want, "{}", String::from_utf8_lossy(reply));
+        }
+        // The error flag comes from the reply's first byte.
+        assert!(resp_to_lua(&lua, b"-ERR x\r\n")
+            .map(|(_, e)| e)
+            .unwrap_or(false));
+        assert!(!resp_to_lua(&lua, b"+OK\r\n")
+            .map(|(_, e)| e)
+            .unwrap_or(true));
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_and_leave_the_vm_usable() {
+        let lua = Lua::new();
+        let bad: &[&[u8]] = &[
+            b"",
+            b"+OK",
+            b":x\r\n",
+            b"$5\r\nab\r\n",
+            b"*2\r\n:1\r\n",
+            b"?\r\n",
+            b"$-",
+        ];
+        for reply in bad {
+            let e = resp_to_lua(&lua, reply).err();
+            let text = e.map(|e| e.to_string()).unwrap_or_default();
+            assert!(text.contains("protocol error"), "{reply:?}: {text}");
+        }
+        assert_eq!(show(&lua, b":1\r\n").ok().as_deref(), Some("number:1"));
+    }
+}

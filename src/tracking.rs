@@ -8,6 +8,12 @@
 //! like pub/sub messages. The note is written to the client's push outbox (or to its
 //! redirection client's) by `pubsub::push_with`.
 //!
+//! A client whose redirection client lives on another shard is the exception: the
+//! key's shard applies its mode itself (from `REMOTE_REDIRECTS`) and sends the note
+//! straight to the redirection client's shard, so every invalidation bound for one
+//! redirection client takes the same path and arrives in write order (through each
+//! tracking client's home, two clients on different shards could overtake each other).
+//!
 //! BCAST clients register their prefixes on every shard; keys written under a prefix
 //! are collected and sent when the command ends (or when the transaction / script
 //! releases the shard), one message per prefix and client, as Redis's beforeSleep does.
@@ -17,7 +23,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use hashbrown::HashMap;
 
@@ -49,6 +56,46 @@ pub fn info_counts() -> (usize, u64, u64, usize) {
         TOTAL_ITEMS.load(Ordering::Relaxed),
         PREFIXES.load(Ordering::Relaxed),
     )
+}
+
+/// The mode of a tracking client whose redirection client is on another shard.
+#[derive(Clone, Copy)]
+struct RemoteRedirect {
+    home: u16,
+    /// The redirection client and its shard.
+    redirect: u64,
+    shard: u16,
+    bcast: bool,
+    noloop: bool,
+}
+
+/// Tracking clients (by id) that redirect to a client of another shard: read by the
+/// shard of a changed key, only when a tracked key changes (a cold path), written by
+/// the client's home on CLIENT TRACKING, RESET and disconnection.
+static REMOTE_REDIRECTS: Mutex<Option<HashMap<u64, RemoteRedirect>>> = Mutex::new(None);
+/// REMOTE_REDIRECTS is not empty: without such clients delivery takes no lock.
+static ANY_REMOTE_REDIRECT: AtomicBool = AtomicBool::new(false);
+
+fn set_remote_redirect(id: u64, mode: Option<RemoteRedirect>) {
+    let mut map = REMOTE_REDIRECTS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = map.get_or_insert_with(HashMap::new);
+    match mode {
+        Some(m) => {
+            map.insert(id, m);
+        }
+        None => {
+            map.remove(&id);
+        }
+    }
+    ANY_REMOTE_REDIRECT.store(!map.is_empty(), Ordering::SeqCst);
+}
+
+fn remote_redirect(id: u64) -> Option<RemoteRedirect> {
+    if !ANY_REMOTE_REDIRECT.load(Ordering::Relaxed) {
+        return None;
+    }
+    let map = REMOTE_REDIRECTS.lock().unwrap_or_else(|e| e.into_inner());
+    map.as_ref()?.get(&id).copied()
 }
 
 /* ------------------------------------------------------------------------ */
@@ -252,8 +299,8 @@ impl TrackingTable {
     /// Sends the invalidation of a key already removed from the table.
     fn forget(&mut self, key: &[u8], readers: Vec<Reader>, writer: u64) {
         for r in readers {
-            deliver(
-                r.home as usize,
+            route(
+                r,
                 Note {
                     id: r.id,
                     kind: Kind::Key { writer },
@@ -287,9 +334,9 @@ impl TrackingTable {
             let mut seen = hashbrown::HashSet::new();
             keys.retain(|(k, _)| seen.insert(k.clone()));
             keys.reverse();
-            for r in &p.clients {
-                deliver(
-                    r.home as usize,
+            for &r in &p.clients {
+                route(
+                    r,
                     Note {
                         id: r.id,
                         kind: Kind::Bcast,
@@ -400,6 +447,50 @@ struct Note {
     keys: Option<Vec<(Vec<u8>, u64)>>,
 }
 
+/// Sends `note` for reader `r`: to the redirection client's shard when that is not
+/// the reader's home (see the module comment), else to the reader's home.
+fn route(r: Reader, mut note: Note) {
+    let Some(m) = remote_redirect(r.id) else {
+        return deliver(r.home as usize, note);
+    };
+    if !mode_allows(&mut note, m.bcast, m.noloop) {
+        return;
+    }
+    let Some(cell) = crate::pubsub::shard_cell() else {
+        return;
+    };
+    let (id, home, redirect, keys) = (note.id, m.home as usize, m.redirect, note.keys);
+    if m.shard as usize == cell.id {
+        redirect_here(&cell, id, home, redirect, keys);
+    } else {
+        let _ = cell.mesh.send(
+            m.shard as usize,
+            Box::new(move |c| redirect_here(c, id, home, redirect, keys)),
+        );
+    }
+}
+
+/// Whether a client in this mode gets `note` (BCAST clients get only BCAST notes,
+/// NOLOOP ones not their own writes); NOLOOP drops its own keys from a BCAST note.
+fn mode_allows(note: &mut Note, bcast: bool, noloop: bool) -> bool {
+    match note.kind {
+        Kind::Key { writer } => !(bcast || (noloop && writer == note.id)),
+        Kind::Bcast => {
+            if !bcast {
+                return false;
+            }
+            if noloop {
+                if let Some(keys) = note.keys.as_mut() {
+                    keys.retain(|(_, w)| *w != note.id);
+                    return !keys.is_empty();
+                }
+            }
+            true
+        }
+        Kind::Flush => true,
+    }
+}
+
 /// Sends `note` to the client's home shard (in place when it is this one).
 fn deliver(home: usize, note: Note) {
     let Some(cell) = crate::pubsub::shard_cell() else {
@@ -425,26 +516,8 @@ fn deliver_here(cell: &Rc<ShardCell>, mut note: Note) {
     }
     let (redirect, shard) = {
         let m = c.tracking.mode.borrow();
-        match note.kind {
-            Kind::Key { writer } => {
-                if m.bcast || (m.noloop && writer == note.id) {
-                    return;
-                }
-            }
-            Kind::Bcast => {
-                if !m.bcast {
-                    return;
-                }
-                if m.noloop {
-                    if let Some(keys) = note.keys.as_mut() {
-                        keys.retain(|(_, w)| *w != note.id);
-                        if keys.is_empty() {
-                            return;
-                        }
-                    }
-                }
-            }
-            Kind::Flush => {}
+        if !mode_allows(&mut note, m.bcast, m.noloop) {
+            return;
         }
         (m.redirect, m.redirect_shard)
     };
@@ -750,6 +823,14 @@ pub async fn client_tracking(session: &Session, args: &[Vec<u8>]) -> Result<(), 
         redirect_shard,
         prefixes,
     };
+    let remote = (redirect.is_some() && redirect_shard != cell.id).then(|| RemoteRedirect {
+        home: cell.id as u16,
+        redirect: redirect.unwrap_or(0) as u64,
+        shard: redirect_shard as u16,
+        bcast: o.bcast,
+        noloop: o.noloop,
+    });
+    set_remote_redirect(session.id(), remote);
     t.on.set(true);
     t.reads.set(!o.bcast);
     // Only CLIENT CACHING's own mode keeps its flag.
@@ -778,6 +859,9 @@ pub fn disable(session: &Session) {
         return;
     }
     let bcast = t.mode.borrow().bcast;
+    if t.mode.borrow().redirect != 0 {
+        set_remote_redirect(session.id(), None);
+    }
     t.on.set(false);
     t.reads.set(false);
     t.caching.set(false);

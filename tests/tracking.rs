@@ -469,3 +469,54 @@ fn eviction_on_another_shard_invalidates_before_the_reply() {
         assert_eq!(n, 0);
     }
 }
+
+/// Invalidations for one redirection client arrive in write order even when the
+/// tracking clients live on different shards (Redis's "Different clients can
+/// redirect to the same connection"). When every note went through its tracker's
+/// home, a pipeline of writes on the redirection client's shard let the notes of
+/// trackers on that shard overtake those of trackers on the other one. Keys of both
+/// shards are written, so that one group shares the redirection client's shard.
+#[test]
+fn redirected_invalidations_keep_write_order_across_shards() {
+    let server = Server::start(2);
+    let mut redir = Conn::new(&server);
+    let id = redir.id();
+    redir.call(
+        &["SUBSCRIBE", "__redis__:invalidate"],
+        "*3\r\n$9\r\nsubscribe\r\n$20\r\n__redis__:invalidate\r\n:1\r\n",
+    );
+    // Eight trackers (spread over both shards), each reading one key of each shard.
+    let mut trackers = conns(&server, 8);
+    for t in trackers.iter_mut() {
+        t.call(&["CLIENT", "TRACKING", "on", "REDIRECT", &id], "+OK\r\n");
+    }
+    let mut w = Conn::new(&server);
+    for tag in [KEY_SHARD0, KEY_SHARD1] {
+        let keys: Vec<String> = (0..8).map(|i| format!("k{i}{{{tag}}}")).collect();
+        for round in 1..=5 {
+            for (t, k) in trackers.iter_mut().zip(&keys) {
+                let was = if round == 1 {
+                    "$-1\r\n".to_string()
+                } else {
+                    bulk(&(round - 1).to_string())
+                };
+                t.call(&["GET", k], &was);
+            }
+            // All eight writes in one pipeline: one batch on the keys' shard.
+            let mut out = Vec::new();
+            for k in &keys {
+                out.extend_from_slice(
+                    format!("*2\r\n$4\r\nINCR\r\n${}\r\n{k}\r\n", k.len()).as_bytes(),
+                );
+            }
+            w.s.write_all(&out).expect("write");
+            for _ in &keys {
+                w.expect(&format!(":{round}\r\n"));
+            }
+            for k in &keys {
+                redir.expect(&message(&[k]));
+            }
+        }
+    }
+    redir.quiet();
+}

@@ -451,16 +451,20 @@ fn undeclared_keys_on_other_shards_work() {
     assert_eq!(n, Value::Int(2));
 }
 
+fn set_busy_threshold(c: &mut redis::Connection, ms: u64) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(ms)
+        .query(c)
+        .unwrap();
+}
+
 #[test]
 fn busy_script_can_be_killed() {
     let s = Server::start(2);
     let mut c = s.client();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("busy-reply-threshold")
-        .arg(10)
-        .query(&mut c)
-        .unwrap();
+    set_busy_threshold(&mut c, 10);
     let mut runner = s.client();
     let t = thread::spawn(move || eval(&mut runner, "while true do end", &[], &[]));
     thread::sleep(Duration::from_millis(200));
@@ -605,12 +609,7 @@ fn an_error_from_redis_call_is_counted_once() {
 fn busy_script_serves_clients_of_its_own_shard() {
     let s = Server::start(1);
     let mut c = s.client();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("busy-reply-threshold")
-        .arg(10)
-        .query(&mut c)
-        .unwrap();
+    set_busy_threshold(&mut c, 10);
     let mut runner = s.client();
     let t = thread::spawn(move || {
         eval(

@@ -220,12 +220,9 @@ impl Executor {
         }
     }
 
-    /// One round of the loop run from inside a task that cannot return yet (a Lua
-    /// script waiting for a command or serving clients while busy): every task ready
-    /// now, the deferred ones, then the reactor, which sleeps only when `may_sleep`
-    /// says nothing the caller waits for has happened.
-    fn nested_round(&self, may_sleep: &dyn Fn() -> bool) {
-        self.drain_remote();
+    /// One round: every task ready now; tasks woken during the round wait for the
+    /// next one, after the reactor had a chance to report I/O.
+    fn run_round(&self) {
         let round = self.ready.borrow().len();
         for _ in 0..round {
             let next = self.ready.borrow_mut().pop_front();
@@ -234,6 +231,15 @@ impl Executor {
                 None => break,
             }
         }
+    }
+
+    /// One round of the loop run from inside a task that cannot return yet (a Lua
+    /// script waiting for a command or serving clients while busy): every task ready
+    /// now, the deferred ones, then the reactor, which sleeps only when `may_sleep`
+    /// says nothing the caller waits for has happened.
+    fn nested_round(&self, may_sleep: &dyn Fn() -> bool) {
+        self.drain_remote();
+        self.run_round();
         let deferred = std::mem::take(&mut *self.round_end.borrow_mut());
         deferred.into_iter().for_each(Waker::wake);
         self.drain_remote();
@@ -294,16 +300,7 @@ impl Executor {
         let mut polled_last_round = true;
         loop {
             self.drain_remote();
-            // One round: every task ready now; tasks woken during the round wait for
-            // the next one, after the reactor had a chance to report I/O.
-            let round = self.ready.borrow().len();
-            for _ in 0..round {
-                let next = self.ready.borrow_mut().pop_front();
-                match next {
-                    Some(id) => self.poll_task(id),
-                    None => break,
-                }
-            }
+            self.run_round();
             // Tasks that waited for the end of the round go on now, without a reactor
             // poll first (that would be one more system call between a connection's
             // commands and its reply); at most every other round skips the poll, so

@@ -230,8 +230,6 @@ async fn run_script(
         let mut wrote = false;
         let read = read.clone();
         Box::new(move |c: vm::Call| {
-            let is_read = super::lookup(&c.argv[0]).is_some_and(|(_, s)| s.has(READONLY));
-            read.set(read.get() || is_read);
             fake.proto = if c.resp3 {
                 Protocol::Resp3
             } else {
@@ -239,7 +237,7 @@ async fn run_script(
             };
             let deny_oom = oom && !c.allow_oom;
             crate::runtime::block_on_nested(call(
-                &mut fake, c.argv, c.ro, deny_oom, now, &mut wrote,
+                &mut fake, c.argv, c.ro, deny_oom, now, &mut wrote, &read,
             ))
         })
     };
@@ -319,7 +317,8 @@ fn owned_args(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<ArgSpan>) {
     (buf, spans)
 }
 
-/// Runs one `redis.call` for the script and returns its reply.
+/// Runs one `redis.call` for the script and returns its reply. `read` is set once
+/// the script calls a read-only command (client tracking then remembers its keys).
 async fn call(
     fake: &mut Session,
     argv: Vec<Vec<u8>>,
@@ -327,6 +326,7 @@ async fn call(
     deny_oom: bool,
     now: u64,
     wrote: &mut bool,
+    read: &std::cell::Cell<bool>,
 ) -> Vec<u8> {
     let proto = fake.proto;
     let Some((idx, spec)) = super::lookup(&argv[0]) else {
@@ -340,6 +340,9 @@ async fn call(
         }
         return refuse(fake, None, "ERR Unknown Redis command called from script");
     };
+    if spec.has(READONLY) {
+        read.set(true);
+    }
     if !spec.arity_ok(argv.len()) {
         return refuse(
             fake,

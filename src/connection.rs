@@ -735,13 +735,18 @@ impl Connection {
             }
             _ => return false,
         };
-        if cell.shard_count() > 1
-            && spec
-                .keys
-                .positions(args)
-                .any(|p| cell.shard_of(args.get(p)) != cell.id)
-        {
-            return false;
+        let target = match key_shard(&cell, spec, args) {
+            KeyShard::One(s) => s,
+            KeyShard::Spans => return false,
+        };
+        if target != cell.id {
+            // Bound for one other shard: queued as `route_keyed` queues it (tracking
+            // is off here, so there is no read to remember); the owning shard checks
+            // its own locks and memory when the batch runs.
+            self.last_cmd = Some((idx, spec));
+            self.session.shared.last_cmd.set(t.stat_name(stat));
+            self.queue_remote(target, idx, spec, args);
+            return true;
         }
         if !cell.locks.borrow().is_idle() || cell.data.borrow().mem.limit != 0 {
             return false;
@@ -750,6 +755,25 @@ impl Connection {
         self.session.shared.last_cmd.set(t.stat_name(stat));
         self.run_inline_now(&cell, idx, spec, run, args, OomCheck::Run);
         true
+    }
+
+    /// Queues a command whose keys are all on shard `target` (not this one) in that
+    /// shard's batch; its reply is taken in order when the pipeline is flushed.
+    /// Returns the command's index in the batch.
+    fn queue_remote(
+        &mut self,
+        target: usize,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        args: &Args<'_>,
+    ) -> usize {
+        let db = self.session.db as u8;
+        let proto = self.session.proto;
+        let i = self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
+        self.pipe.order.push(Part::Remote(target as u16, i as u32));
+        // Queueing is not this command's time, nor the next local one's.
+        self.mark = None;
+        i
     }
 
     /// Moves pushes waiting for this client (pub/sub) to the output.
@@ -1311,38 +1335,14 @@ impl Connection {
         args: &Args<'_>,
     ) {
         let cell = self.session.cell.clone();
-        let home = cell.id;
-        let mut target = home;
-        let mut spans_shards = false;
-        if cell.shard_count() > 1 {
-            let mut first = None;
-            for p in spec.keys.positions(args) {
-                let s = cell.shard_of(args.get(p));
-                match first {
-                    None => first = Some(s),
-                    Some(f) if f != s => {
-                        spans_shards = true;
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            target = first.unwrap_or(home);
-        }
-        if !spans_shards {
-            if target == home && !self.pipe.locked {
+        if let KeyShard::One(target) = key_shard(&cell, spec, args) {
+            if target == cell.id && !self.pipe.locked {
                 self.run_inline(idx, spec, run, args).await;
             } else {
-                let db = self.session.db as u8;
-                let proto = self.session.proto;
-                let i =
-                    self.pipe.batches[target].push(idx, db, proto, args, spec.keys.positions(args));
+                let i = self.queue_remote(target, idx, spec, args);
                 if self.session.shared.tracking.tracks_reads() && spec.has(flags::READONLY) {
                     self.pipe.batches[target].track(i);
                 }
-                self.pipe.order.push(Part::Remote(target as u16, i as u32));
-                // Queueing is not this command's time, nor the next local one's.
-                self.mark = None;
             }
             return;
         }
@@ -1748,6 +1748,30 @@ impl Connection {
             }
         }
     }
+}
+
+/// Where a keyed command's keys live.
+enum KeyShard {
+    /// All on this shard (also a command with no key: it runs at home).
+    One(usize),
+    /// On more than one shard.
+    Spans,
+}
+
+fn key_shard(cell: &ShardCell, spec: &commands::CommandSpec, args: &Args<'_>) -> KeyShard {
+    if cell.shard_count() == 1 {
+        return KeyShard::One(cell.id);
+    }
+    let mut first = None;
+    for p in spec.keys.positions(args) {
+        let s = cell.shard_of(args.get(p));
+        match first {
+            None => first = Some(s),
+            Some(f) if f != s => return KeyShard::Spans,
+            _ => {}
+        }
+    }
+    KeyShard::One(first.unwrap_or(cell.id))
 }
 
 /// The array reply of a split command whose per-shard parts each answered several

@@ -56,9 +56,6 @@ enum Part {
     },
 }
 
-/// What a shard sends back for a batch: the replies and the emptied batch buffers.
-type HopReply = futures_channel::oneshot::Receiver<(BatchReply, OwnedBatch)>;
-
 /// The commands of the current read that could not run inline yet.
 struct Pipeline {
     batches: Vec<OwnedBatch>,
@@ -67,7 +64,7 @@ struct Pipeline {
     /// The flush's replies per shard, and the hops it waits for (kept to reuse the
     /// vectors).
     replies: Vec<Option<BatchReply>>,
-    waiting: Vec<(usize, HopReply)>,
+    waiting: Vec<(usize, crate::shard::hops::HopWait)>,
     /// Some command spans shards: run all batches as one locked operation.
     locked: bool,
     order: Vec<Part>,
@@ -1613,21 +1610,13 @@ impl Connection {
                 let mut b = std::mem::take(&mut self.pipe.batches[s]);
                 (b.client, b.home) = (self.session.id(), cell.id);
                 let r = std::mem::take(&mut self.pipe.spare_replies[s]);
-                let (tx, rx) = futures_channel::oneshot::channel();
-                cell.tell(s, move |c| {
-                    batch::run_remote(c, b, r, move |r, b| {
-                        let _ = tx.send((r, b));
-                    })
-                })
-                .await;
-                waiting.push((s, rx));
+                waiting.push((s, cell.hop(s, b, r)));
             }
-            for (s, rx) in waiting.drain(..) {
-                if let Ok((r, mut b)) = rx.await {
-                    replies[s] = Some(r);
-                    b.clear();
-                    self.pipe.batches[s] = b;
-                }
+            for (s, wait) in waiting.drain(..) {
+                let (r, mut b) = wait.await;
+                replies[s] = Some(r);
+                b.clear();
+                self.pipe.batches[s] = b;
             }
             self.pipe.waiting = waiting;
         }

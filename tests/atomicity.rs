@@ -258,3 +258,75 @@ fn watch_across_shards_loses_no_update() {
     let vals: Vec<i64> = redis::cmd("MGET").arg(&keys).query(&mut c).expect("mget");
     assert_eq!(vals, vec![3 * per_client, 3 * per_client]);
 }
+
+/// Pipelined single-shard commands of many connections travel to the other shards
+/// gathered per round (`shard::hops`), and a batch that meets a key locked by a
+/// cross-shard MSET waits on the peer and comes home alone. Neither may reorder one
+/// connection's commands or let a read go back in time: each reader's INCRs answer
+/// consecutive values, and the values it reads of each MSET key never decrease.
+#[test]
+fn pipelined_hops_keep_order_while_multi_shard_writes_hold_their_keys() {
+    let server = Server::start(4);
+    let keys = keys_on_all_shards(4, 8);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    let mut writer = server.client();
+    let wkeys = keys.clone();
+    let mut version = 0u64;
+    threads.push(run_for(stop.clone(), move || {
+        version += 1;
+        let mut m = redis::cmd("MSET");
+        for k in &wkeys {
+            m.arg(k).arg(version);
+        }
+        let _: () = m.query(&mut writer).expect("mset");
+    }));
+    for reader in 0..8 {
+        let mut c = server.client();
+        let (keys, reads) = (keys.clone(), reads.clone());
+        // Counters on every shard, so each reader's pipeline hops whatever its home.
+        let counters: Vec<String> = keys_on_all_shards(4, 4)
+            .iter()
+            .map(|k| format!("{{{k}}}:ctr{reader}"))
+            .collect();
+        let mut expected = vec![0i64; counters.len()];
+        let mut last_seen = vec![0u64; keys.len()];
+        threads.push(run_for(stop.clone(), move || {
+            let mut p = redis::pipe();
+            for round in 0..3 {
+                for ctr in &counters {
+                    p.cmd("INCR").arg(ctr);
+                }
+                for k in &keys {
+                    p.cmd("GET").arg(k);
+                }
+                p.cmd("INCR").arg(&counters[round % counters.len()]);
+            }
+            let replies: Vec<redis::Value> = p.query(&mut c).expect("pipeline");
+            let mut it = replies.into_iter();
+            for round in 0..3 {
+                for (i, e) in expected.iter_mut().enumerate() {
+                    *e += 1;
+                    let got: i64 =
+                        redis::from_redis_value(&it.next().expect("reply")).expect("incr reply");
+                    assert_eq!(got, *e, "counter {i} out of order");
+                }
+                for (i, seen) in last_seen.iter_mut().enumerate() {
+                    let got: Option<u64> =
+                        redis::from_redis_value(&it.next().expect("reply")).expect("get reply");
+                    let got = got.unwrap_or(0);
+                    assert!(got >= *seen, "key {i} went back from {seen} to {got}");
+                    *seen = got;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+                let j = round % expected.len();
+                expected[j] += 1;
+                let got: i64 =
+                    redis::from_redis_value(&it.next().expect("reply")).expect("incr reply");
+                assert_eq!(got, expected[j], "counter {j} out of order");
+            }
+        }));
+    }
+    run_two_seconds(&stop, threads, &reads, "a reader saw reordered replies");
+}

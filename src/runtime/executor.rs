@@ -401,6 +401,15 @@ impl Future for YieldToRoundEnd {
     }
 }
 
+/// Wakes `waker`'s task once every task ready in this round has run (at once when
+/// called outside an executor).
+pub fn wake_at_round_end(waker: &Waker) {
+    match try_current() {
+        Some(ex) => ex.round_end.borrow_mut().push(waker.clone()),
+        None => waker.wake_by_ref(),
+    }
+}
+
 /// Whether another task of this shard is waiting to run in the current round.
 pub fn others_ready() -> bool {
     CURRENT.with(|c| {

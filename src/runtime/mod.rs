@@ -63,6 +63,12 @@ pub async fn yield_to_round_end() {
     executor::YieldToRoundEnd(false).await
 }
 
+/// Wakes the task of `waker` once every task ready in this round has run: work that
+/// the round's tasks hand to one task (the per-shard hop outbox) is done once for all.
+pub fn wake_at_round_end(waker: &std::task::Waker) {
+    executor::wake_at_round_end(waker)
+}
+
 /// Lets every other ready task of this shard run once before continuing.
 pub async fn yield_now() {
     executor::YieldNow(false).await

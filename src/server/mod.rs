@@ -182,6 +182,9 @@ pub fn run(config: Config) -> i32 {
                 for (_, rx) in receivers {
                     runtime::spawn_detached(shard::fabric::run_mailbox(cell.clone(), rx));
                 }
+                if cell.shard_count() > 1 {
+                    runtime::spawn_detached(shard::hops::run_outbox(cell.clone()));
+                }
                 runtime::spawn_detached(shard::run_active_expiry(cell.clone()));
                 runtime::spawn_detached(crate::storage::evict::run_memory_task(cell.clone()));
                 let mut listeners = Vec::new();

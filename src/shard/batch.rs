@@ -449,33 +449,36 @@ pub async fn run_into(
     reply
 }
 
-/// Entry point for a batch arriving from another shard: runs it inline when nothing
-/// blocks it, else in a task that waits for the locks; then hands back the reply
-/// (written into `reply`, an empty one the sender recycles) and the batch itself, so
-/// the sender reuses both buffers and a hop allocates no payload memory.
+/// Entry point for a batch arriving from another shard (one request of a hop, held in
+/// place in the hop's vector): runs it now when nothing blocks it and returns true.
+/// Otherwise the batch and its reply are taken out, a task waits for what blocks
+/// (key locks, other shards' evictions) and finishes the batch, then hands both to
+/// `done`; returns false. The reply is written into `reply`, an emptied one the sender
+/// lent, so a hop allocates no payload memory.
 pub fn run_remote(
     cell: &Rc<ShardCell>,
-    batch: OwnedBatch,
-    mut reply: BatchReply,
+    batch: &mut OwnedBatch,
+    reply: &mut BatchReply,
     done: impl FnOnce(BatchReply, OwnedBatch) + 'static,
-) {
+) -> bool {
     reply.out.reserve(64 * batch.len());
     reply.ends.reserve(batch.len());
-    match run_until_blocked(cell, &batch, (0, None), None, &mut reply) {
-        None => done(reply, batch),
-        Some(stop) => {
-            let cell = cell.clone();
-            crate::runtime::spawn_detached(async move {
-                let mut stop = stop;
-                loop {
-                    let at = stop.wait(&cell, &batch).await;
-                    match run_until_blocked(&cell, &batch, at, None, &mut reply) {
-                        None => break,
-                        Some(next) => stop = next,
-                    }
-                }
-                done(reply, batch);
-            });
+    let Some(first_stop) = run_until_blocked(cell, batch, (0, None), None, reply) else {
+        return true;
+    };
+    let batch = std::mem::take(batch);
+    let mut reply = std::mem::take(reply);
+    let cell = cell.clone();
+    crate::runtime::spawn_detached(async move {
+        let mut stop = first_stop;
+        loop {
+            let at = stop.wait(&cell, &batch).await;
+            match run_until_blocked(&cell, &batch, at, None, &mut reply) {
+                None => break,
+                Some(next) => stop = next,
+            }
         }
-    }
+        done(reply, batch);
+    });
+    false
 }

@@ -118,7 +118,7 @@ impl ShardCell {
         out.into_iter().flatten().collect()
     }
 
-    fn send_job(&self, target: usize, job: Job) {
+    pub(super) fn send_job(&self, target: usize, job: Job) {
         if self.mesh.send(target, job).is_err() {
             shard_gone()
         }

@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod blocking;
 pub mod fabric;
+pub mod hops;
 pub mod locks;
 pub mod multi;
 pub mod pause;
@@ -172,6 +173,8 @@ pub struct ShardCell {
     pub mesh: MeshSenders<Job>,
     pub clients: RefCell<ClientRegistry>,
     pub info: Arc<ServerInfo>,
+    /// Pipeline batches for other shards, sent once per round (`hops`).
+    pub outbox: hops::ShardOutbox,
     txn_counter: Cell<u64>,
 }
 
@@ -251,6 +254,7 @@ pub fn new_cell(
         mesh,
         clients: RefCell::new(ClientRegistry::default()),
         info,
+        outbox: hops::ShardOutbox::default(),
         txn_counter: Cell::new(0),
     })
 }

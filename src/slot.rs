@@ -7,7 +7,7 @@ pub const SLOT_COUNT: usize = 16384;
 /// Redis Cluster defines it, so `{user1}:a` and `{user1}:b` share a slot (and a core).
 #[inline]
 pub fn hashtag(key: &[u8]) -> &[u8] {
-    if let Some(open) = key.iter().position(|&b| b == b'{') {
+    if let Some(open) = find_byte(key, b'{') {
         if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
             if len > 0 {
                 return &key[open + 1..open + 1 + len];
@@ -15,6 +15,35 @@ pub fn hashtag(key: &[u8]) -> &[u8] {
         }
     }
     key
+}
+
+/// Index of the first `needle` in `hay`, eight bytes at a time: every key access
+/// scans its key for `{` (routing, prefetch, lookup), and the byte-at-a-time loop was
+/// a third of the routing cost in profiles. A byte of `word ^ pattern` is zero where
+/// `needle` is; `(x - 0x01..) & !x & 0x80..` marks the first zero byte exactly (a
+/// borrow only runs upward from a zero byte, so the bytes below it read true).
+#[inline]
+fn find_byte(hay: &[u8], needle: u8) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let pattern = LO * u64::from(needle);
+    let mut chunks = hay.chunks_exact(8);
+    let mut base = 0;
+    for c in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(c);
+        let x = u64::from_le_bytes(word) ^ pattern;
+        let found = x.wrapping_sub(LO) & !x & HI;
+        if found != 0 {
+            return Some(base + (found.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == needle)
+        .map(|i| base + i)
 }
 
 #[inline]
@@ -83,6 +112,18 @@ mod tests {
         assert_eq!(hashtag(b"foo{{bar}}zap"), b"{bar");
         assert_eq!(hashtag(b"foo{bar}{zap}"), b"bar");
         assert_eq!(key_slot(b""), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn find_byte_matches_a_byte_loop(
+            hay in proptest::collection::vec(proptest::sample::select(
+                vec![b'{', b'}', b'a', 0u8, 0x7a, 0x7c, 0xfb, 0x80, 0xff]), 0..40),
+            needle in proptest::sample::select(vec![b'{', b'}', 0u8, 0xff]),
+        ) {
+            let expected = hay.iter().position(|&b| b == needle);
+            proptest::prop_assert_eq!(find_byte(&hay, needle), expected);
+        }
     }
 
     #[test]

@@ -169,6 +169,17 @@ impl OwnedBatch {
         }
     }
 
+    /// Starts loading every buffer of a batch that arrived from another shard: its
+    /// lines are in the sender's cache, and read in order each miss would wait for the
+    /// one before (perf put most of a hop's execution on these first touches).
+    pub fn prefetch_buffers(&self) {
+        use crate::util::prefetch::read_slice;
+        read_slice(&self.cmds, HOP_PREFETCH_LINES);
+        read_slice(&self.spans, HOP_PREFETCH_LINES);
+        read_slice(&self.key_spans, HOP_PREFETCH_LINES);
+        read_slice(&self.data, HOP_PREFETCH_LINES);
+    }
+
     fn keys_of(&self, i: usize) -> impl Iterator<Item = &[u8]> {
         let (k0, k1) = self.cmds[i].keys;
         self.key_spans[k0 as usize..k1 as usize]
@@ -220,6 +231,13 @@ impl BatchReply {
 }
 
 impl BatchReply {
+    /// Starts loading the replies written on another shard before they are copied
+    /// into the connection's output.
+    pub fn prefetch(&self) {
+        crate::util::prefetch::read_slice(&self.out, HOP_PREFETCH_LINES);
+        crate::util::prefetch::read_slice(&self.ends, HOP_PREFETCH_LINES);
+    }
+
     /// Empties the reply, keeping its buffers for the next one (unless one huge
     /// reply grew them).
     pub fn clear(&mut self) {
@@ -234,6 +252,10 @@ impl BatchReply {
         &self.out[start..self.ends[i] as usize]
     }
 }
+
+/// How many cache lines of each buffer a hop prefetches: a pipeline's worth; a huge
+/// batch is read in order anyway, where the hardware prefetcher keeps up.
+const HOP_PREFETCH_LINES: usize = 16;
 
 /// Recycled buffers above this stay with the connection only while in use: one SADD
 /// of 100,000 members left ~2 MB behind in its connection's batch for good.

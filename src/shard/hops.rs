@@ -219,6 +219,9 @@ pub async fn run_outbox(cell: Rc<ShardCell>) {
 /// in one message. A batch that must wait for a key lock finishes on a task of its
 /// own and goes home alone.
 fn serve_hop(cell: &Rc<ShardCell>, home: usize, mut requests: Vec<HopRequest>) {
+    for req in &requests {
+        req.batch.prefetch_buffers();
+    }
     for req in requests.iter_mut() {
         let slot = req.slot;
         let peer = cell.clone();
@@ -232,6 +235,9 @@ fn serve_hop(cell: &Rc<ShardCell>, home: usize, mut requests: Vec<HopRequest>) {
 
 /// Back home: hands each reply to its connection and keeps the emptied vector.
 fn complete_hop(cell: &Rc<ShardCell>, mut requests: Vec<HopRequest>) {
+    for req in &requests {
+        req.reply.prefetch();
+    }
     for req in requests.drain(..) {
         if !req.deferred {
             cell.outbox.complete(req.slot, req.reply, req.batch);

@@ -12,3 +12,15 @@ pub fn read<T>(p: *const T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// Starts loading the cache lines of `items` (at most `max_lines` of them), e.g. a
+/// buffer another core just wrote: the misses then overlap instead of coming one at a
+/// time as the buffer is read.
+#[inline]
+pub fn read_slice<T>(items: &[T], max_lines: usize) {
+    let bytes = std::mem::size_of_val(items);
+    let start = items.as_ptr().cast::<u8>();
+    for line in 0..bytes.div_ceil(64).min(max_lines) {
+        read(start.wrapping_add(line * 64));
+    }
+}

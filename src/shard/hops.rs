@@ -233,7 +233,9 @@ fn serve_hop(cell: &Rc<ShardCell>, home: usize, mut requests: Vec<HopRequest>) {
     cell.send_job(home, Box::new(move |c| complete_hop(c, requests)));
 }
 
-/// Back home: hands each reply to its connection and keeps the emptied vector.
+/// Back home: hands each reply to its connection and keeps the emptied vector (unless
+/// a burst of connections grew it past `SPARE_MAX_REQUESTS`: it would hold that
+/// memory for good).
 fn complete_hop(cell: &Rc<ShardCell>, mut requests: Vec<HopRequest>) {
     for req in &requests {
         req.reply.prefetch();
@@ -243,5 +245,11 @@ fn complete_hop(cell: &Rc<ShardCell>, mut requests: Vec<HopRequest>) {
             cell.outbox.complete(req.slot, req.reply, req.batch);
         }
     }
-    cell.outbox.spare.borrow_mut().push(requests);
+    if requests.capacity() <= SPARE_MAX_REQUESTS {
+        cell.outbox.spare.borrow_mut().push(requests);
+    }
 }
+
+/// The largest request vector kept for reuse: a round's flushing connections for one
+/// shard rarely number more than a few dozen.
+const SPARE_MAX_REQUESTS: usize = 256;

@@ -393,10 +393,7 @@ impl Future for YieldToRoundEnd {
             return Poll::Ready(());
         }
         self.0 = true;
-        match try_current() {
-            Some(ex) => ex.round_end.borrow_mut().push(cx.waker().clone()),
-            None => cx.waker().wake_by_ref(),
-        }
+        wake_at_round_end(cx.waker());
         Poll::Pending
     }
 }

@@ -9,9 +9,12 @@
 #   gate      issue 7: bench-vs-redis default workload list, one shard, P=1 and P=16
 #   openloop  issue 7: tessera-bench open loop at 50% of redis-server's one-core peak
 #   scaling   throughput and server CPU per request as shards grow 1 -> 2 -> 4 -> 8
+#   p1profile issue 7: where a P=1 request's server CPU goes, Tessera vs redis-server
+#             (perf, from PERF or PATH; TCP segments per request from /proc/net/snmp)
 # Each section writes OUTDIR/<section>.txt as it goes, so a run cut short keeps what it had.
 # CPU plan: the load generator runs on the low CPUs, servers on the highest ones, so the
-# client never shares a CPU with a shard. LAB_QUICK=1 shrinks every count (smoke test).
+# client never shares a CPU with a shard. LAB_QUICK=1 shrinks every count (smoke test),
+# LAB_ROUNDS=N overrides the number of interleaved rounds.
 set -u
 out=${1:?usage: multicore-lab.sh OUTDIR [twoshard|gate|openloop|scaling]...}
 shift
@@ -25,6 +28,7 @@ if [ "$quick" = 1 ]; then
 else
     req_p1=300000 req_p16=500000 rounds=3 secs=10
 fi
+rounds=${LAB_ROUNDS:-$rounds}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -102,25 +106,34 @@ openloop() {
     local rpid tpid
     rpid=$(start_server redis "$rp" "$last")
     tpid=$(start_server tessera "$tp" "$last" 1)
-    echo "# servers on CPU $last, tessera-bench on CPUs 0,1 (2 threads x 25 connections)" >"$f"
+    # The client keeps off the servers' CPU: two CPUs of its own where the machine has
+    # them, CPU 0 alone on a machine of two (the CI-sized VM).
+    local ccpus=0,1
+    [ "$ncpu" -lt 4 ] && ccpus=0
+    echo "# servers on CPU $last, tessera-bench on CPUs $ccpus (2 threads x 25 connections)" >"$f"
     for p in "$rp" "$tp"; do
-        taskset -c 0,1 tessera-bench --port "$p" --threads 2 --clients 25 --ratio 1:0 \
+        taskset -c "$ccpus" tessera-bench --port "$p" --threads 2 --clients 25 --ratio 1:0 \
             --key-pattern sequential --key-max 99999 --requests 2000 --quiet >/dev/null
     done
-    taskset -c 0,1 tessera-bench --port "$rp" "${common[@]}" --test-time "$secs" \
+    taskset -c "$ccpus" tessera-bench --port "$rp" "${common[@]}" --test-time "$secs" \
         --json "$out/peak-redis.json" >/dev/null
-    taskset -c 0,1 tessera-bench --port "$tp" "${common[@]}" --test-time "$secs" \
+    taskset -c "$ccpus" tessera-bench --port "$tp" "${common[@]}" --test-time "$secs" \
         --json "$out/peak-tessera.json" >/dev/null
     echo "closed-loop peak redis:   $(bench_line "$out/peak-redis.json")" >>"$f"
     echo "closed-loop peak tessera: $(bench_line "$out/peak-tessera.json")" >>"$f"
     peak=$(python3 -c "import json; print(int(json.load(open('$out/peak-redis.json'))['commands']['ALL']['ops_per_sec']))")
     rate=$((peak / 2))
     echo "# open loop at $rate requests/s (50% of redis-server's peak)" >>"$f"
+    # Odd rounds run redis-server first, even rounds Tessera first: a machine whose noise
+    # drifts during the run then does not always favour the same server.
+    local order
     for r in $(seq "$rounds"); do
-        for s in redis tessera; do
+        order="redis tessera"
+        [ $((r % 2)) = 0 ] && order="tessera redis"
+        for s in $order; do
             local p=$rp
             [ $s = tessera ] && p=$tp
-            taskset -c 0,1 tessera-bench --port "$p" "${common[@]}" --test-time "$secs" \
+            taskset -c "$ccpus" tessera-bench --port "$p" "${common[@]}" --test-time "$secs" \
                 --rate "$rate" --json "$out/open-$s-$r.json" >/dev/null
             echo "round $r $s  $(bench_line "$out/open-$s-$r.json")" >>"$f"
         done
@@ -161,6 +174,42 @@ n = t["count"]
 print(f"{sys.argv[2]:>6} shards  cpus {sys.argv[3]:<6} ops/s {ops:>10.0f}  "
       f"server ns/op {(int(sys.argv[5]) - int(sys.argv[4])) / n:>7.0f}")
 EOF
+        kill "$pid"
+        wait "$pid" 2>/dev/null
+    done
+}
+
+# TCP segments sent and received by the whole machine so far (loopback counts both ends).
+tcp_segs() { awk '/^Tcp: [0-9]/ {print $11 + $12}' /proc/net/snmp; }
+
+p1profile() {
+    local f=$out/p1profile.txt perf=${PERF:-perf} reqs=$((req_p1 * 2)) s port pid ppid c0 c1 g0 g1
+    echo "# one server on CPU $last, redis-benchmark -t get -P 1 -c 50 on CPU 0;" \
+        "perf -e cpu-clock -g of the server during the run" >"$f"
+    for s in redis tessera; do
+        port=$(free_port)
+        pid=$(start_server "$s" "$port" "$last" 1)
+        taskset -c 0 redis-benchmark -p "$port" -t get -n 50000 -c 50 -P 1 -r 100000 -q >/dev/null
+        "$perf" record -e cpu-clock -g -p "$pid" -o "$out/p1-$s.data" 2>>"$out/perf.err" &
+        ppid=$!
+        sleep 0.5
+        c0=$(cpu_ns "$pid")
+        g0=$(tcp_segs)
+        taskset -c 0 redis-benchmark -p "$port" -t get -n "$reqs" -c 50 -P 1 -r 100000 -q \
+            | tr '\r' '\n' | tail -1 >>"$f"
+        c1=$(cpu_ns "$pid")
+        g1=$(tcp_segs)
+        kill -INT "$ppid"
+        wait "$ppid" 2>/dev/null
+        {
+            echo "## $s: server ns/op $(((c1 - c0) / reqs)), TCP segments per request" \
+                "(both ends) $(python3 -c "print(round(($g1 - $g0) / $reqs, 2))")"
+            "$perf" report -i "$out/p1-$s.data" --no-children --sort dso 2>/dev/null \
+                | grep '%' | grep -v '^#' | grep -v -- '--' | head -4
+            "$perf" report -i "$out/p1-$s.data" --children --sort sym 2>/dev/null \
+                | grep -E '\] (tcp_sendmsg|tcp_recvmsg|net_rx_action|do_epoll_wait|schedule)$'
+        } >>"$f"
+        rm -f "$out/p1-$s.data"
         kill "$pid"
         wait "$pid" 2>/dev/null
     done

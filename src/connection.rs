@@ -1454,8 +1454,10 @@ impl Connection {
                 args: *args,
                 out: ReplyWriter { out: target, proto },
                 now: self.now,
+                unchanged: 0,
             };
             run(&mut ctx);
+            let unchanged = ctx.unchanged;
             // One branch while nobody tracks anything on this shard or connection.
             if tracking.on() | data.tracking.active() {
                 // Keys the command found expired are invalidated before its own
@@ -1481,7 +1483,12 @@ impl Connection {
             }
             if !data.write_hooks_idle() {
                 if !failed && spec.has(flags::WRITE) {
-                    for p in spec.keys.positions(args) {
+                    let written = spec
+                        .keys
+                        .positions(args)
+                        .enumerate()
+                        .filter(|(n, _)| commands::key_changed(unchanged, *n));
+                    for (_, p) in written {
                         data.signal_modified(db as usize, args.get(p));
                         crate::shard::blocking::signal_key(
                             &cell.locks,

@@ -317,31 +317,40 @@ fn with_grown_string(
     ctx: &mut ExecCtx,
     key: &[u8],
     len: usize,
-    f: impl FnOnce(&mut [u8], &mut ReplyWriter),
+    f: impl FnOnce(&mut [u8], &mut ReplyWriter) -> bool,
 ) {
     let now = ctx.now;
     let lru = crate::util::lru_clock();
     let dbi = ctx.db;
     let db = &mut ctx.data.dbs[dbi];
-    match db.get(key, now) {
+    // A key created or grown changed whatever `f` wrote; otherwise `f` says.
+    let changed = match db.get(key, now) {
         Some(e) => {
             e.set_lru(lru);
             let Value::Str(s) = e.value_mut() else {
                 return ctx.out.error(WRONGTYPE);
             };
             let raw = s.make_raw();
-            if raw.len() < len {
+            let grew = raw.len() < len;
+            if grew {
                 raw.resize(len, 0);
             }
-            f(raw, &mut ctx.out);
+            f(raw, &mut ctx.out) | grew
         }
         None => {
             let mut raw = vec![0u8; len];
             f(&mut raw, &mut ctx.out);
             db.insert(key, Value::Str(StrValue::raw(raw)), NO_EXPIRE, lru);
+            true
         }
+    };
+    // As Redis 7.0: writing the bits a key already had is no write (no event, no
+    // WATCH or tracking signal).
+    if changed {
+        crate::pubsub::notify(notify::STRING, "setbit", key, dbi);
+    } else {
+        ctx.nothing_changed();
     }
-    crate::pubsub::notify(notify::STRING, "setbit", key, dbi);
 }
 
 /// The byte length needed to hold bit `offset` (offset < proto-max-bulk-len * 8).
@@ -361,6 +370,7 @@ fn setbit(ctx: &mut ExecCtx) {
         let old = get_bit(buf, offset);
         set_bit(buf, offset, on);
         out.integer(i64::from(old));
+        old != on
     });
 }
 
@@ -533,13 +543,15 @@ fn bitop_apply(op: BitOp, res: &mut [u8], src: &[u8], first: bool) {
 }
 
 /// Stores BITOP's result: a raw string without TTL, or no key for an empty result.
-fn store_bitop_result(data: &mut ShardData, db: usize, dest: &[u8], res: Vec<u8>) {
+fn store_bitop_result(data: &mut ShardData, db: usize, dest: &[u8], res: Vec<u8>) -> bool {
     let dbi = db;
     let db = &mut data.dbs[db];
     if res.is_empty() {
-        if db.remove(dest).is_some() {
+        let existed = db.remove(dest).is_some();
+        if existed {
             crate::pubsub::notify(notify::GENERIC, "del", dest, dbi);
         }
+        existed
     } else {
         db.insert(
             dest,
@@ -548,6 +560,7 @@ fn store_bitop_result(data: &mut ShardData, db: usize, dest: &[u8], res: Vec<u8>
             crate::util::lru_clock(),
         );
         crate::pubsub::notify(notify::STRING, "set", dest, dbi);
+        true
     }
 }
 
@@ -579,7 +592,9 @@ fn bitop(ctx: &mut ExecCtx) {
         }
     }
     let dbi = ctx.db;
-    store_bitop_result(ctx.data, dbi, args.get(2), res);
+    let changed = store_bitop_result(ctx.data, dbi, args.get(2), res);
+    // The destination is the first key; the sources were only read.
+    ctx.only_changed(0, changed);
     ctx.out.integer(maxlen as i64);
 }
 
@@ -810,8 +825,8 @@ fn fit(v: i128, ty: FieldType, overflow: Overflow) -> Option<i64> {
 }
 
 /// Runs one SET/INCRBY on `buf` and replies with the old value (SET), the new one
-/// (INCRBY) or nil when OVERFLOW FAIL refused it.
-fn run_write(buf: &mut [u8], f: &Field, out: &mut ReplyWriter) {
+/// (INCRBY) or nil when OVERFLOW FAIL refused it. True if the field's bits changed.
+fn run_write(buf: &mut [u8], f: &Field, out: &mut ReplyWriter) -> bool {
     let old = read_typed(buf, f.offset, f.ty);
     let wanted: i128 = match f.op {
         // An unsigned SET takes the argument's 64-bit pattern, so negative values
@@ -822,7 +837,10 @@ fn run_write(buf: &mut [u8], f: &Field, out: &mut ReplyWriter) {
         FieldOp::Get => i128::from(old),
     };
     match fit(wanted, f.ty, f.overflow) {
-        None => out.null(),
+        None => {
+            out.null();
+            false
+        }
         Some(new) => {
             write_field(buf, f.offset, f.ty.bits, new as u64);
             out.integer(if matches!(f.op, FieldOp::Set(_)) {
@@ -830,6 +848,7 @@ fn run_write(buf: &mut [u8], f: &Field, out: &mut ReplyWriter) {
             } else {
                 new
             });
+            new != old
         }
     }
 }
@@ -860,12 +879,14 @@ fn bitfield_generic(ctx: &mut ExecCtx, read_only: bool) {
         Some(_) if read_only => ctx.error(RO_ONLY_GET),
         Some(len) => with_grown_string(ctx, key, len, |buf, out| {
             out.array_len(fields.len());
+            let mut changed = false;
             for f in &fields {
                 match f.op {
                     FieldOp::Get => out.integer(read_typed(buf, f.offset, f.ty)),
-                    _ => run_write(buf, f, out),
+                    _ => changed |= run_write(buf, f, out),
                 }
             }
+            changed
         }),
     }
 }

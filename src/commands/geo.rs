@@ -625,8 +625,9 @@ fn store_event(mode: Mode) -> &'static str {
 }
 
 /// Writes a storing search's result: replaces the destination (and its TTL), or
-/// deletes it when nothing matched, notifying as Redis does.
-fn store(db: &mut Db, w: StoreWrite, limits: &EncodingLimits, event: &str) {
+/// deletes it when nothing matched, notifying as Redis does. True if the destination
+/// changed.
+fn store(db: &mut Db, w: StoreWrite, limits: &EncodingLimits, event: &str) -> bool {
     match w.1 {
         Some(items) => {
             let z = ZSetValue::from_sorted(items, limits);
@@ -637,11 +638,14 @@ fn store(db: &mut Db, w: StoreWrite, limits: &EncodingLimits, event: &str) {
                 crate::util::lru_clock(),
             );
             crate::pubsub::notify(notify::ZSET, event, &w.0, db.index());
+            true
         }
         None => {
-            if db.remove(&w.0).is_some() {
+            let existed = db.remove(&w.0).is_some();
+            if existed {
                 crate::pubsub::notify(notify::GENERIC, "del", &w.0, db.index());
             }
+            existed
         }
     }
 }
@@ -666,10 +670,17 @@ fn search_local(ctx: &mut ExecCtx, mode: Mode) {
         Ok(o) => o,
         Err(e) => return ctx.error(&e),
     };
-    if let Some((w, n)) = finish(&mut ctx.out, o) {
-        let limits = ctx.data.limits;
-        store(ctx.db(), w, &limits, store_event(mode));
-        ctx.out.integer(n as i64);
+    // A search without STORE reads; a storing one writes its destination only
+    // (GEOSEARCHSTORE's first key, GEORADIUS's second).
+    match finish(&mut ctx.out, o) {
+        Some((w, n)) => {
+            let limits = ctx.data.limits;
+            let changed = store(ctx.db(), w, &limits, store_event(mode));
+            let dst = if source_index(mode) == 1 { 1 } else { 0 };
+            ctx.only_changed(dst, changed);
+            ctx.out.integer(n as i64);
+        }
+        None => ctx.nothing_changed(),
     }
 }
 

@@ -149,6 +149,8 @@ fn hsetnx(ctx: &mut ExecCtx) {
     if let Some(added) = added {
         if added {
             ctx.notify(notify::HASH, "hset", args.get(1));
+        } else {
+            ctx.nothing_changed();
         }
         ctx.out.integer(added as i64);
     }
@@ -248,6 +250,8 @@ fn hdel(ctx: &mut ExecCtx) {
         if emptied {
             ctx.notify(notify::GENERIC, "del", key);
         }
+    } else {
+        ctx.nothing_changed();
     }
     ctx.out.integer(deleted as i64);
 }

@@ -121,6 +121,8 @@ fn pfadd(ctx: &mut ExecCtx) {
     }
     if updated {
         ctx.notify(notify::STRING, "pfadd", key);
+    } else {
+        ctx.nothing_changed();
     }
     ctx.out.integer(i64::from(updated));
 }
@@ -273,6 +275,9 @@ fn pfmerge(ctx: &mut ExecCtx) {
         let key = ctx.args.get(1);
         store_merged(ctx.data, ctx.db, key, &max, dense)
     });
+    // Redis signals the destination even when the merge left it as it was; the
+    // sources were only read.
+    ctx.only_changed(0, true);
     match r {
         Ok(()) => ctx.out.ok(),
         Err(e) => ctx.error(e),

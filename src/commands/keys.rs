@@ -86,6 +86,8 @@ fn del(ctx: &mut ExecCtx) {
         let data = &mut *ctx.data;
         let db = &mut data.dbs[ctx.db];
         if db.get(key, now).is_none() {
+            // Redis signals only the keys it deleted.
+            ctx.key_unchanged(i - 1);
             continue;
         }
         if let Some(e) = db.remove(key) {
@@ -196,6 +198,7 @@ fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
     let key = ctx.args.get(1);
     let now = ctx.now;
     let Some(entry) = ctx.db().get(key, now) else {
+        ctx.nothing_changed();
         return ctx.out.integer(0);
     };
     let current = entry.expire_at();
@@ -205,6 +208,7 @@ fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
         || (f.gt && (!has_ttl || when <= current as i64))
         || (f.lt && has_ttl && when >= current as i64);
     if refused {
+        ctx.nothing_changed();
         return ctx.out.integer(0);
     }
     if when <= now as i64 {
@@ -293,6 +297,7 @@ fn persist(ctx: &mut ExecCtx) {
         ctx.notify(notify::GENERIC, "persist", key);
         ctx.out.integer(1);
     } else {
+        ctx.nothing_changed();
         ctx.out.integer(0);
     }
 }
@@ -306,9 +311,11 @@ fn rename_local(ctx: &mut ExecCtx, nx: bool) {
         return ctx.error(NO_SUCH_KEY);
     }
     if src == dst {
+        ctx.nothing_changed();
         return if nx { ctx.out.integer(0) } else { ctx.out.ok() };
     }
     if nx && db.contains(dst, now) {
+        ctx.nothing_changed();
         return ctx.out.integer(0);
     }
     if let Some(e) = db.remove(src) {
@@ -424,15 +431,24 @@ fn copy(ctx: &mut ExecCtx) {
         .get(src, now)
         .map(|e| (e.value().clone(), e.expire_at()))
     else {
+        ctx.nothing_changed();
         return ctx.out.integer(0);
     };
     let target = &mut ctx.data.dbs[o.db];
     if target.contains(dst, now) && !o.replace {
+        ctx.nothing_changed();
         return ctx.out.integer(0);
     }
     let lru = (now / 1000) as u32;
     target.insert(dst, v, at, lru);
     crate::pubsub::notify(notify::GENERIC, "copy_to", dst, o.db);
+    // The source was only read; the destination changed, in its own database.
+    if o.db == ctx.db {
+        ctx.only_changed(1, true);
+    } else {
+        ctx.nothing_changed();
+        signal_other_db(ctx.data, o.db, dst);
+    }
     ctx.out.integer(1);
 }
 
@@ -477,14 +493,25 @@ fn move_cmd(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     let now = ctx.now;
     if ctx.db().get(key, now).is_none() || ctx.data.dbs[target].contains(key, now) {
+        ctx.nothing_changed();
         return ctx.out.integer(0);
     }
     if let Some(e) = ctx.db().remove(key) {
         ctx.data.dbs[target].insert_moved(key, e);
         ctx.notify(notify::GENERIC, "move_from", key);
         crate::pubsub::notify(notify::GENERIC, "move_to", key, target);
+        // The write hooks signal the key in this database; it also appeared there.
+        signal_other_db(ctx.data, target, key);
     }
     ctx.out.integer(1);
+}
+
+/// A write to `key` in database `db`, which is not the command's own (COPY ... DB,
+/// MOVE): the write hooks only signal the command's database, so WATCHers and
+/// trackers of the key there, and clients blocked on it, hear of it here.
+fn signal_other_db(data: &mut crate::shard::ShardData, db: usize, key: &[u8]) {
+    data.signal_modified(db, key);
+    data.blocked.signal(db, key);
 }
 
 const OBJECT_HELP: &[&str] = &[

@@ -195,6 +195,9 @@ fn push_generic(ctx: &mut ExecCtx, front: bool, only_existing: bool) {
         Ok(n) => {
             if n > 0 {
                 ctx.notify(notify::LIST, push_event(front), key);
+            } else {
+                // LPUSHX / RPUSHX on a missing key.
+                ctx.nothing_changed();
             }
             ctx.out.integer(n as i64)
         }
@@ -270,15 +273,25 @@ fn pop_generic(ctx: &mut ExecCtx, front: bool) {
             }
         }
     });
-    match done {
+    let popped = match done {
         Ok(Some(((), emptied))) => {
             if count != Some(0) {
                 notify_list(pop_event(front), key, dbi, emptied);
             }
+            count != Some(0)
         }
-        Ok(None) if count.is_some() => out.null_array(),
-        Ok(None) => out.null(),
-        Err(()) => out.error(WRONGTYPE),
+        Ok(None) if count.is_some() => {
+            out.null_array();
+            false
+        }
+        Ok(None) => {
+            out.null();
+            false
+        }
+        Err(()) => return out.error(WRONGTYPE),
+    };
+    if !popped {
+        ctx.nothing_changed();
     }
 }
 
@@ -335,13 +348,17 @@ fn linsert(ctx: &mut ExecCtx) {
     let (entry, out) = write_with_out(ctx, key);
     match as_list(entry) {
         Err(()) => out.error(WRONGTYPE),
-        Ok(None) => out.integer(0),
+        Ok(None) => {
+            out.integer(0);
+            ctx.nothing_changed();
+        }
         Ok(Some(l)) => {
             if l.insert_by_pivot(args.get(3), args.get(4), after) {
                 out.integer(l.len() as i64);
                 ctx.notify(notify::LIST, "linsert", key);
             } else {
-                out.integer(-1)
+                out.integer(-1);
+                ctx.nothing_changed();
             }
         }
     }
@@ -430,8 +447,9 @@ fn ltrim(ctx: &mut ExecCtx) {
     match done {
         Err(()) => ctx.out.error(WRONGTYPE),
         Ok(r) => {
-            if let Some(((), emptied)) = r {
-                notify_list("ltrim", key, ctx.db, emptied);
+            match r {
+                Some(((), emptied)) => notify_list("ltrim", key, ctx.db, emptied),
+                None => ctx.nothing_changed(),
             }
             ctx.out.ok()
         }
@@ -453,6 +471,8 @@ fn lrem(ctx: &mut ExecCtx) {
             let (n, emptied) = r.unwrap_or((0, false));
             if n > 0 {
                 notify_list("lrem", key, ctx.db, emptied);
+            } else {
+                ctx.nothing_changed();
             }
             ctx.out.integer(n as i64)
         }
@@ -585,7 +605,10 @@ fn lmove_local(ctx: &mut ExecCtx, from_front: bool, to_front: bool) {
     let db = &mut ctx.data.dbs[ctx.db];
     match as_list(db.get(src, now)) {
         Err(()) => return ctx.out.error(WRONGTYPE),
-        Ok(None) => return ctx.out.null(),
+        Ok(None) => {
+            ctx.nothing_changed();
+            return ctx.out.null();
+        }
         Ok(Some(_)) => {}
     }
     if as_list(db.get(dst, now)).is_err() {
@@ -770,7 +793,8 @@ fn lmpop(ctx: &mut ExecCtx) {
     let dbi = ctx.db;
     let db = &mut ctx.data.dbs[dbi];
     let out = &mut ctx.out;
-    for &key in &argv[2..2 + numkeys] {
+    let mut popped_from = None;
+    for (nth, &key) in argv[2..2 + numkeys].iter().enumerate() {
         let done = with_list(db, key, now, |l| {
             out.array_len(2);
             out.bulk(key);
@@ -778,11 +802,22 @@ fn lmpop(ctx: &mut ExecCtx) {
         });
         match done {
             Ok(None) => continue,
-            Ok(Some(((), emptied))) => return notify_list(pop_event(front), key, dbi, emptied),
+            Ok(Some(((), emptied))) => {
+                notify_list(pop_event(front), key, dbi, emptied);
+                popped_from = Some(nth);
+                break;
+            }
             Err(()) => return out.error(WRONGTYPE),
         }
     }
-    out.null_array();
+    match popped_from {
+        // Only the list popped from changed.
+        Some(nth) => ctx.only_changed(nth, true),
+        None => {
+            out.null_array();
+            ctx.nothing_changed();
+        }
+    }
 }
 
 /// What one shard found for its run of LMPOP keys.

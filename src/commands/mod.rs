@@ -118,9 +118,46 @@ pub struct ExecCtx<'a> {
     pub args: Args<'a>,
     pub out: ReplyWriter<'a>,
     pub now: u64,
+    /// Bit n: the command left its n-th key (in argument order) as it was, so the write
+    /// hooks skip it: Redis signals WATCH, tracking and blocked clients only for keys a
+    /// write changed (an SADD of members already there aborts nobody's EXEC).
+    pub unchanged: u64,
+}
+
+/// Whether the `nth` key of a command whose handler left `unchanged` (see
+/// `ExecCtx::unchanged`) was written. Keys past the 64th always count as written.
+#[inline]
+pub fn key_changed(unchanged: u64, nth: usize) -> bool {
+    nth >= 64 || unchanged & (1u64 << nth) == 0
 }
 
 impl<'a> ExecCtx<'a> {
+    /// The command's `nth` key (in argument order) was left as it was.
+    #[inline]
+    pub fn key_unchanged(&mut self, nth: usize) {
+        if nth < 64 {
+            self.unchanged |= 1u64 << nth;
+        }
+    }
+
+    /// Nothing the command touched changed (a SET NX that did not set, an SREM of
+    /// members that were not there ...): no key of it is signalled.
+    #[inline]
+    pub fn nothing_changed(&mut self) {
+        self.unchanged = u64::MAX;
+    }
+
+    /// Of the command's keys only the `nth` changed (a STORE command's destination;
+    /// its sources were only read), or none when `changed` is false.
+    #[inline]
+    pub fn only_changed(&mut self, nth: usize, changed: bool) {
+        self.unchanged = if changed && nth < 64 {
+            !(1u64 << nth)
+        } else {
+            u64::MAX
+        };
+    }
+
     /// The access clock for entries touched now (seconds, as OBJECT IDLETIME counts).
     #[inline]
     pub fn lru(&self) -> u32 {

@@ -525,8 +525,10 @@ impl KeyedJob {
             args,
             out: ReplyWriter::new(&mut out, self.proto),
             now: self.now,
+            unchanged: 0,
         };
         (self.run)(&mut ctx);
+        let unchanged = ctx.unchanged;
         if crate::replication::active() {
             let spec = &super::table().specs[self.idx as usize];
             crate::replication::after_keyed(&mut data, self.txn, self.db, spec, &args, &out);
@@ -539,7 +541,8 @@ impl KeyedJob {
         } else if self.write {
             // WATCHers of these keys see the write; blocked poppers re-check once the
             // script releases its locks.
-            for &p in &self.keys {
+            let written = self.keys.iter().enumerate();
+            for (_, &p) in written.filter(|(n, _)| super::key_changed(unchanged, *n)) {
                 data.signal_modified(self.db, args.get(p));
                 data.blocked.signal(self.db, args.get(p));
             }

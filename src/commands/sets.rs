@@ -133,15 +133,16 @@ fn reply_set(out: &mut ReplyWriter, s: &SetValue) {
 }
 
 /// Adds `member` to the set at `key`, creating the set if missing (SMOVE's
-/// destination side, so it emits "sadd" when the member is new). The caller has
-/// checked the key holds a set or nothing.
-fn add_member(db: &mut Db, key: &[u8], member: &[u8], limits: &EncodingLimits, now: u64) {
+/// destination side, so it emits "sadd" when the member is new); true if it was new.
+/// The caller has checked the key holds a set or nothing.
+fn add_member(db: &mut Db, key: &[u8], member: &[u8], limits: &EncodingLimits, now: u64) -> bool {
     let dbi = db.index();
     if let Ok(Some(s)) = as_set(db.get(key, now)) {
-        if s.insert(member, limits) {
+        let added = s.insert(member, limits);
+        if added {
             crate::pubsub::notify(notify::SET, "sadd", key, dbi);
         }
-        return;
+        return added;
     }
     let mut s = SetValue::default();
     s.insert(member, limits);
@@ -152,12 +153,14 @@ fn add_member(db: &mut Db, key: &[u8], member: &[u8], limits: &EncodingLimits, n
         crate::util::lru_clock(),
     );
     crate::pubsub::notify(notify::SET, "sadd", key, dbi);
+    true
 }
 
 /// Replaces `dst` with `result` (deleting it when the result is empty, as Redis
-/// never stores an empty set) and returns the result's size. Emits `event` (or
-/// "del" when an existing destination was deleted).
-fn store_result(db: &mut Db, dst: &[u8], result: SetValue, event: &str) -> i64 {
+/// never stores an empty set) and returns the result's size and whether `dst` changed
+/// (an empty result where there was no key changes nothing). Emits `event` (or "del"
+/// when an existing destination was deleted).
+fn store_result(db: &mut Db, dst: &[u8], result: SetValue, event: &str) -> (i64, bool) {
     let existed = db.remove(dst).is_some();
     let n = result.len() as i64;
     if n > 0 {
@@ -171,7 +174,7 @@ fn store_result(db: &mut Db, dst: &[u8], result: SetValue, event: &str) -> i64 {
     } else if existed {
         crate::pubsub::notify(notify::GENERIC, "del", dst, db.index());
     }
-    n
+    (n, n > 0 || existed)
 }
 
 /// Parses a SCAN cursor as Redis's strtoul does (a leading '-' wraps around).
@@ -218,6 +221,8 @@ fn sadd(ctx: &mut ExecCtx) {
     };
     if added > 0 {
         ctx.notify(notify::SET, "sadd", key);
+    } else {
+        ctx.nothing_changed();
     }
     ctx.out.integer(added);
 }
@@ -227,7 +232,10 @@ fn srem(ctx: &mut ExecCtx) {
     let args = ctx.args;
     let (removed, empty) = match as_set(ctx.lookup_write(key)) {
         Err(()) => return ctx.error(WRONGTYPE),
-        Ok(None) => return ctx.out.integer(0),
+        Ok(None) => {
+            ctx.nothing_changed();
+            return ctx.out.integer(0);
+        }
         Ok(Some(s)) => {
             let n = (2..args.len()).filter(|&i| s.remove(args.get(i))).count();
             (n, s.is_empty())
@@ -238,6 +246,8 @@ fn srem(ctx: &mut ExecCtx) {
     }
     if removed > 0 {
         notify_removal("srem", key, ctx.db, empty);
+    } else {
+        ctx.nothing_changed();
     }
     ctx.out.integer(removed as i64);
 }
@@ -385,9 +395,13 @@ fn spop(ctx: &mut ExecCtx) {
     let db = &mut data.dbs[ctx.db];
     let (popped, empty) = match as_set(db.get(key, now)) {
         Err(()) => return ctx.out.error(WRONGTYPE),
-        Ok(None) => return ctx.out.null(),
+        Ok(None) => {
+            ctx.unchanged = u64::MAX;
+            return ctx.out.null();
+        }
         Ok(Some(s)) => {
             let Some(m) = s.random(&mut data.rng).map(|m| m.to_owned()) else {
+                ctx.unchanged = u64::MAX;
                 return ctx.out.null();
             };
             s.remove_ref(m.as_ref());
@@ -415,10 +429,14 @@ fn spop_count(ctx: &mut ExecCtx) {
     let out = &mut ctx.out;
     let set = match as_set(db.get(key, now)) {
         Err(()) => return out.error(WRONGTYPE),
-        Ok(None) => return out.set_len(0),
+        Ok(None) => {
+            ctx.unchanged = u64::MAX;
+            return out.set_len(0);
+        }
         Ok(Some(s)) => s,
     };
     if count == 0 {
+        ctx.unchanged = u64::MAX;
         return out.set_len(0);
     }
     if count >= set.len() {
@@ -487,6 +505,7 @@ fn smove(ctx: &mut ExecCtx) {
             Ok(Some(s)) => Ok(s.contains(member) as i64),
             Err(()) => Err(()),
         };
+        ctx.nothing_changed();
         return match reply {
             Ok(n) => ctx.out.integer(n),
             Err(()) => ctx.out.error(WRONGTYPE),
@@ -494,9 +513,16 @@ fn smove(ctx: &mut ExecCtx) {
     }
     match smove_take(db, src, dst_holds, member, now) {
         Err(()) => ctx.out.error(WRONGTYPE),
-        Ok(false) => ctx.out.integer(0),
+        Ok(false) => {
+            ctx.nothing_changed();
+            ctx.out.integer(0)
+        }
         Ok(true) => {
-            add_member(db, dst, member, &limits, now);
+            // The destination may have held the member already: then only the
+            // source changed (Redis signals the destination only on an addition).
+            if !add_member(db, dst, member, &limits, now) {
+                ctx.key_unchanged(1);
+            }
             ctx.out.integer(1);
         }
     }
@@ -740,12 +766,14 @@ fn set_op_local(ctx: &mut ExecCtx, op: SetOp, lay: Layout, card_limit: Option<us
         (Some(d), None) => {
             let result = result.into_set(&limits);
             drop(sets);
-            let n = store_result(
+            let (n, changed) = store_result(
                 &mut ctx.data.dbs[ctx.db],
                 args.get(d),
                 result,
                 op.store_event(),
             );
+            // The destination is the first key; the sources were only read.
+            ctx.only_changed(0, changed);
             ctx.out.integer(n);
         }
     }
@@ -829,7 +857,7 @@ async fn set_op_across(g: &mut GlobalCtx<'_>, op: SetOp, lay: Layout, card_limit
                     let dst = g.args[d].clone();
                     let n = msop
                         .on(&cell, cell.shard_of(&dst), move |d| {
-                            store_result(&mut d.dbs[db], &dst, result, op.store_event())
+                            store_result(&mut d.dbs[db], &dst, result, op.store_event()).0
                         })
                         .await;
                     Ok(Err(n))

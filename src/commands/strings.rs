@@ -439,7 +439,9 @@ fn set(ctx: &mut ExecCtx) {
         _ => None,
     };
     let blocked = (o.nx && exists) || (o.xx && !exists);
-    if !blocked {
+    if blocked {
+        ctx.nothing_changed();
+    } else {
         let v = StrValue::from_bytes(ctx.args.get(2));
         store_str(ctx, key, v, o.expire);
         notify_set(ctx, key, matches!(o.expire, ExpireOpt::At(_)));
@@ -459,6 +461,7 @@ fn set(ctx: &mut ExecCtx) {
 fn setnx(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     if ctx.lookup_write(key).is_some() {
+        ctx.nothing_changed();
         ctx.out.integer(0);
     } else {
         store_str(
@@ -511,7 +514,10 @@ fn getex(ctx: &mut ExecCtx) {
     let had_ttl = entry.as_ref().is_some_and(|e| e.expire_at() != NO_EXPIRE);
     match read_str(entry) {
         Ok(Some(v)) => reply_str(out, v),
-        Ok(None) => return out.null(),
+        Ok(None) => {
+            out.null();
+            return ctx.nothing_changed();
+        }
         Err(WrongType) => return out.error(WRONGTYPE),
     }
     let now = ctx.now;
@@ -524,13 +530,12 @@ fn getex(ctx: &mut ExecCtx) {
             ctx.db().set_expire(key, at);
             ctx.notify(notify::GENERIC, "expire", key);
         }
-        ExpireOpt::Persist => {
+        ExpireOpt::Persist if had_ttl => {
             ctx.db().set_expire(key, NO_EXPIRE);
-            if had_ttl {
-                ctx.notify(notify::GENERIC, "persist", key);
-            }
+            ctx.notify(notify::GENERIC, "persist", key);
         }
-        _ => {}
+        // No option, or PERSIST on a key without a TTL: a plain read.
+        _ => ctx.nothing_changed(),
     }
 }
 
@@ -539,7 +544,10 @@ fn getdel(ctx: &mut ExecCtx) {
     let (entry, out) = ctx.read_with_out(key);
     match read_str(entry) {
         Ok(Some(v)) => reply_str(out, v),
-        Ok(None) => return out.null(),
+        Ok(None) => {
+            out.null();
+            return ctx.nothing_changed();
+        }
         Err(WrongType) => return out.error(WRONGTYPE),
     }
     ctx.db().remove(key);
@@ -753,6 +761,7 @@ fn setrange(ctx: &mut ExecCtx) {
         Err(WrongType) => ctx.error(WRONGTYPE),
         Ok(None) => {
             if value.is_empty() {
+                ctx.nothing_changed();
                 return ctx.out.integer(0);
             }
             if too_big {
@@ -768,6 +777,7 @@ fn setrange(ctx: &mut ExecCtx) {
         Ok(Some(v)) => {
             if value.is_empty() {
                 let n = v.len() as i64;
+                ctx.nothing_changed();
                 return ctx.out.integer(n);
             }
             if too_big {
@@ -834,6 +844,7 @@ fn msetnx(ctx: &mut ExecCtx) {
         ctx.db().contains(k, now)
     });
     if any {
+        ctx.nothing_changed();
         return ctx.out.integer(0);
     }
     for i in (1..ctx.args.len()).step_by(2) {

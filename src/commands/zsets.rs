@@ -313,8 +313,13 @@ fn notify_removal(event: &str, key: &[u8], db: usize, emptied: bool) {
 
 /// Stores a computed sorted set (replacing the key and its TTL), or deletes the key
 /// when the result is empty, as Redis's *STORE commands do; emits `event` (or "del"
-/// when an existing key was deleted).
-fn store_result(db: &mut crate::storage::Db, key: &[u8], z: Option<ZSetValue>, event: &str) {
+/// when an existing key was deleted). True if the key changed.
+fn store_result(
+    db: &mut crate::storage::Db,
+    key: &[u8],
+    z: Option<ZSetValue>,
+    event: &str,
+) -> bool {
     match z {
         Some(z) if !z.is_empty() => {
             db.insert(
@@ -324,11 +329,14 @@ fn store_result(db: &mut crate::storage::Db, key: &[u8], z: Option<ZSetValue>, e
                 crate::util::lru_clock(),
             );
             crate::pubsub::notify(notify::ZSET, event, key, db.index());
+            true
         }
         _ => {
-            if db.remove(key).is_some() {
+            let existed = db.remove(key).is_some();
+            if existed {
                 crate::pubsub::notify(notify::GENERIC, "del", key, db.index());
             }
+            existed
         }
     }
 }
@@ -461,6 +469,8 @@ fn zadd_generic(ctx: &mut ExecCtx, zincrby: bool) {
     };
     if t.added + t.updated > 0 {
         ctx.notify(notify::ZSET, if flags.incr { "zincr" } else { "zadd" }, key);
+    } else {
+        ctx.nothing_changed();
     }
     if flags.incr {
         if t.processed > 0 {
@@ -486,7 +496,10 @@ fn zrem(ctx: &mut ExecCtx) {
     let args = ctx.args;
     let key = args.get(1);
     let removed = match as_zset(ctx.lookup_write(key)) {
-        Found::Missing => return ctx.out.integer(0),
+        Found::Missing => {
+            ctx.nothing_changed();
+            return ctx.out.integer(0);
+        }
         Found::WrongType => return ctx.error(WRONGTYPE),
         Found::ZSet(z) => {
             let mut n = 0;
@@ -504,6 +517,8 @@ fn zrem(ctx: &mut ExecCtx) {
     let emptied = drop_if_empty(ctx, key);
     if removed > 0 {
         notify_removal("zrem", key, ctx.db, emptied);
+    } else {
+        ctx.nothing_changed();
     }
     ctx.out.integer(removed);
 }
@@ -823,12 +838,14 @@ fn zrangestore(ctx: &mut ExecCtx) {
     };
     let n = items.len();
     let limits = ctx.data.limits;
-    store_result(
+    let changed = store_result(
         ctx.db(),
         args.get(1),
         Some(ZSetValue::from_sorted(items, &limits)),
         "zrangestore",
     );
+    // The destination is the first key; the source was only read.
+    ctx.only_changed(0, changed);
     ctx.out.integer(n as i64);
 }
 
@@ -915,7 +932,10 @@ fn zremrange_generic(ctx: &mut ExecCtx, kind: RangeType) {
     };
     let key = args.get(1);
     let removed = match as_zset(ctx.lookup_write(key)) {
-        Found::Missing => return ctx.out.integer(0),
+        Found::Missing => {
+            ctx.nothing_changed();
+            return ctx.out.integer(0);
+        }
         Found::WrongType => return ctx.error(WRONGTYPE),
         Found::ZSet(z) => {
             let (lo, hi) = match &by {
@@ -937,6 +957,8 @@ fn zremrange_generic(ctx: &mut ExecCtx, kind: RangeType) {
             _ => "zremrangebyrank",
         };
         notify_removal(event, key, ctx.db, emptied);
+    } else {
+        ctx.nothing_changed();
     }
     ctx.out.integer(removed as i64);
 }
@@ -985,14 +1007,16 @@ fn zpop_generic(ctx: &mut ExecCtx, max: bool) {
     };
     let key = args.get(1);
     let items = match as_zset(ctx.lookup_write(key)) {
-        Found::Missing => return ctx.out.array_len(0),
         Found::WrongType => return ctx.error(WRONGTYPE),
-        Found::ZSet(_) if count == Some(0) => return ctx.out.array_len(0),
+        Found::Missing => Vec::new(),
+        Found::ZSet(_) if count == Some(0) => Vec::new(),
         Found::ZSet(z) => z.pop(max, count.unwrap_or(1)),
     };
     let emptied = drop_if_empty(ctx, key);
     if !items.is_empty() {
         notify_removal(pop_event(max), key, ctx.db, emptied);
+    } else {
+        ctx.nothing_changed();
     }
     let nested = ctx.out.proto == Protocol::Resp3 && count.is_some();
     reply_popped(&mut ctx.out, &items, nested);
@@ -1071,6 +1095,7 @@ fn zmpop(ctx: &mut ExecCtx) {
         Ok(p) => p,
         Err(e) => return ctx.error(e),
     };
+    let first = p.keys.start;
     for i in p.keys {
         let key = args.get(i);
         let items = match as_zset(ctx.lookup_write(key)) {
@@ -1079,11 +1104,14 @@ fn zmpop(ctx: &mut ExecCtx) {
             Found::ZSet(z) => z.pop(p.max, p.count),
         };
         let emptied = drop_if_empty(ctx, key);
+        // Only the key popped from changed.
+        ctx.only_changed(i - first, !items.is_empty());
         if !items.is_empty() {
             notify_removal(pop_event(p.max), key, ctx.db, emptied);
         }
         return reply_mpop(&mut ctx.out, Some((key, &items)));
     }
+    ctx.nothing_changed();
     reply_mpop(&mut ctx.out, None)
 }
 
@@ -1593,7 +1621,9 @@ fn combine_local(ctx: &mut ExecCtx, c: Combine) {
     };
     reply_combined(&mut ctx.out, &result);
     if let Combined::Stored(z) = result {
-        store_result(ctx.db(), args.get(1), Some(z), c.name);
+        // The destination is the first key; the inputs were only read.
+        let changed = store_result(ctx.db(), args.get(1), Some(z), c.name);
+        ctx.only_changed(0, changed);
     }
 }
 

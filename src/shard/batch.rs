@@ -321,8 +321,10 @@ fn run_one(
             proto: c.proto,
         },
         now,
+        unchanged: 0,
     };
     run(&mut ctx);
+    let unchanged = ctx.unchanged;
     if c.track | data.tracking.active() {
         // Lazily expired keys first, then this read's keys (Redis's order).
         data.drain_lazy_expired();
@@ -378,7 +380,11 @@ fn run_one(
             .record_error(crate::connection::error_prefix(&reply.out[before..]));
     } else if !data.write_hooks_idle() {
         if table().specs[c.cmd as usize].has(crate::commands::table::flags::WRITE) {
-            for k in batch.keys_of(i) {
+            let written = batch
+                .keys_of(i)
+                .enumerate()
+                .filter(|(n, _)| crate::commands::key_changed(unchanged, *n));
+            for (_, k) in written {
                 data.signal_modified(c.db as usize, k);
                 super::blocking::signal_key(&cell.locks, &mut data, c.db as usize, k);
             }

@@ -281,7 +281,7 @@ impl Connection {
     /// starts right after it.
     async fn start_replica(&mut self, psync: bool) {
         let cell = self.session.cell.clone();
-        let (rdb, id) = crate::replication::snapshot(&cell, true).await;
+        let (rdb, id, _) = crate::replication::snapshot(&cell, true).await;
         let Some(id) = id else { return };
         if psync {
             let line = format!(
@@ -1476,9 +1476,12 @@ impl Connection {
             }
             let failed = target.get(before) == Some(&b'-');
             if !failed && spec.has(flags::WRITE) {
+                let mut keys = 0;
                 for p in spec.keys.positions(args) {
                     data.dbs[db as usize].recharge(args.get(p));
+                    keys += 1;
                 }
+                data.dirty += commands::changed_keys(unchanged, keys);
                 data.publish_if_limited();
             }
             if !data.write_hooks_idle() {

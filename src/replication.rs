@@ -15,7 +15,7 @@
 //! outcome become the deterministic command (SPOP → SREM, INCRBYFLOAT → SET KEEPTTL,
 //! BLPOP → LPOP ...), and writes that changed nothing are not propagated.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::task::{Poll, Waker};
 
@@ -286,10 +286,25 @@ pub fn assemble_rdb(parts: &[Vec<Vec<u8>>]) -> Vec<u8> {
 /// A consistent RDB snapshot of every shard (all locked while it is taken); with
 /// `attach`, a replica link registered at that same point, so its stream carries
 /// exactly the writes after the snapshot.
+/// When the last successful SAVE finished (unix seconds; 0: none yet, so the server's
+/// start counts, as Redis's lastsave starts there) and how many there were.
+pub static LAST_SAVE_UNIX: AtomicU64 = AtomicU64::new(0);
+pub static SAVES: AtomicU64 = AtomicU64::new(0);
+
+/// LASTSAVE's and INFO's rdb_last_save_time: the last SAVE, or the server's start.
+pub fn last_save_unix(started_unix_ms: u64) -> u64 {
+    match LAST_SAVE_UNIX.load(Ordering::Relaxed) {
+        0 => started_unix_ms / 1000,
+        t => t,
+    }
+}
+
+/// The dataset as one RDB file, taken under every shard's lock, plus each shard's
+/// change counter at that moment (what a SAVE of it makes clean).
 pub async fn snapshot(
     cell: &std::rc::Rc<crate::shard::ShardCell>,
     attach_link: bool,
-) -> (Vec<u8>, Option<u64>) {
+) -> (Vec<u8>, Option<u64>, Vec<u64>) {
     let owner = crate::shard::locks::LockOwner {
         id: cell.next_txn_id(),
         write: false,
@@ -297,11 +312,12 @@ pub async fn snapshot(
     };
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
     let parts = op
-        .on_each(cell, |d| shard_records(d, crate::util::now_ms()))
+        .on_each(cell, |d| (shard_records(d, crate::util::now_ms()), d.dirty))
         .await;
     let id = attach_link.then(attach);
     op.release(cell).await;
-    (assemble_rdb(&parts), id)
+    let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
+    (assemble_rdb(&parts), id, dirty)
 }
 
 fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {

@@ -625,3 +625,37 @@ fn replicaof_is_a_config_parameter_too() {
     assert!(text.contains("Invalid master port"), "{text}");
     let _ = std::fs::remove_file(path);
 }
+
+/// INFO's rdb_changes_since_last_save counts the keys writes changed, on every shard
+/// (writes that changed nothing count nothing); SAVE brings it back to 0, counts in
+/// rdb_saves and moves LASTSAVE.
+#[test]
+fn dirty_counter_counts_changes_and_save_resets_it() {
+    let dir = std::env::temp_dir().join(format!("tessera-test-{}-save", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let s = Server::start_with(2, &["--dir", dir.to_str().expect("utf-8 path")]);
+    let mut c = s.client();
+    let field = |c: &mut redis::Connection, name: &str| -> u64 {
+        let text: String = q(c, &["INFO", "persistence"]);
+        info_field(&text, name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+    };
+    let d0 = field(&mut c, "rdb_changes_since_last_save");
+    let _: () = q(&mut c, &["SET", KEY_SHARD0, "1"]);
+    let _: () = q(&mut c, &["SET", KEY_SHARD1, "1"]);
+    let _: i64 = q(&mut c, &["SADD", "s{t}", "a"]);
+    let _: i64 = q(&mut c, &["SADD", "s{t}", "a"]);
+    let _: i64 = q(&mut c, &["DEL", "missing"]);
+    let _: () = q(&mut c, &["MSET", KEY_SHARD0, "2", KEY_SHARD1, "2"]);
+    assert_eq!(field(&mut c, "rdb_changes_since_last_save"), d0 + 5);
+    let before: i64 = q(&mut c, &["LASTSAVE"]);
+    let _: () = q(&mut c, &["SAVE"]);
+    assert_eq!(field(&mut c, "rdb_changes_since_last_save"), 0);
+    assert_eq!(field(&mut c, "rdb_saves"), 1);
+    let after: i64 = q(&mut c, &["LASTSAVE"]);
+    assert!(after >= before, "LASTSAVE went from {before} to {after}");
+    assert_eq!(field(&mut c, "rdb_last_save_time"), after as u64);
+    assert!(dir.join("dump.rdb").exists(), "SAVE wrote no dump.rdb");
+    let _ = std::fs::remove_dir_all(&dir);
+}

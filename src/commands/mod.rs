@@ -124,6 +124,17 @@ pub struct ExecCtx<'a> {
     pub unchanged: u64,
 }
 
+/// How many of a command's `keys` keys it changed, given its handler's `unchanged`.
+#[inline]
+pub fn changed_keys(unchanged: u64, keys: usize) -> u64 {
+    let tracked = if keys >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << keys) - 1
+    };
+    keys as u64 - u64::from((unchanged & tracked).count_ones())
+}
+
 /// Whether the `nth` key of a command whose handler left `unchanged` (see
 /// `ExecCtx::unchanged`) was written. Keys past the 64th always count as written.
 #[inline]

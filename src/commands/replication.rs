@@ -11,6 +11,7 @@ use super::{ClientCtx, GlobalCtx};
 
 type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 use crate::replication;
+use std::sync::atomic::Ordering;
 
 macro_rules! rcmd {
     ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
@@ -38,8 +39,15 @@ pub static COMMANDS: &[CommandSpec] = &[
     rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
     rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
     rcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
+    rcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk"),
     rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication"),
 ];
+
+/// LASTSAVE: when the last SAVE succeeded (the server's start before the first).
+fn lastsave(ctx: &mut ClientCtx) {
+    let t = replication::last_save_unix(ctx.session.cell.info.started_unix_ms);
+    ctx.out.integer(t as i64);
+}
 
 /// SYNC / PSYNC reach here only where a connection cannot become a link (a script).
 fn sync_elsewhere(ctx: &mut ClientCtx) {
@@ -120,7 +128,7 @@ fn role(ctx: &mut ClientCtx) {
 fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let cell = g.session.cell.clone();
-        let (rdb, _) = replication::snapshot(&cell, false).await;
+        let (rdb, _, dirty) = replication::snapshot(&cell, false).await;
         let path = {
             let data = cell.data.borrow();
             std::path::Path::new(data.config.dir()).join(data.config.dbfilename())
@@ -130,6 +138,17 @@ fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         match written {
             Ok(()) => {
                 tracing::info!("DB saved on disk");
+                // What the file holds is no longer a change; writes that came after
+                // the snapshot still are.
+                let dirty = std::sync::Arc::new(dirty);
+                cell.call_all(move |c| {
+                    let mut d = c.data.borrow_mut();
+                    let saved = dirty.get(c.id).copied().unwrap_or(0);
+                    d.dirty = d.dirty.saturating_sub(saved);
+                })
+                .await;
+                replication::LAST_SAVE_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+                replication::SAVES.fetch_add(1, Ordering::Relaxed);
                 g.w().ok();
             }
             Err(e) => {

@@ -539,6 +539,7 @@ impl KeyedJob {
             data.stats
                 .record_error(crate::connection::error_prefix(&out));
         } else if self.write {
+            data.dirty += super::changed_keys(unchanged, self.keys.len());
             // WATCHers of these keys see the write; blocked poppers re-check once the
             // script releases its locks.
             let written = self.keys.iter().enumerate();

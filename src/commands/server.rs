@@ -79,6 +79,8 @@ fn flush_mode(g: &mut GlobalCtx) -> Option<bool> {
 
 /// Empties one database of a shard, freeing now or through the lazy-free task.
 fn flush_db(d: &mut crate::shard::ShardData, db: usize, lazy: bool) {
+    // Every key removed is a change, as Redis adds emptyData's count to its dirty.
+    d.dirty += d.dbs[db].len() as u64;
     if lazy {
         let tables = d.dbs[db].detach();
         d.lazy.free_tables(tables);
@@ -182,6 +184,8 @@ struct ShardReport {
     evicted: u64,
     eviction_us: u64,
     dataset: u64,
+    /// Changes since the last SAVE.
+    dirty: u64,
     /// Latency histograms, only when INFO latencystats is asked for.
     hists: Vec<(u16, hdrhistogram::Histogram<u64>)>,
 }
@@ -243,6 +247,7 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     evicted: d.mem.evicted_keys,
                     eviction_us: d.mem.eviction_us,
                     dataset: d.dataset_bytes(),
+                    dirty: d.dirty,
                     clients: c.clients.borrow().len(),
                     blocked_clients: c.clients.borrow().iter().filter(|x| x.is_blocked()).count(),
                 }
@@ -276,7 +281,7 @@ fn render_info(
             "server" => info_server(cell, &mut out),
             "clients" => info_clients(reports, cell.data.borrow().config.maxclients(), &mut out),
             "memory" => info_memory(cell, reports, &mut out),
-            "persistence" => out.push_str("# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:0\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:0\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n"),
+            "persistence" => info_persistence(cell, reports, &mut out),
             "stats" => info_stats(&stats, reports, &mut out),
             "replication" => info_replication(&mut out),
             "cpu" => info_cpu(&mut out),
@@ -320,7 +325,12 @@ fn render_info(
                 for r in reports {
                     crate::observe::merge_histograms(&mut all, r.hists.clone());
                 }
-                let pct = cell.data.borrow().config.latency_tracking_info_percentiles().to_vec();
+                let pct = cell
+                    .data
+                    .borrow()
+                    .config
+                    .latency_tracking_info_percentiles()
+                    .to_vec();
                 super::latency::render_latencystats(&mut out, &all, &pct);
             }
             _ => {}
@@ -331,6 +341,19 @@ fn render_info(
 
 fn section_known(s: &str) -> bool {
     DEFAULT_SECTIONS.contains(&s) || ALL_EXTRA.contains(&s) || s == "modules"
+}
+
+/// INFO persistence: the change counter and SAVE's bookkeeping are real; there is no
+/// background save, AOF or fork, so those fields stay at their idle values.
+fn info_persistence(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mut String) {
+    let dirty: u64 = reports.iter().map(|r| r.dirty).sum();
+    let last = crate::replication::last_save_unix(cell.info.started_unix_ms);
+    let saves = crate::replication::SAVES.load(std::sync::atomic::Ordering::Relaxed);
+    let _ = write!(
+        out,
+        "# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
+        dirty, last, saves
+    );
 }
 
 fn info_server(cell: &crate::shard::ShardCell, out: &mut String) {

@@ -341,6 +341,8 @@ fn run_one(
     }
     let failed = reply.out.get(before) == Some(&b'-');
     if !failed && spec.has(crate::commands::table::flags::WRITE) {
+        let (k0, k1) = c.keys;
+        data.dirty += crate::commands::changed_keys(unchanged, (k1 - k0) as usize);
         for k in batch.keys_of(i) {
             data.dbs[c.db as usize].recharge(k);
         }

@@ -53,6 +53,9 @@ pub struct ShardData {
     pub lazy: crate::storage::evict::LazyFree,
     /// Latency histograms, latency monitor events and the slow log of this shard.
     pub observe: crate::observe::Observer,
+    /// Keys written on this shard since the last SAVE (Redis's server.dirty, counted
+    /// once per key a write changed): INFO's rdb_changes_since_last_save.
+    pub dirty: u64,
 }
 
 impl ShardData {
@@ -233,6 +236,7 @@ pub fn new_shard_data(
         watches: watch::Watches::default(),
         tracking: Default::default(),
         blocked: blocking::Blocked::default(),
+        dirty: 0,
     };
     data.tracking.set_max_keys(max_tracked);
     data.apply_db_settings();

@@ -176,6 +176,7 @@ impl MultiShardOp {
                     // The writes are the operation's client's (tracking's NOLOOP),
                     // whatever command ran last on this shard.
                     d.tracking.writer = client;
+                    d.dirty += keys.len() as u64;
                     for (db, k) in &keys {
                         d.signal_modified(*db as usize, k);
                         super::blocking::signal_key(&c.locks, &mut d, *db as usize, k);

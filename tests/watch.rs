@@ -35,6 +35,10 @@ const fn case(
 
 const SET_AB: &[&[&str]] = &[&["SADD", "s{t}", "a", "b"]];
 
+/// Two keys on different shards of the 2-shard server.
+const A: &str = KEY_SHARD1;
+const B: &str = KEY_SHARD0;
+
 const CASES: &[Case] = &[
     // Sets.
     case(SET_AB, "s{t}", &["SADD", "s{t}", "a"], false),
@@ -380,6 +384,108 @@ const CASES: &[Case] = &[
             "GEOSEARCHSTORE",
             "d{t}",
             "g{t}",
+            "FROMLONLAT",
+            "13",
+            "38",
+            "BYRADIUS",
+            "100",
+            "km",
+        ],
+        false,
+    ),
+    // Keys on different shards: the multi-shard operations signal only what changed.
+    case(&[&["SADD", A, "a"]], B, &["SMOVE", A, B, "zz"], false),
+    case(&[&["SADD", A, "a"]], A, &["SMOVE", A, B, "zz"], false),
+    case(
+        &[&["SADD", A, "a"], &["SADD", B, "a"]],
+        B,
+        &["SMOVE", A, B, "a"],
+        false,
+    ),
+    case(
+        &[&["SADD", A, "a"], &["SADD", B, "a"]],
+        A,
+        &["SMOVE", A, B, "a"],
+        true,
+    ),
+    case(&[&["SET", B, "1"]], A, &["MSETNX", A, "2", B, "2"], false),
+    case(&[&["SET", B, "1"]], B, &["MSETNX", A, "2", B, "2"], false),
+    case(
+        &[&["SET", A, "1"], &["SET", B, "1"]],
+        A,
+        &["RENAMENX", A, B],
+        false,
+    ),
+    case(&[&["SET", A, "1"]], A, &["DEL", B, A], true),
+    case(&[&["SET", A, "1"]], B, &["DEL", B, A], false),
+    case(
+        &[&["RPUSH", A, "b", "a"]],
+        A,
+        &["SORT", A, "ALPHA", "STORE", B],
+        false,
+    ),
+    case(
+        &[&["RPUSH", A, "b", "a"]],
+        B,
+        &["SORT", A, "ALPHA", "STORE", B],
+        true,
+    ),
+    case(&[&["SADD", A, "a"]], A, &["SINTERSTORE", B, A], false),
+    case(&[&["SADD", A, "a"]], B, &["SINTERSTORE", B, A], true),
+    case(
+        &[&["ZADD", A, "1", "a"]],
+        A,
+        &["ZUNIONSTORE", B, "1", A],
+        false,
+    ),
+    case(
+        &[&["ZADD", A, "1", "a"]],
+        A,
+        &["ZRANGESTORE", B, A, "0", "-1"],
+        false,
+    ),
+    case(&[&["SET", A, "x"]], A, &["BITOP", "NOT", B, A], false),
+    case(&[&["PFADD", A, "a"]], A, &["PFMERGE", B, A], false),
+    case(
+        &[&["PFADD", A, "a"], &["PFADD", B, "b"]],
+        A,
+        &["PFCOUNT", A, B],
+        false,
+    ),
+    case(&[&["SET", A, "v"]], A, &["COPY", A, B], false),
+    case(&[&["SET", A, "v"]], B, &["COPY", A, B], true),
+    case(&[], B, &["LMOVE", A, B, "LEFT", "LEFT"], false),
+    case(
+        &[&["RPUSH", A, "a"]],
+        B,
+        &["LMOVE", A, B, "LEFT", "LEFT"],
+        true,
+    ),
+    case(
+        &[&["RPUSH", B, "a"]],
+        A,
+        &["LMPOP", "2", A, B, "LEFT"],
+        false,
+    ),
+    case(
+        &[&["RPUSH", B, "a"]],
+        B,
+        &["LMPOP", "2", A, B, "LEFT"],
+        true,
+    ),
+    case(
+        &[&["ZADD", B, "1", "a"]],
+        A,
+        &["ZMPOP", "2", A, B, "MIN"],
+        false,
+    ),
+    case(
+        &[&["GEOADD", A, "13.36", "38.11", "a"]],
+        A,
+        &[
+            "GEOSEARCHSTORE",
+            B,
+            A,
             "FROMLONLAT",
             "13",
             "38",

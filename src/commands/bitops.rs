@@ -660,7 +660,7 @@ fn bitop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let db = g.session.db;
         let cell = g.session.cell.clone();
         let dest = g.args[2].clone();
-        let lock = MultiShardOp::lock_keys(g.owner(), &cell, db, &g.args[2..]).await;
+        let mut lock = MultiShardOp::lock_keys(g.owner(), &cell, db, &g.args[2..]).await;
         let sources = read_sources(&lock, &cell, db, &g.args[3..]).await;
         let result = match sources.into_iter().collect::<Result<Vec<_>, _>>() {
             Err(()) => Err(WRONGTYPE),
@@ -672,11 +672,19 @@ fn bitop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     bitop_apply(op, &mut res, s, j == 0);
                 }
                 let shard = cell.shard_of(&dest);
-                lock.on(&cell, shard, move |d| store_bitop_result(d, db, &dest, res))
+                let k = dest.clone();
+                let changed = lock
+                    .on(&cell, shard, move |d| store_bitop_result(d, db, &k, res))
                     .await;
+                // The sources were only read.
+                let written: &[(usize, &[u8])] = &[(db, &dest)];
+                lock.written_only(if changed { written } else { &[] });
                 Ok(maxlen)
             }
         };
+        if result.is_err() {
+            lock.set_read_only();
+        }
         lock.release(&cell).await;
         match result {
             Ok(n) => g.w().integer(n as i64),

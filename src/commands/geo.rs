@@ -727,7 +727,7 @@ async fn search_across(g: &mut GlobalCtx<'_>, mode: Mode) {
         })
         .unwrap_or_else(|| vec![src.clone()])
     };
-    let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
+    let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
     let argv = g.args.clone();
     let r = op
         .on(&cell, cell.shard_of(&src), move |d| {
@@ -750,18 +750,27 @@ async fn search_across(g: &mut GlobalCtx<'_>, mode: Mode) {
         out: &mut reply,
         proto: g.proto(),
     };
+    // Only a STORE's destination can change; the source is only read.
+    let mut stored: Option<Vec<u8>> = None;
     match r {
         Err(e) => w.error(&e),
         Ok(o) => {
             if let Some((write, n)) = finish(&mut w, o) {
-                op.on(&cell, cell.shard_of(&write.0), move |d| {
-                    let limits = d.limits;
-                    store(&mut d.dbs[db], write, &limits, store_event(mode))
-                })
-                .await;
+                let dst = write.0.clone();
+                let changed = op
+                    .on(&cell, cell.shard_of(&write.0), move |d| {
+                        let limits = d.limits;
+                        store(&mut d.dbs[db], write, &limits, store_event(mode))
+                    })
+                    .await;
+                stored = changed.then_some(dst);
                 w.integer(n as i64);
             }
         }
+    }
+    match &stored {
+        Some(dst) => op.written_only(&[(db, dst.as_slice())]),
+        None => op.set_read_only(),
     }
     op.release(&cell).await;
     g.out.extend_from_slice(&reply);

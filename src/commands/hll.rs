@@ -231,8 +231,10 @@ fn pfcount_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let db = g.session.db;
         let cell = g.session.cell.clone();
         let keys = g.args[1..].to_vec();
-        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
+        let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let r = fetch(&op, &cell, db, &keys).await;
+        // Merged on the fly: nothing is written.
+        op.set_read_only();
         op.release(&cell).await;
         match r {
             Ok((max, _)) => g.w().integer(hll::count_registers(&max) as i64),
@@ -290,7 +292,7 @@ fn pfmerge_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let db = g.session.db;
         let cell = g.session.cell.clone();
         let keys = g.args[1..].to_vec();
-        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
+        let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let r = match fetch(&op, &cell, db, &keys).await {
             Err(e) => Err(e),
             Ok((max, dense)) => {
@@ -301,6 +303,12 @@ fn pfmerge_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 .await
             }
         };
+        // The destination is written (even when the merge left it as it was, as
+        // Redis signals it); the sources were only read.
+        match r {
+            Ok(()) => op.written_only(&[(db, g.args[1].as_slice())]),
+            Err(_) => op.set_read_only(),
+        }
         op.release(&cell).await;
         match r {
             Ok(()) => g.w().ok(),

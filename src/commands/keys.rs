@@ -348,7 +348,7 @@ async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
     let db = g.session.db;
     let (src, dst) = (g.args[1].clone(), g.args[2].clone());
     let cell = g.session.cell.clone();
-    let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
+    let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
     let reply: Result<bool, &str> = async {
         if !op.exists(&cell, db, &src).await {
             return Err(NO_SUCH_KEY);
@@ -364,6 +364,9 @@ async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
         Ok(true)
     }
     .await;
+    if reply != Ok(true) {
+        op.set_read_only();
+    }
     op.release(&cell).await;
     let mut w = g.w();
     match (reply, nx) {
@@ -463,7 +466,7 @@ fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         };
         let (src, dst) = (g.args[1].clone(), g.args[2].clone());
         let db = g.session.db;
-        let op =
+        let mut op =
             MultiShardOp::lock_db_keys(g.owner(), &cell, &[(db, src.clone()), (o.db, dst.clone())])
                 .await;
         let mut copied = 0;
@@ -474,6 +477,9 @@ fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 copied = 1;
             }
         }
+        // The source was only read.
+        let written: &[(usize, &[u8])] = &[(o.db, &dst)];
+        op.written_only(if copied == 1 { written } else { &[] });
         op.release(&cell).await;
         g.w().integer(copied);
     })

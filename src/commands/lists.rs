@@ -677,7 +677,7 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
     let db = g.session.db;
     let (src, dst) = (g.args[1].clone(), g.args[2].clone());
     let cell = g.session.cell.clone();
-    let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
+    let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
     let d = dst.clone();
     let dst_ok = op
         .on(&cell, cell.shard_of(&dst), move |data| {
@@ -728,6 +728,9 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
     if matches!(popped, MoveSrc::Popped(_)) {
         // From here, so subscribers get the events in Redis's order.
         notify_move(&src, &dst, db, from_front, to_front, emptied);
+    } else {
+        // A missing source (or a wrong type) moved nothing.
+        op.set_read_only();
     }
     op.release(&cell).await;
     let mut w = g.w();
@@ -841,7 +844,7 @@ fn lmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let keys: Vec<Vec<u8>> = g.args[2..2 + numkeys].to_vec();
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
+        let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let mut result = MpopPart::Nothing;
         let mut i = 0;
         while i < keys.len() {
@@ -888,6 +891,11 @@ fn lmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 break;
             }
             i = j;
+        }
+        // Only the list popped from changed.
+        match &result {
+            MpopPart::Popped(key, _) => op.written_only(&[(db, key.as_slice())]),
+            _ => op.set_read_only(),
         }
         op.release(&cell).await;
         let mut w = g.w();

@@ -535,7 +535,8 @@ fn smove_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let (src, dst, member) = (g.args[1].clone(), g.args[2].clone(), g.args[3].clone());
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
+        let mut op =
+            MultiShardOp::lock_keys(g.owner(), &cell, db, &[src.clone(), dst.clone()]).await;
         let k = dst.clone();
         let dst_holds = op
             .on(&cell, cell.shard_of(&dst), move |d| {
@@ -543,24 +544,30 @@ fn smove_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             })
             .await;
         let m = member.clone();
+        let k = src.clone();
         let taken = op
             .on(&cell, cell.shard_of(&src), move |d| {
-                smove_take(&mut d.dbs[db], &src, dst_holds, &m, crate::util::now_ms())
+                smove_take(&mut d.dbs[db], &k, dst_holds, &m, crate::util::now_ms())
             })
             .await;
+        let mut added = false;
         if taken == Ok(true) {
-            op.on(&cell, cell.shard_of(&dst), move |d| {
-                let limits = d.limits;
-                add_member(
-                    &mut d.dbs[db],
-                    &dst,
-                    &member,
-                    &limits,
-                    crate::util::now_ms(),
-                )
-            })
-            .await;
+            let k = dst.clone();
+            added = op
+                .on(&cell, cell.shard_of(&dst), move |d| {
+                    let limits = d.limits;
+                    add_member(&mut d.dbs[db], &k, &member, &limits, crate::util::now_ms())
+                })
+                .await;
         }
+        // As on one shard: the source changed if the member left it, the destination
+        // only if the member was new there.
+        let written: Vec<(usize, &[u8])> = [(taken == Ok(true), &src), (added, &dst)]
+            .into_iter()
+            .filter(|(changed, _)| *changed)
+            .map(|(_, k)| (db, k.as_slice()))
+            .collect();
+        op.written_only(&written);
         op.release(&cell).await;
         match taken {
             Err(()) => g.w().error(WRONGTYPE),
@@ -835,7 +842,7 @@ async fn set_op_across(g: &mut GlobalCtx<'_>, op: SetOp, lay: Layout, card_limit
     let keys: Vec<Vec<u8>> = g.args[lay.keys.clone()].to_vec();
     let mut locked = keys.clone();
     locked.extend(lay.dst.map(|d| g.args[d].clone()));
-    let msop = MultiShardOp::lock_keys(g.owner(), &cell, db, &locked).await;
+    let mut msop = MultiShardOp::lock_keys(g.owner(), &cell, db, &locked).await;
     let first = first_positions(&keys);
     let fetched = fetch_sets(&msop, &cell, db, &keys, &first).await;
     let limits = cell.data.borrow().limits;
@@ -855,16 +862,24 @@ async fn set_op_across(g: &mut GlobalCtx<'_>, op: SetOp, lay: Layout, card_limit
                 (Some(d), None) => {
                     let result = result.into_set(&limits);
                     let dst = g.args[d].clone();
-                    let n = msop
+                    let k = dst.clone();
+                    let (n, changed) = msop
                         .on(&cell, cell.shard_of(&dst), move |d| {
-                            store_result(&mut d.dbs[db], &dst, result, op.store_event()).0
+                            store_result(&mut d.dbs[db], &k, result, op.store_event())
                         })
                         .await;
+                    // The sources were only read.
+                    let written: &[(usize, &[u8])] = &[(db, &dst)];
+                    msop.written_only(if changed { written } else { &[] });
                     Ok(Err(n))
                 }
             }
         }
     };
+    // A read, or a store that failed on a wrong type, wrote nothing.
+    if lay.dst.is_none() || reply.is_err() {
+        msop.set_read_only();
+    }
     msop.release(&cell).await;
     match reply {
         Err(()) => g.error(WRONGTYPE),

@@ -370,13 +370,19 @@ async fn sort_generic(g: &mut GlobalCtx<'_>, readonly: bool) {
     // Only a STORE writes: a plain SORT must not invalidate WATCHes on its source.
     let mut owner = g.owner();
     owner.write = o.store.is_some();
-    let op = MultiShardOp::lock_keys(owner, &cell, db, &keys).await;
+    let mut op = MultiShardOp::lock_keys(owner, &cell, db, &keys).await;
     let result = run_locked(&op, &cell, db, &src, &mut o).await;
+    // A STORE writes its destination only (and only if it changed); the source and an
+    // error write nothing.
+    match (&result, &o.store) {
+        (Ok(Output::Stored(_, true)), Some(dst)) => op.written_only(&[(db, dst.as_slice())]),
+        _ => op.set_read_only(),
+    }
     op.release(&cell).await;
     let mut w = g.w();
     match result {
         Err(e) => w.error(e),
-        Ok(Output::Stored(n)) => w.integer(n as i64),
+        Ok(Output::Stored(n, _)) => w.integer(n as i64),
         Ok(Output::Rows(rows)) => {
             w.array_len(rows.len());
             for r in rows {
@@ -391,7 +397,8 @@ async fn sort_generic(g: &mut GlobalCtx<'_>, readonly: bool) {
 
 enum Output {
     Rows(Vec<Option<Vec<u8>>>),
-    Stored(usize),
+    /// The destination's length, and whether the destination changed.
+    Stored(usize, bool),
 }
 
 async fn run_locked(
@@ -437,20 +444,23 @@ async fn run_locked(
         return Ok(Output::Rows(rows));
     };
     let n = rows.len();
-    op.on(cell, cell.shard_of(&dst), move |d| store(d, db, &dst, rows))
+    let changed = op
+        .on(cell, cell.shard_of(&dst), move |d| store(d, db, &dst, rows))
         .await;
-    Ok(Output::Stored(n))
+    Ok(Output::Stored(n, changed))
 }
 
 /// STORE: the rows become a list (missing GET values as empty strings); an empty
-/// result deletes the destination instead. Emits "sortstore" (or "del").
-fn store(d: &mut ShardData, db: usize, dst: &[u8], rows: Vec<Option<Vec<u8>>>) {
+/// result deletes the destination instead. Emits "sortstore" (or "del"). True if the
+/// destination changed.
+fn store(d: &mut ShardData, db: usize, dst: &[u8], rows: Vec<Option<Vec<u8>>>) -> bool {
     use crate::config::notify;
     if rows.is_empty() {
-        if d.dbs[db].remove(dst).is_some() {
+        let existed = d.dbs[db].remove(dst).is_some();
+        if existed {
             crate::pubsub::notify(notify::GENERIC, "del", dst, db);
         }
-        return;
+        return existed;
     }
     let mut list = ListValue::new(&d.limits);
     for r in &rows {
@@ -463,6 +473,7 @@ fn store(d: &mut ShardData, db: usize, dst: &[u8], rows: Vec<Option<Vec<u8>>>) {
         crate::util::lru_clock(),
     );
     crate::pubsub::notify(notify::LIST, "sortstore", dst, db);
+    true
 }
 
 #[cfg(test)]

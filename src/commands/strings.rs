@@ -878,10 +878,13 @@ fn msetnx_across<'a>(
             .collect();
         let keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
         let cell = g.session.cell.clone();
-        let op = crate::shard::multi::MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
+        let mut op =
+            crate::shard::multi::MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let exists = op.count_existing(&cell, db, &keys).await;
         if exists == 0 {
             op.write_strings(&cell, db, pairs).await;
+        } else {
+            op.set_read_only();
         }
         op.release(&cell).await;
         g.w().integer(if exists == 0 { 1 } else { 0 });

@@ -860,7 +860,8 @@ fn zrangestore_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let (dst, src) = (g.args[1].clone(), g.args[2].clone());
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &[dst.clone(), src.clone()]).await;
+        let mut op =
+            MultiShardOp::lock_keys(g.owner(), &cell, db, &[dst.clone(), src.clone()]).await;
         let src_shard = cell.shard_of(&src);
         let items = op
             .on(&cell, src_shard, move |d| {
@@ -877,14 +878,22 @@ fn zrangestore_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             Ok(items) => {
                 let n = items.len();
                 let dst_shard = cell.shard_of(&dst);
-                op.on(&cell, dst_shard, move |d| {
-                    let z = ZSetValue::from_sorted(items, &d.limits);
-                    store_result(&mut d.dbs[db], &dst, Some(z), "zrangestore");
-                })
-                .await;
+                let k = dst.clone();
+                let changed = op
+                    .on(&cell, dst_shard, move |d| {
+                        let z = ZSetValue::from_sorted(items, &d.limits);
+                        store_result(&mut d.dbs[db], &k, Some(z), "zrangestore")
+                    })
+                    .await;
+                // The source was only read.
+                let written: &[(usize, &[u8])] = &[(db, &dst)];
+                op.written_only(if changed { written } else { &[] });
                 Ok(n)
             }
         };
+        if reply.is_err() {
+            op.set_read_only();
+        }
         op.release(&cell).await;
         match reply {
             Ok(n) => g.w().integer(n as i64),
@@ -1132,7 +1141,7 @@ fn zmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let keys: Vec<Vec<u8>> = g.args[p.keys.clone()].to_vec();
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
+        let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         // The first key that is not missing decides: (key, what it gave).
         let mut outcome: Option<(Vec<u8>, PopStep)> = None;
         for key in keys {
@@ -1160,6 +1169,13 @@ fn zmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 outcome = Some((key, step));
                 break;
             }
+        }
+        // Only the key popped from changed.
+        match &outcome {
+            Some((key, PopStep::Popped(items))) if !items.is_empty() => {
+                op.written_only(&[(db, key.as_slice())])
+            }
+            _ => op.set_read_only(),
         }
         op.release(&cell).await;
         match outcome {
@@ -1668,7 +1684,7 @@ async fn combine_across(g: &mut GlobalCtx<'_>, c: Combine) {
     if c.store {
         lock.push(g.args[1].clone());
     }
-    let op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock).await;
+    let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock).await;
     let mut fetched = Vec::with_capacity(keys.len());
     for i in keys.clone() {
         fetched.push(fetch_input(&op, &cell, db, &g.args[i]).await);
@@ -1691,13 +1707,21 @@ async fn combine_across(g: &mut GlobalCtx<'_>, c: Combine) {
         Ok(Combined::Stored(z)) => {
             let n = z.len();
             let dst = g.args[1].clone();
-            op.on(&cell, cell.shard_of(&dst), move |d| {
-                store_result(&mut d.dbs[db], &dst, Some(z), c.name)
-            })
-            .await;
+            let k = dst.clone();
+            let changed = op
+                .on(&cell, cell.shard_of(&dst), move |d| {
+                    store_result(&mut d.dbs[db], &k, Some(z), c.name)
+                })
+                .await;
+            // The inputs were only read.
+            let written: &[(usize, &[u8])] = &[(db, &dst)];
+            op.written_only(if changed { written } else { &[] });
             Ok(Combined::Card(n))
         }
-        other => other,
+        other => {
+            op.set_read_only();
+            other
+        }
     };
     op.release(&cell).await;
     match result {

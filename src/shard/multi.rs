@@ -116,6 +116,15 @@ impl MultiShardOp {
         self.write = false;
     }
 
+    /// Of the keys it locked, the operation changed only `written` ((db, key) pairs):
+    /// its release signals and counts only those, as Redis signals only the keys a
+    /// write changed (a STORE's destination, not its sources).
+    pub fn written_only(&mut self, written: &[(usize, &[u8])]) {
+        for keys in &mut self.keys {
+            keys.retain(|(db, k)| written.iter().any(|(d, w)| *d == *db as usize && *w == k));
+        }
+    }
+
     pub fn shards(&self) -> &[usize] {
         &self.shards
     }

@@ -35,6 +35,13 @@ const fn case(
 
 const SET_AB: &[&[&str]] = &[&["SADD", "s{t}", "a", "b"]];
 
+/// A stream with a group whose consumer `c` has read (and not acknowledged) 1-1.
+const XGROUP_READ: &[&[&str]] = &[
+    &["XADD", "x{t}", "1-1", "f", "v"],
+    &["XGROUP", "CREATE", "x{t}", "g", "0"],
+    &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "x{t}", ">"],
+];
+
 /// Two keys on different shards of the 2-shard server.
 const A: &str = KEY_SHARD1;
 const B: &str = KEY_SHARD0;
@@ -393,6 +400,105 @@ const CASES: &[Case] = &[
         ],
         false,
     ),
+    // Streams.
+    case(
+        &[&["XADD", "x{t}", "1-1", "f", "v"]],
+        "x{t}",
+        &["XDEL", "x{t}", "9-9"],
+        false,
+    ),
+    case(
+        &[&["XADD", "x{t}", "1-1", "f", "v"]],
+        "x{t}",
+        &["XDEL", "x{t}", "1-1"],
+        true,
+    ),
+    case(
+        &[&["XADD", "x{t}", "1-1", "f", "v"]],
+        "x{t}",
+        &["XTRIM", "x{t}", "MAXLEN", "5"],
+        false,
+    ),
+    case(
+        &[],
+        "x{t}",
+        &["XADD", "x{t}", "NOMKSTREAM", "*", "f", "v"],
+        false,
+    ),
+    case(
+        &[&["XADD", "x{t}", "1-1", "f", "v"]],
+        "x{t}",
+        &["XGROUP", "CREATE", "x{t}", "g", "0"],
+        false,
+    ),
+    case(
+        &[
+            &["XADD", "x{t}", "1-1", "f", "v"],
+            &["XGROUP", "CREATE", "x{t}", "g", "0"],
+        ],
+        "x{t}",
+        &["XGROUP", "DESTROY", "x{t}", "nope"],
+        false,
+    ),
+    case(
+        &[],
+        "x{t}",
+        &["XGROUP", "CREATE", "x{t}", "g", "$", "MKSTREAM"],
+        true,
+    ),
+    case(
+        &[
+            &["XADD", "x{t}", "1-1", "f", "v"],
+            &["XGROUP", "CREATE", "x{t}", "g", "0"],
+        ],
+        "x{t}",
+        &["XACK", "x{t}", "g", "1-1"],
+        false,
+    ),
+    case(
+        &[&["XADD", "x{t}", "1-1", "f", "v"]],
+        "x{t}",
+        &["XSETID", "x{t}", "5-5"],
+        false,
+    ),
+    case(
+        XGROUP_READ,
+        "x{t}",
+        &["XGROUP", "DESTROY", "x{t}", "g"],
+        false,
+    ),
+    case(
+        XGROUP_READ,
+        "x{t}",
+        &["XGROUP", "SETID", "x{t}", "g", "0"],
+        false,
+    ),
+    case(
+        XGROUP_READ,
+        "x{t}",
+        &["XGROUP", "CREATECONSUMER", "x{t}", "g", "d"],
+        false,
+    ),
+    case(
+        XGROUP_READ,
+        "x{t}",
+        &["XGROUP", "DELCONSUMER", "x{t}", "g", "c"],
+        false,
+    ),
+    case(XGROUP_READ, "x{t}", &["XACK", "x{t}", "g", "1-1"], false),
+    case(
+        XGROUP_READ,
+        "x{t}",
+        &["XCLAIM", "x{t}", "g", "d", "0", "1-1"],
+        false,
+    ),
+    case(
+        XGROUP_READ,
+        "x{t}",
+        &["XAUTOCLAIM", "x{t}", "g", "d", "0", "0"],
+        false,
+    ),
+    case(XGROUP_READ, "x{t}", &["XADD", "x{t}", "*", "f", "v"], true),
     // Keys on different shards: the multi-shard operations signal only what changed.
     case(&[&["SADD", A, "a"]], B, &["SMOVE", A, B, "zz"], false),
     case(&[&["SADD", A, "a"]], A, &["SMOVE", A, B, "zz"], false),

@@ -370,6 +370,7 @@ fn xadd(ctx: &mut ExecCtx) {
     };
     if !exists {
         if a.nomkstream {
+            ctx.nothing_changed();
             return ctx.out.null();
         }
         let lru = ctx.lru();
@@ -417,7 +418,10 @@ fn xtrim(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     match write_parts(ctx, key).0 {
         Err(()) => return ctx.error(WRONGTYPE),
-        Ok(None) => return ctx.out.integer(0),
+        Ok(None) => {
+            ctx.nothing_changed();
+            return ctx.out.integer(0);
+        }
         Ok(Some(_)) => {}
     }
     let a = match parse_add_trim(ctx, false) {
@@ -431,6 +435,8 @@ fn xtrim(ctx: &mut ExecCtx) {
         out.integer(n as i64);
         if n > 0 {
             stream_event("xtrim", key, dbi);
+        } else {
+            ctx.nothing_changed();
         }
     }
 }
@@ -494,7 +500,10 @@ fn xdel(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
     match write_parts(ctx, key).0 {
         Err(()) => return ctx.error(WRONGTYPE),
-        Ok(None) => return ctx.out.integer(0),
+        Ok(None) => {
+            ctx.nothing_changed();
+            return ctx.out.integer(0);
+        }
         Ok(Some(_)) => {}
     }
     let mut ids = Vec::with_capacity(ctx.args.len() - 2);
@@ -511,11 +520,15 @@ fn xdel(ctx: &mut ExecCtx) {
         out.integer(n as i64);
         if n > 0 {
             stream_event("xdel", key, dbi);
+        } else {
+            ctx.nothing_changed();
         }
     }
 }
 
 fn xsetid(ctx: &mut ExecCtx) {
+    // Redis 7.0 signals no WATCH or tracking for XSETID.
+    ctx.nothing_changed();
     let args = ctx.args;
     let Some(id) = parse_strict_id(args.get(2)) else {
         return ctx.error(INVALID_ID);
@@ -698,6 +711,10 @@ fn xgroup(ctx: &mut ExecCtx) {
     let key = ctx.args.get(2);
     let group = ctx.args.get(3);
     let dbi = ctx.db;
+    // Group and consumer changes are not writes to the key for WATCH or tracking
+    // (Redis 7.0 calls no signalModifiedKey in XGROUP); DESTROY and SETID still wake
+    // clients blocked in XREADGROUP on it, below.
+    ctx.nothing_changed();
     let exists = match write_parts(ctx, key).0 {
         Err(()) => return ctx.error(WRONGTYPE),
         Ok(s) => s.map(|s| s.groups.contains_key(group)),
@@ -736,6 +753,7 @@ fn xgroup(ctx: &mut ExecCtx) {
             }
             out.ok();
             stream_event("xgroup-setid", key, dbi);
+            ctx.data.blocked.signal(dbi, key);
         }
         "destroy" => {
             let (s, out) = write_parts(ctx, key);
@@ -744,6 +762,8 @@ fn xgroup(ctx: &mut ExecCtx) {
                 out.integer(destroyed as i64);
                 if destroyed {
                     stream_event("xgroup-destroy", key, dbi);
+                    // Its blocked readers retry and get NOGROUP.
+                    ctx.data.blocked.signal(dbi, key);
                 }
             }
         }
@@ -789,6 +809,8 @@ fn xgroup_create(ctx: &mut ExecCtx, exists: bool, entries_read: i64) {
         let lru = ctx.lru();
         let v = Value::Stream(Box::new(StreamValue::new()));
         ctx.db().insert(key, v, NO_EXPIRE, lru);
+        // MKSTREAM created the key: that is a write (the group alone is not).
+        ctx.only_changed(0, true);
     }
     let (s, out) = write_parts(ctx, key);
     let Ok(Some(s)) = s else { return };
@@ -807,6 +829,8 @@ fn xgroup_create(ctx: &mut ExecCtx, exists: bool, entries_read: i64) {
 // ---------------------------------------------------------------------------
 
 fn xack(ctx: &mut ExecCtx) {
+    // A pending-entries change: no WATCH or tracking signal (as Redis 7.0).
+    ctx.nothing_changed();
     let key = ctx.args.get(1);
     let group = ctx.args.get(2);
     let found = match write_parts(ctx, key).0 {
@@ -1011,6 +1035,8 @@ fn parse_claim(ctx: &ExecCtx) -> Result<ClaimOpts, String> {
 }
 
 fn xclaim(ctx: &mut ExecCtx) {
+    // A pending-entries change: no WATCH or tracking signal (as Redis 7.0).
+    ctx.nothing_changed();
     let key = ctx.args.get(1);
     let group = ctx.args.get(2);
     let found = match write_parts(ctx, key).0 {
@@ -1093,6 +1119,8 @@ fn reply_claimed(out: &mut ReplyWriter, s: &StreamValue, id: StreamId, justid: b
 }
 
 fn xautoclaim(ctx: &mut ExecCtx) {
+    // A pending-entries change: no WATCH or tracking signal (as Redis 7.0).
+    ctx.nothing_changed();
     let args = ctx.args;
     let Some(min_idle) = parse_i64(args.get(4)) else {
         return ctx.error("ERR Invalid min-idle-time argument for XAUTOCLAIM");

@@ -165,6 +165,20 @@ fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
     }
 }
 
+/// Wakes the task waiting in a stream's read, which then re-polls and, finding no
+/// input, runs its idle hook (see `TcpStream::read_vec`). Used by the clients cron.
+#[derive(Clone)]
+pub struct ReadWaker(Rc<IoState>);
+
+impl ReadWaker {
+    pub fn wake(&self) {
+        let waker = self.0.read_waker.borrow_mut().take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
 pub struct TcpStream {
     reg: Registration,
     inner: std::net::TcpStream,
@@ -216,6 +230,52 @@ impl TcpStream {
             }
         })
         .await
+    }
+
+    /// Like `read`, into `buf[at..]`, but the buffer is needed only once the socket is
+    /// readable: while the task waits, `idle` may shrink or free it (it runs each time
+    /// the wait is polled without input, e.g. after a `ReadWaker` wake-up), and right
+    /// before the read `buf` is grown to hold `want` bytes past `at`. This lets an idle
+    /// connection give its query buffer back without a timer per read.
+    pub async fn read_vec(
+        &mut self,
+        buf: &mut Vec<u8>,
+        at: usize,
+        want: usize,
+        mut idle: impl FnMut(&mut Vec<u8>),
+    ) -> io::Result<usize> {
+        let fd = self.inner.as_raw_fd();
+        let state = self.reg.state.clone();
+        poll_fn(|cx| loop {
+            if !state.readable.get() {
+                idle(buf);
+                *state.read_waker.borrow_mut() = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            if buf.len() < at + want {
+                buf.resize(at + want, 0);
+            }
+            let target = &mut buf[at..];
+            let n = sys_recv(fd, target);
+            if n >= 0 {
+                if n > 0 && (n as usize) < target.len() {
+                    state.readable.set(false);
+                }
+                return Poll::Ready(Ok(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                ErrorKind::WouldBlock => state.readable.set(false),
+                ErrorKind::Interrupted => continue,
+                _ => return Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+
+    /// A handle that wakes this stream's pending read without input.
+    pub fn read_waker(&self) -> ReadWaker {
+        ReadWaker(self.reg.state.clone())
     }
 
     /// Writes all of `buf`, waiting for the socket to drain when its buffer is full.

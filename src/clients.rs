@@ -34,6 +34,20 @@ pub struct ClientShared {
     pub last_interaction_ms: Cell<u64>,
     pub proto: Cell<Protocol>,
     pub query_buf_len: Cell<usize>,
+    /// The query buffer's allocated size (CLIENT LIST's qbuf + qbuf-free).
+    pub query_buf_cap: Cell<usize>,
+    /// The most input the query buffer held since the clients cron last looked.
+    pub query_buf_peak: Cell<usize>,
+    /// The size the clients cron asks an idle connection to shrink its query buffer
+    /// to (0: free it), applied by the connection itself while it waits for input.
+    pub query_buf_shrink: Cell<Option<usize>>,
+    /// Wakes the connection's pending read so that it applies `query_buf_shrink`.
+    pub read_waker: Option<crate::runtime::ReadWaker>,
+    /// A replica link or a MONITOR instead of a normal client.
+    pub role: Cell<ClientRole>,
+    /// What REPLCONF listening-port / ip-address announced (INFO's slaveN line).
+    pub replica_port: Cell<u16>,
+    pub replica_ip: RefCell<Option<String>>,
     pub output_len: Cell<usize>,
     pub killed: Cell<bool>,
     pub no_evict: Cell<bool>,
@@ -49,7 +63,86 @@ pub struct ClientShared {
     pub tracking: crate::tracking::ClientTracking,
 }
 
+/// What a connection became: Redis's CLIENT_SLAVE / CLIENT_MONITOR flags.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub enum ClientRole {
+    #[default]
+    Normal,
+    /// SYNC / PSYNC made it a replica link.
+    Replica,
+    /// MONITOR made it a feed of every command.
+    Monitor,
+}
+
+/// The client classes CLIENT LIST / CLIENT KILL TYPE select (Redis's getClientType).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ClientType {
+    Normal,
+    Replica,
+    PubSub,
+    /// This server's own link to a master: Tessera never has one.
+    Master,
+}
+
+impl ClientType {
+    /// `normal`, `replica` / `slave`, `pubsub` or `master`, in any case.
+    pub fn parse(name: &[u8]) -> Option<ClientType> {
+        let t = match name.to_ascii_lowercase().as_slice() {
+            b"normal" => ClientType::Normal,
+            b"replica" | b"slave" => ClientType::Replica,
+            b"pubsub" => ClientType::PubSub,
+            b"master" => ClientType::Master,
+            _ => return None,
+        };
+        Some(t)
+    }
+}
+
 impl ClientShared {
+    /// A client with nothing set yet: no socket (`fd` -1), RESP2, db 0.
+    pub fn new(id: u64, addr: SocketAddr, laddr: SocketAddr, now_ms: u64) -> ClientShared {
+        ClientShared {
+            id,
+            addr,
+            laddr,
+            fd: -1,
+            created_ms: now_ms,
+            name: Default::default(),
+            db: Default::default(),
+            last_cmd: Cell::new("NULL"),
+            last_interaction_ms: Cell::new(now_ms),
+            proto: Cell::new(Protocol::Resp2),
+            query_buf_len: Default::default(),
+            query_buf_cap: Default::default(),
+            query_buf_peak: Default::default(),
+            query_buf_shrink: Default::default(),
+            read_waker: None,
+            role: Default::default(),
+            replica_port: Default::default(),
+            replica_ip: Default::default(),
+            output_len: Default::default(),
+            killed: Default::default(),
+            no_evict: Default::default(),
+            multi_count: Cell::new(-1),
+            blocked: Default::default(),
+            paused: Default::default(),
+            pubsub: Default::default(),
+            tracking: Default::default(),
+        }
+    }
+
+    /// A MONITOR is a normal client here, as in Redis (only replica links count as
+    /// replicas).
+    pub fn client_type(&self) -> ClientType {
+        if self.role.get() == ClientRole::Replica {
+            ClientType::Replica
+        } else if self.pubsub.active() {
+            ClientType::PubSub
+        } else {
+            ClientType::Normal
+        }
+    }
+
     /// One line of CLIENT LIST / CLIENT INFO in Redis 7.0's format.
     pub fn info_line(&self, now_ms: u64) -> String {
         let name = self.name.borrow();
@@ -60,6 +153,11 @@ impl ClientShared {
         let age = now_ms.saturating_sub(self.created_ms) / 1000;
         let idle = now_ms.saturating_sub(self.last_interaction_ms.get()) / 1000;
         let mut flags = String::new();
+        match self.role.get() {
+            ClientRole::Replica => flags.push('S'),
+            ClientRole::Monitor => flags.push('O'),
+            ClientRole::Normal => {}
+        }
         if self.pubsub.active() {
             flags.push('P');
         }
@@ -74,7 +172,7 @@ impl ClientShared {
             flags.push('N');
         }
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir={} resp={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir={} resp={}",
             self.id,
             self.addr,
             self.laddr,
@@ -89,6 +187,9 @@ impl ClientShared {
             self.pubsub.shard_channel_count(),
             self.multi_count.get(),
             self.query_buf_len.get(),
+            self.query_buf_cap
+                .get()
+                .saturating_sub(self.query_buf_len.get()),
             self.output_len.get(),
             self.last_cmd.get(),
             self.tracking.redir_field(),
@@ -203,4 +304,73 @@ impl ClientRegistry {
     pub fn get(&self, id: u64) -> Option<&Rc<ClientShared>> {
         self.clients.get(&id)
     }
+}
+
+/// Redis frees the query buffer of a client idle for longer than this.
+const QUERY_BUF_IDLE_MS: u64 = 2000;
+/// Buffers at most this big are kept whatever the recent peak (PROTO_RESIZE_THRESHOLD).
+const QUERY_BUF_RESIZE_THRESHOLD: usize = 32 * 1024;
+/// Free space worth giving back.
+const QUERY_BUF_MIN_WASTE: usize = 4 * 1024;
+
+/// One shard's clients cron (Redis's clientsCron), every 1/hz seconds: closes clients
+/// idle past `timeout` and asks connections holding more query buffer than their recent
+/// input needs to give it back. A check is a few loads per client; with 10k clients on
+/// a shard at hz 10 that is ~100k checks a second, well under a millisecond.
+pub async fn run_cron(cell: Rc<crate::shard::ShardCell>) {
+    loop {
+        let (hz, timeout_s) = {
+            let data = cell.data.borrow();
+            (data.config.hz().clamp(1, 500), data.config.timeout())
+        };
+        crate::runtime::sleep(std::time::Duration::from_millis(1000 / hz as u64)).await;
+        let now = crate::util::now_ms();
+        let max_idle_ms = timeout_s.saturating_mul(1000);
+        for c in cell.clients.borrow().iter() {
+            if max_idle_ms > 0 && c.idle_timed_out(now, max_idle_ms) {
+                tracing::info!(client = c.id, "Closing idle client");
+                c.kill();
+                continue;
+            }
+            trim_query_buffer(c, now);
+        }
+    }
+}
+
+impl ClientShared {
+    /// `timeout`: replica links, MONITORs, subscribers and blocked clients never time
+    /// out (Redis's clientsCronHandleTimeout); blocking commands time out on their own.
+    fn idle_timed_out(&self, now_ms: u64, max_idle_ms: u64) -> bool {
+        self.role.get() == ClientRole::Normal
+            && !self.pubsub.active()
+            && !self.is_blocked()
+            && now_ms.saturating_sub(self.last_interaction_ms.get()) > max_idle_ms
+    }
+}
+
+/// Redis's clientsCronResizeQueryBuffer: where the buffer wastes more than a few KiB,
+/// an idle client gives all of it back and a busy one shrinks a big buffer down to the
+/// peak its input reached since the last look. The connection applies the request
+/// itself when it next waits for input with none pending (`connection::read_more`).
+fn trim_query_buffer(c: &ClientShared, now_ms: u64) {
+    let cap = c.query_buf_cap.get();
+    let len = c.query_buf_len.get();
+    let peak = c.query_buf_peak.get();
+    if cap.saturating_sub(len) > QUERY_BUF_MIN_WASTE {
+        let idle = now_ms.saturating_sub(c.last_interaction_ms.get()) > QUERY_BUF_IDLE_MS;
+        let target = if idle {
+            Some(len)
+        } else if cap > QUERY_BUF_RESIZE_THRESHOLD && cap / 2 > peak {
+            Some(len.max(peak))
+        } else {
+            None
+        };
+        if let Some(size) = target {
+            c.query_buf_shrink.set(Some(size));
+            if let Some(w) = &c.read_waker {
+                w.wake();
+            }
+        }
+    }
+    c.query_buf_peak.set(len);
 }

@@ -144,6 +144,16 @@ pub struct Connection {
     sent_early: usize,
 }
 
+/// Shrinks an idle connection's query buffer to `size` bytes (0: frees it).
+fn shrink_query_buf(buf: &mut Vec<u8>, size: usize) {
+    if size == 0 {
+        *buf = Vec::new();
+    } else {
+        buf.truncate(size);
+        buf.shrink_to_fit();
+    }
+}
+
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
     let (peer, local) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(p), Ok(l)) => (p, l),
@@ -162,27 +172,11 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         return;
     }
     let now = crate::util::now_ms();
-    let shared = Rc::new(ClientShared {
-        id: crate::shard::next_client_id(),
-        addr: peer,
-        laddr: local,
-        fd: std::os::fd::AsRawFd::as_raw_fd(&stream),
-        created_ms: now,
-        name: Default::default(),
-        db: Default::default(),
-        last_cmd: std::cell::Cell::new("NULL"),
-        last_interaction_ms: std::cell::Cell::new(now),
-        proto: std::cell::Cell::new(Protocol::Resp2),
-        query_buf_len: Default::default(),
-        output_len: Default::default(),
-        killed: Default::default(),
-        no_evict: Default::default(),
-        multi_count: std::cell::Cell::new(-1),
-        blocked: Default::default(),
-        paused: Default::default(),
-        pubsub: Default::default(),
-        tracking: Default::default(),
-    });
+    let mut client = ClientShared::new(crate::shard::next_client_id(), peer, local, now);
+    client.fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+    client.query_buf_cap.set(READ_CHUNK);
+    client.read_waker = Some(stream.read_waker());
+    let shared = Rc::new(client);
     let authenticated = cell.data.borrow().config.requirepass().is_none();
     cell.data.borrow_mut().stats.total_connections += 1;
     cell.clients.borrow_mut().add(shared.clone());
@@ -281,7 +275,16 @@ impl Connection {
     /// starts right after it.
     async fn start_replica(&mut self, psync: bool) {
         let cell = self.session.cell.clone();
-        let (rdb, id, _) = crate::replication::snapshot(&cell, true).await;
+        let shared = &self.session.shared;
+        let peer = crate::replication::ReplicaPeer {
+            ip: shared
+                .replica_ip
+                .borrow()
+                .clone()
+                .unwrap_or_else(|| shared.addr.ip().to_string()),
+            port: shared.replica_port.get(),
+        };
+        let (rdb, id, _) = crate::replication::snapshot(&cell, Some(peer)).await;
         let Some(id) = id else { return };
         if psync {
             let line = format!(
@@ -295,6 +298,10 @@ impl Connection {
             .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
         self.out.extend_from_slice(&rdb);
         self.replica_link = Some(id);
+        self.session
+            .shared
+            .role
+            .set(crate::clients::ClientRole::Replica);
         tracing::info!(client = self.session.id(), "replica attached, full sync");
     }
 
@@ -302,11 +309,17 @@ impl Connection {
     /// sends (REPLCONF ACK) is read and dropped; ends when it disconnects.
     async fn serve_replica(&mut self, id: u64) {
         enum Event {
-            Input,
+            Tick,
+            Input(usize),
             Output(Vec<u8>),
             Gone,
         }
         let mut tmp = vec![0u8; 4096];
+        // What the replica sent after its SYNC in the same read, then as it comes.
+        let mut input = self.buf[self.start..self.end].to_vec();
+        if !self.replica_acks(id, &mut input) {
+            return;
+        }
         let mut last_ping = std::time::Instant::now();
         loop {
             let period = {
@@ -331,12 +344,12 @@ impl Connection {
                 ));
                 std::future::poll_fn(|cx| {
                     if std::future::Future::poll(tick.as_mut(), cx).is_ready() {
-                        return std::task::Poll::Ready(Event::Input);
+                        return std::task::Poll::Ready(Event::Tick);
                     }
                     if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
                         return std::task::Poll::Ready(match r {
                             Ok(0) | Err(_) => Event::Gone,
-                            Ok(_) => Event::Input,
+                            Ok(n) => Event::Input(n),
                         });
                     }
                     crate::replication::poll_output(id, cx.waker()).map(|o| match o {
@@ -347,7 +360,15 @@ impl Connection {
                 .await
             };
             match ev {
-                Event::Input => {}
+                Event::Tick => {}
+                Event::Input(n) => {
+                    let now = crate::util::now_ms();
+                    self.session.shared.last_interaction_ms.set(now);
+                    input.extend_from_slice(&tmp[..n]);
+                    if !self.replica_acks(id, &mut input) {
+                        return;
+                    }
+                }
                 Event::Output(buf) => {
                     if self.stream.write_all(&buf).await.is_err() {
                         return;
@@ -360,6 +381,37 @@ impl Connection {
                 return;
             }
         }
+    }
+
+    /// What a replica link sends: REPLCONF ACK <offset> is recorded (INFO's `slaveN`
+    /// offset and lag); anything else is ignored, as a Redis master ignores it.
+    /// Consumes the complete commands of `input`; false on a protocol error, which
+    /// ends the link.
+    fn replica_acks(&mut self, id: u64, input: &mut Vec<u8>) -> bool {
+        let limits = ParseLimits::default();
+        let mut spans = Vec::new();
+        let mut pos = 0;
+        loop {
+            match self.parser.parse(&input[pos..], &limits, &mut spans) {
+                Ok(Some(consumed)) => {
+                    let args = if self.parser.last_was_inline() {
+                        Args::new(self.parser.inline_buf(), &spans)
+                    } else {
+                        Args::new(&input[pos..], &spans)
+                    };
+                    if args.len() >= 3 && args.is(0, "replconf") && args.is(1, "ack") {
+                        if let Some(offset) = commands::parse_i64(args.get(2)) {
+                            crate::replication::ack(id, offset.max(0) as u64);
+                        }
+                    }
+                    pos += consumed;
+                }
+                Ok(None) => break,
+                Err(_) => return false,
+            }
+        }
+        input.drain(..pos);
+        true
     }
 
     /// A monitor's wait: writes feed lines as they come until input arrives.
@@ -425,6 +477,10 @@ impl Connection {
         .ok();
         if self.monitor.is_none() {
             self.monitor = Some(crate::observe::monitor_register(self.session.id()));
+            self.session
+                .shared
+                .role
+                .set(crate::clients::ClientRole::Monitor);
         }
         self.finish_local(idx, before, None, args);
     }
@@ -436,17 +492,24 @@ impl Connection {
             self.end = 0;
         }
         let want = READ_CHUNK.max(self.parser.pending_bulk_bytes().min(64 * 1024 * 1024));
-        if self.buf.len() - self.end < want {
-            if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            if self.buf.len() - self.end < want {
-                self.buf.resize(self.end + want, 0);
-            }
+        if self.buf.len() - self.end < want && self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
         }
-        let read = self.stream.read(&mut self.buf[self.end..]);
+        let shared = &self.session.shared;
+        let idle = self.start == self.end;
+        let read = self.stream.read_vec(&mut self.buf, self.end, want, |buf| {
+            // The clients cron asks a connection that holds more buffer than its recent
+            // input needs (or that idles) to give it back; done here, while no input
+            // is pending, and grown again by the next read.
+            if let Some(size) = shared.query_buf_shrink.take() {
+                if idle && size < buf.len() {
+                    shrink_query_buf(buf, size);
+                    shared.query_buf_cap.set(buf.len());
+                }
+            }
+        });
         let pubsub = &self.session.shared.pubsub;
         // RESP3 clients also get pushes (client tracking's invalidations) while idle.
         let result =
@@ -476,19 +539,18 @@ impl Connection {
             data.config.client_query_buffer_limit() as usize
         };
         let pending = self.end - self.start;
-        self.session.shared.query_buf_len.set(pending);
+        let shared = &self.session.shared;
+        shared.query_buf_len.set(pending);
+        shared.query_buf_cap.set(self.buf.len());
+        shared
+            .query_buf_peak
+            .set(shared.query_buf_peak.get().max(pending));
         if pending > limit {
             tracing::warn!(
                 client = self.session.id(),
                 "closing client that reached max query buffer length"
             );
             return false;
-        }
-        // Return the buffer's memory once a big request has been consumed.
-        if self.start == self.end && self.buf.len() > 4 * READ_CHUNK {
-            self.buf = vec![0; READ_CHUNK];
-            self.start = 0;
-            self.end = 0;
         }
         true
     }
@@ -561,11 +623,9 @@ impl Connection {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
-            // Give back what one big request grew (Redis frees an idle query buffer
-            // too): otherwise used_memory stays up after a huge SADD or MSET.
-            if self.buf.len() > 4 * READ_CHUNK {
-                self.buf = vec![0; READ_CHUNK];
-            }
+            // The span list one huge request grew is given back at once; the query
+            // buffer is trimmed by the clients cron (see `clients::trim_query_buffer`),
+            // as Redis's clientsCron does, so a run of big requests reuses it.
             if self.spans.capacity() > 4096 {
                 self.spans = Vec::new();
             }

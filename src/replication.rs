@@ -69,8 +69,22 @@ pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Opt
 
 pub type Argv = Vec<Vec<u8>>;
 
+/// Who a replica link is, for INFO replication's `slaveN:` line.
+#[derive(Clone, Debug)]
+pub struct ReplicaPeer {
+    /// The replica's address (or the one it announced with REPLCONF ip-address).
+    pub ip: String,
+    /// What it announced with REPLCONF listening-port (0: nothing).
+    pub port: u16,
+}
+
 struct Link {
     id: u64,
+    peer: ReplicaPeer,
+    /// The offset the replica last acknowledged (REPLCONF ACK) and when (unix ms);
+    /// the time starts as the link's.
+    ack_offset: u64,
+    ack_ms: u64,
     out: Vec<u8>,
     /// The database the link's stream last selected (None: SELECT before anything).
     db: Option<usize>,
@@ -129,12 +143,15 @@ pub fn link_count() -> usize {
 }
 
 /// Registers a replica link; its stream starts with the next propagated write.
-pub fn attach() -> u64 {
+pub fn attach(peer: ReplicaPeer) -> u64 {
     let mut st = state();
     let id = st.next_id;
     st.next_id += 1;
     st.links.push(Link {
         id,
+        peer,
+        ack_offset: 0,
+        ack_ms: crate::util::now_ms(),
         out: Vec::new(),
         db: None,
         waker: None,
@@ -149,6 +166,34 @@ pub fn detach(id: u64) {
     st.links.retain(|l| l.id != id);
     if st.links.len() < before {
         LINKS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// REPLCONF ACK on a link: the replica has processed the stream up to `offset`.
+pub fn ack(id: u64, offset: u64) {
+    let mut st = state();
+    if let Some(l) = st.links.iter_mut().find(|l| l.id == id) {
+        l.ack_offset = offset;
+        l.ack_ms = crate::util::now_ms();
+    }
+}
+
+/// INFO replication's `slaveN:ip=...,port=...,state=online,offset=...,lag=...` lines,
+/// in attach order. A link is online from its attach: the snapshot it starts with
+/// is already queued to it.
+pub fn info_lines(out: &mut String) {
+    use std::fmt::Write;
+    let now = crate::util::now_ms();
+    let st = state();
+    for (i, l) in st.links.iter().enumerate() {
+        let _ = write!(
+            out,
+            "slave{i}:ip={},port={},state=online,offset={},lag={}\r\n",
+            l.peer.ip,
+            l.peer.port,
+            l.ack_offset,
+            now.saturating_sub(l.ack_ms) / 1000
+        );
     }
 }
 
@@ -303,7 +348,7 @@ pub fn last_save_unix(started_unix_ms: u64) -> u64 {
 /// change counter at that moment (what a SAVE of it makes clean).
 pub async fn snapshot(
     cell: &std::rc::Rc<crate::shard::ShardCell>,
-    attach_link: bool,
+    attach_link: Option<ReplicaPeer>,
 ) -> (Vec<u8>, Option<u64>, Vec<u64>) {
     let owner = crate::shard::locks::LockOwner {
         id: cell.next_txn_id(),
@@ -314,7 +359,7 @@ pub async fn snapshot(
     let parts = op
         .on_each(cell, |d| (shard_records(d, crate::util::now_ms()), d.dirty))
         .await;
-    let id = attach_link.then(attach);
+    let id = attach_link.map(attach);
     op.release(cell).await;
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
     (assemble_rdb(&parts), id, dirty)

@@ -8,7 +8,7 @@ use super::keys::reply_help;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
 use super::{parse_i64, ClientCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, SYNTAX_ERR};
-use crate::clients::ReplyMode;
+use crate::clients::{ClientType, ReplyMode};
 use crate::protocol::reply::{Protocol, ReplyWriter};
 
 type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
@@ -439,15 +439,13 @@ async fn client_unblock(g: &mut GlobalCtx<'_>) {
 
 async fn client_list(g: &mut GlobalCtx<'_>) {
     let mut ids: Option<Vec<u64>> = None;
-    let mut normal_only = true;
+    let mut kind: Option<ClientType> = None;
     let mut i = 2;
     while i < g.args.len() {
         if g.is(i, "type") && i + 1 < g.args.len() {
-            let t = String::from_utf8_lossy(&g.args[i + 1]).to_ascii_lowercase();
-            match t.as_str() {
-                "normal" => normal_only = true,
-                "master" | "replica" | "slave" | "pubsub" => normal_only = false,
-                _ => {
+            match ClientType::parse(&g.args[i + 1]) {
+                Some(t) => kind = Some(t),
+                None => {
                     let msg = format!(
                         "ERR Unknown client type '{}'",
                         String::from_utf8_lossy(&g.args[i + 1])
@@ -478,7 +476,10 @@ async fn client_list(g: &mut GlobalCtx<'_>) {
             let reg = c.clients.borrow();
             let mut v: Vec<(u64, String)> = reg
                 .iter()
-                .filter(|cl| normal_only && ids.as_ref().is_none_or(|ids| ids.contains(&cl.id)))
+                .filter(|cl| {
+                    kind.is_none_or(|k| cl.client_type() == k)
+                        && ids.as_ref().is_none_or(|ids| ids.contains(&cl.id))
+                })
                 .map(|cl| (cl.id, cl.info_line(now)))
                 .collect();
             v.sort();
@@ -502,7 +503,7 @@ struct KillFilter {
     laddr: Option<String>,
     skip_me: bool,
     max_age: Option<u64>,
-    type_ok: bool,
+    kind: Option<ClientType>,
 }
 
 async fn client_kill(g: &mut GlobalCtx<'_>) {
@@ -510,7 +511,6 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
     let old_style = g.args.len() == 3;
     let mut f = KillFilter {
         skip_me: true,
-        type_ok: true,
         ..Default::default()
     };
     if old_style {
@@ -546,10 +546,9 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
                     return g.w().error(&format!("ERR No such user '{v}'"));
                 }
             } else if g.is(i, "type") {
-                match v.to_ascii_lowercase().as_str() {
-                    "normal" => f.type_ok = true,
-                    "master" | "replica" | "slave" | "pubsub" => f.type_ok = false,
-                    _ => return g.w().error(&format!("ERR Unknown client type '{v}'")),
+                match ClientType::parse(&g.args[i + 1]) {
+                    Some(t) => f.kind = Some(t),
+                    None => return g.w().error(&format!("ERR Unknown client type '{v}'")),
                 }
             } else {
                 return g.w().error(SYNTAX_ERR);
@@ -570,7 +569,7 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
             let mut n = 0;
             for cl in reg.iter() {
                 let f = &filter;
-                let matches = f.type_ok
+                let matches = f.kind.is_none_or(|k| cl.client_type() == k)
                     && f.id.is_none_or(|id| id == cl.id)
                     && f.addr.as_deref().is_none_or(|a| a == cl.addr.to_string())
                     && f.laddr.as_deref().is_none_or(|a| a == cl.laddr.to_string())

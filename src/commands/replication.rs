@@ -55,14 +55,47 @@ fn sync_elsewhere(ctx: &mut ClientCtx) {
         .error("ERR Replica can't interact with the keyspace");
 }
 
-/// REPLCONF options a replica sends (listening-port, capa, ack ...): accepted.
+/// REPLCONF option value pairs a replica sends before SYNC / PSYNC: listening-port
+/// and ip-address are kept for INFO's `slaveN:` line, capabilities are accepted.
+/// ACK reaches a link's own loop (connection.rs); here, from a client that is no
+/// replica, it is ignored without a reply, as GETACK is (Tessera has no master).
 fn replconf(ctx: &mut ClientCtx) {
     if ctx.args.len().is_multiple_of(2) {
         return ctx.out.error(super::SYNTAX_ERR);
     }
-    // ACK and GETACK expect no reply.
-    if ctx.args.is(1, "ack") || ctx.args.is(1, "getack") {
-        return;
+    let mut i = 1;
+    while i < ctx.args.len() {
+        let value = ctx.args.get(i + 1);
+        if ctx.args.is(i, "listening-port") {
+            match super::parse_i64(value).and_then(|p| u16::try_from(p).ok()) {
+                Some(port) => ctx.session.shared.replica_port.set(port),
+                None => return ctx.out.error(super::NOT_INT),
+            }
+        } else if ctx.args.is(i, "ip-address") {
+            // NET_HOST_STR_LEN (256) including the terminator.
+            if value.len() >= 256 {
+                let msg = format!(
+                    "ERR REPLCONF ip-address provided by replica instance is too long: {} bytes",
+                    value.len()
+                );
+                return ctx.out.error(&msg);
+            }
+            *ctx.session.shared.replica_ip.borrow_mut() =
+                Some(String::from_utf8_lossy(value).into_owned());
+        } else if ctx.args.is(i, "ack") || ctx.args.is(i, "getack") {
+            return;
+        } else if ctx.args.is(i, "rdb-only") || ctx.args.is(i, "rdb-filter-only") {
+            if ctx.args.is(i, "rdb-only") && !matches!(value, b"0" | b"1") {
+                return ctx.out.error("ERR value is out of range, must be positive");
+            }
+        } else if !ctx.args.is(i, "capa") {
+            let msg = format!(
+                "ERR Unrecognized REPLCONF option: {}",
+                String::from_utf8_lossy(ctx.args.get(i))
+            );
+            return ctx.out.error(&msg);
+        }
+        i += 2;
     }
     ctx.out.ok();
 }
@@ -128,7 +161,7 @@ fn role(ctx: &mut ClientCtx) {
 fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let cell = g.session.cell.clone();
-        let (rdb, _, dirty) = replication::snapshot(&cell, false).await;
+        let (rdb, _, dirty) = replication::snapshot(&cell, None).await;
         let path = {
             let data = cell.data.borrow();
             std::path::Path::new(data.config.dir()).join(data.config.dbfilename())

@@ -153,27 +153,11 @@ async fn run_fcall(g: &mut GlobalCtx<'_>, ro: bool) {
 /// script's lock owner (so commands that lock keys re-enter the held locks).
 fn fake_session(s: &Session, txn: u64) -> Session {
     let c = &s.shared;
-    let shared = Rc::new(ClientShared {
-        id: c.id,
-        addr: c.addr,
-        laddr: c.laddr,
-        fd: -1,
-        created_ms: c.created_ms,
-        name: Default::default(),
-        db: std::cell::Cell::new(s.db),
-        last_cmd: std::cell::Cell::new("NULL"),
-        last_interaction_ms: std::cell::Cell::new(c.last_interaction_ms.get()),
-        proto: std::cell::Cell::new(Protocol::Resp2),
-        query_buf_len: Default::default(),
-        output_len: Default::default(),
-        killed: Default::default(),
-        no_evict: Default::default(),
-        multi_count: std::cell::Cell::new(-1),
-        blocked: Default::default(),
-        paused: Default::default(),
-        pubsub: Default::default(),
-        tracking: Default::default(),
-    });
+    // The script's fake client: the caller's identity, none of its connection.
+    let shared = ClientShared::new(c.id, c.addr, c.laddr, c.created_ms);
+    shared.db.set(s.db);
+    shared.last_interaction_ms.set(c.last_interaction_ms.get());
+    let shared = Rc::new(shared);
     Session {
         cell: s.cell.clone(),
         shared,

@@ -1155,8 +1155,13 @@ fn info_replication(out: &mut String) {
     }
     let _ = write!(
         out,
-        "connected_slaves:{}\r\nmaster_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
-        crate::replication::link_count(),
+        "connected_slaves:{}\r\n",
+        crate::replication::link_count()
+    );
+    crate::replication::info_lines(out);
+    let _ = write!(
+        out,
+        "master_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
         crate::replication::replid(),
     );
 }

@@ -1,0 +1,195 @@
+//! The clients cron and client classes over TCP: `timeout` closes idle clients (but
+//! not subscribers, blocked clients, MONITORs or replica links), query buffers are given
+//! back as Redis's clientsCron gives them back (CLIENT LIST's qbuf / qbuf-free), and
+//! replica links show up as replicas (CLIENT LIST / KILL TYPE, INFO's `slaveN:` line).
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// The CLIENT LIST line of the client named `name`.
+fn client_line(c: &mut redis::Connection, name: &str) -> Option<String> {
+    let list: String = q(c, &["CLIENT", "LIST"]);
+    let tag = format!(" name={name} ");
+    list.lines().find(|l| l.contains(&tag)).map(str::to_string)
+}
+
+fn field(line: &str, name: &str) -> u64 {
+    let tag = format!(" {name}=");
+    let at = line.find(&tag).map(|i| i + tag.len());
+    let v = at.map(|i| &line[i..]).and_then(|r| r.split(' ').next());
+    v.and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+}
+
+/// qbuf + qbuf-free: the query buffer's allocated size, as Redis's own test sums it.
+fn query_buffer(c: &mut redis::Connection, name: &str) -> u64 {
+    let line = client_line(c, name).expect("client listed");
+    field(&line, "qbuf") + field(&line, "qbuf-free")
+}
+
+/// Waits up to `secs` for `cond`, checking every 50 ms.
+fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// True when the peer closed `s` (read returns end of file within the timeout).
+fn closed(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(200))).ok();
+    let mut b = [0u8; 64];
+    matches!(s.read(&mut b), Ok(0))
+}
+
+#[test]
+fn timeout_closes_idle_clients_only() {
+    let s = Server::start(2);
+    let mut admin = s.client();
+    // Clients on both shards: connections are spread over them.
+    let mut idle: Vec<TcpStream> = (0..4).map(|_| s.raw()).collect();
+    let mut sub = s.raw();
+    sub.write_all(b"SUBSCRIBE news\r\n").unwrap();
+    read_at_least(&mut sub, 10);
+    let mut monitor = s.raw();
+    monitor.write_all(b"MONITOR\r\n").unwrap();
+    read_at_least(&mut monitor, 5);
+    let (_, blocked) = spawn_blocked(&s, &["BLPOP", "queue", "0"]);
+    wait_blocked(&mut admin, 1);
+    let _: () = q(&mut admin, &["CONFIG", "SET", "timeout", "1"]);
+
+    // Idle for over a second: closed within the next cron passes. (The admin client
+    // stays busy meanwhile, or it would be closed too.)
+    let start = Instant::now();
+    for c in idle.iter_mut() {
+        assert!(
+            eventually(5, || {
+                let _: String = q(&mut admin, &["PING"]);
+                closed(c)
+            }),
+            "idle client still open after {:?}",
+            start.elapsed()
+        );
+    }
+    assert!(start.elapsed() >= Duration::from_millis(900));
+    // The others are still there and still served.
+    let _: i64 = q(&mut admin, &["LPUSH", "queue", "job"]);
+    let got = blocked.join().unwrap().unwrap();
+    assert_eq!(
+        got,
+        redis::Value::Array(vec![
+            redis::Value::BulkString(b"queue".to_vec()),
+            redis::Value::BulkString(b"job".to_vec()),
+        ])
+    );
+    let receivers: i64 = q(&mut admin, &["PUBLISH", "news", "hello"]);
+    assert_eq!(receivers, 1);
+    let msg = String::from_utf8_lossy(&read_at_least(&mut sub, 30)).into_owned();
+    assert!(msg.contains("hello"), "{msg}");
+    let feed = String::from_utf8_lossy(&read_at_least(&mut monitor, 10)).into_owned();
+    assert!(feed.contains("\"LPUSH\" \"queue\""), "{feed}");
+
+    // timeout 0 (the default) never closes anyone.
+    let _: () = q(&mut admin, &["CONFIG", "SET", "timeout", "0"]);
+    let mut quiet = s.raw();
+    std::thread::sleep(Duration::from_millis(2500));
+    quiet.write_all(b"PING\r\n").unwrap();
+    assert_eq!(read_at_least(&mut quiet, 7), b"+PONG\r\n");
+}
+
+#[test]
+fn query_buffer_is_given_back_when_idle_or_oversized() {
+    let s = Server::start(2);
+    let mut admin = s.client();
+    let mut c = s.client();
+    let _: () = q(&mut c, &["CLIENT", "SETNAME", "probe"]);
+    // A fresh client reads into one 16 KiB chunk.
+    let fresh = query_buffer(&mut admin, "probe");
+    assert!((16384..32768).contains(&fresh), "{fresh}");
+
+    // A 400 KB request grows it; later small requests let the cron shrink it back
+    // to what they need, not to nothing (the client is not idle).
+    let big = "A".repeat(400_000);
+    let _: () = q(&mut c, &["SET", "x", &big]);
+    let grown = query_buffer(&mut admin, "probe");
+    assert!(grown > 32768, "{grown}");
+    assert!(
+        eventually(3, || {
+            let _: () = q(&mut c, &["SET", "x", "small"]);
+            let now = query_buffer(&mut admin, "probe");
+            now > 0 && now < grown
+        }),
+        "buffer never shrank below {grown}"
+    );
+
+    // Idle for over two seconds: all of it is freed, and the next request still works.
+    assert!(
+        eventually(6, || query_buffer(&mut admin, "probe") == 0),
+        "idle buffer kept: {:?}",
+        client_line(&mut admin, "probe")
+    );
+    let _: () = q(&mut c, &["SET", "y", &big]);
+    let back: String = q(&mut c, &["GET", "y"]);
+    assert_eq!(back.len(), big.len());
+}
+
+#[test]
+fn replica_links_are_replicas() {
+    let s = Server::start(2);
+    let mut admin = s.client();
+    // REPLCONF's options as a replica sends them, and what Redis refuses.
+    assert!(err(&mut admin, &["REPLCONF", "bogus", "1"])
+        .contains("Unrecognized REPLCONF option: bogus"));
+    assert!(err(&mut admin, &["REPLCONF", "listening-port", "x"]).contains("not an integer"));
+
+    let mut link = s.raw();
+    link.write_all(b"REPLCONF listening-port 6390\r\nREPLCONF capa eof\r\nSYNC\r\n")
+        .unwrap();
+    // +OK, +OK, then the snapshot's $<len>.
+    let head = String::from_utf8_lossy(&read_at_least(&mut link, 20)).into_owned();
+    assert!(head.starts_with("+OK\r\n+OK\r\n$"), "{head}");
+    link.write_all(b"*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n$2\r\n42\r\n")
+        .unwrap();
+    let mut sub = s.raw();
+    sub.write_all(b"SUBSCRIBE news\r\n").unwrap();
+    read_at_least(&mut sub, 10);
+
+    let line = "slave0:ip=127.0.0.1,port=6390,state=online,offset=42,lag=";
+    assert!(
+        eventually(3, || {
+            let info: String = q(&mut admin, &["INFO", "replication"]);
+            info.contains("connected_slaves:1\r\n") && info.contains(line)
+        }),
+        "{}",
+        q::<String>(&mut admin, &["INFO", "replication"])
+    );
+    let replicas: String = q(&mut admin, &["CLIENT", "LIST", "TYPE", "replica"]);
+    assert_eq!(replicas.lines().count(), 1, "{replicas}");
+    assert!(replicas.contains(" flags=S ") && replicas.contains(" cmd=sync "));
+    let subscribers: String = q(&mut admin, &["CLIENT", "LIST", "TYPE", "pubsub"]);
+    assert_eq!(subscribers.lines().count(), 1, "{subscribers}");
+    assert!(subscribers.contains(" flags=P "));
+    let normal: String = q(&mut admin, &["CLIENT", "LIST", "TYPE", "normal"]);
+    assert_eq!(normal.lines().count(), 1, "{normal}");
+    let all: String = q(&mut admin, &["CLIENT", "LIST"]);
+    assert_eq!(all.lines().count(), 3, "{all}");
+    let masters: String = q(&mut admin, &["CLIENT", "LIST", "TYPE", "master"]);
+    assert!(masters.is_empty(), "{masters}");
+
+    // CLIENT KILL TYPE slave ends the link and nothing else.
+    let killed: i64 = q(&mut admin, &["CLIENT", "KILL", "TYPE", "slave"]);
+    assert_eq!(killed, 1);
+    assert!(eventually(3, || closed(&mut link)));
+    let info: String = q(&mut admin, &["INFO", "replication"]);
+    assert!(info.contains("connected_slaves:0\r\n") && !info.contains("slave0:"));
+    let receivers: i64 = q(&mut admin, &["PUBLISH", "news", "still"]);
+    assert_eq!(receivers, 1);
+}

@@ -278,6 +278,49 @@ impl Session {
 #[derive(Default)]
 pub struct ClientRegistry {
     clients: HashMap<u64, Rc<ClientShared>>,
+    /// The largest client buffers the clients cron saw lately (INFO clients).
+    recent_peaks: BufferPeaks,
+}
+
+/// Seconds of history behind INFO's client_recent_max_input_buffer and
+/// client_recent_max_output_buffer (Redis's CLIENTS_PEAK_MEM_USAGE_SLOTS).
+const PEAK_SLOTS: usize = 8;
+
+/// The largest query buffer and output buffer of any client, one slot per second of
+/// the last `PEAK_SLOTS` seconds (Redis's ClientsPeakMemInput / ClientsPeakMemOutput):
+/// a client that needed a big buffer a moment ago still shows after it is gone.
+#[derive(Default)]
+pub struct BufferPeaks {
+    input: [usize; PEAK_SLOTS],
+    output: [usize; PEAK_SLOTS],
+    /// The second the current slot belongs to.
+    second: u64,
+}
+
+impl BufferPeaks {
+    /// Folds one cron pass's largest buffers into the slot of `now_ms`'s second,
+    /// clearing the slots of the seconds skipped since the last pass.
+    pub fn record(&mut self, now_ms: u64, input: usize, output: usize) {
+        let second = now_ms / 1000;
+        if second != self.second {
+            let skipped = second.saturating_sub(self.second).min(PEAK_SLOTS as u64);
+            for s in 1..=skipped {
+                let slot = ((self.second + s) % PEAK_SLOTS as u64) as usize;
+                self.input[slot] = 0;
+                self.output[slot] = 0;
+            }
+            self.second = second;
+        }
+        let slot = (second % PEAK_SLOTS as u64) as usize;
+        self.input[slot] = self.input[slot].max(input);
+        self.output[slot] = self.output[slot].max(output);
+    }
+
+    /// (largest input buffer, largest output buffer) over the window.
+    pub fn max(&self) -> (usize, usize) {
+        let max = |a: &[usize; PEAK_SLOTS]| a.iter().copied().max().unwrap_or(0);
+        (max(&self.input), max(&self.output))
+    }
 }
 
 impl ClientRegistry {
@@ -304,6 +347,11 @@ impl ClientRegistry {
     pub fn get(&self, id: u64) -> Option<&Rc<ClientShared>> {
         self.clients.get(&id)
     }
+
+    /// INFO clients' client_recent_max_input_buffer / _output_buffer for this shard.
+    pub fn recent_buffer_peaks(&self) -> (usize, usize) {
+        self.recent_peaks.max()
+    }
 }
 
 /// Redis frees the query buffer of a client idle for longer than this.
@@ -326,14 +374,21 @@ pub async fn run_cron(cell: Rc<crate::shard::ShardCell>) {
         crate::runtime::sleep(std::time::Duration::from_millis(1000 / hz as u64)).await;
         let now = crate::util::now_ms();
         let max_idle_ms = timeout_s.saturating_mul(1000);
+        let (mut input_peak, mut output_peak) = (0, 0);
         for c in cell.clients.borrow().iter() {
             if max_idle_ms > 0 && c.idle_timed_out(now, max_idle_ms) {
                 tracing::info!(client = c.id, "Closing idle client");
                 c.kill();
                 continue;
             }
+            input_peak = input_peak.max(c.query_buf_cap.get());
+            output_peak = output_peak.max(c.output_len.get());
             trim_query_buffer(c, now);
         }
+        cell.clients
+            .borrow_mut()
+            .recent_peaks
+            .record(now, input_peak, output_peak);
     }
 }
 
@@ -373,4 +428,26 @@ fn trim_query_buffer(c: &ClientShared, now_ms: u64) {
         }
     }
     c.query_buf_peak.set(len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BufferPeaks;
+
+    #[test]
+    fn peaks_last_eight_seconds() {
+        let mut p = BufferPeaks::default();
+        p.record(100_000, 50_000, 10);
+        p.record(100_500, 1_000, 20);
+        assert_eq!(p.max(), (50_000, 20));
+        // Seven seconds on, the peak of second 100 still counts.
+        p.record(107_000, 16_384, 0);
+        assert_eq!(p.max(), (50_000, 20));
+        // Eight seconds on, its slot is reused and the peak is gone.
+        p.record(108_000, 16_384, 0);
+        assert_eq!(p.max(), (16_384, 0));
+        // A long gap clears every slot.
+        p.record(200_000, 0, 0);
+        assert_eq!(p.max(), (0, 0));
+    }
 }

@@ -25,6 +25,15 @@ fn field(line: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {line}"))
 }
 
+/// A numeric field of an INFO reply.
+fn info_field(info: &str, name: &str) -> u64 {
+    let tag = format!("{name}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&tag))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {info}"))
+}
+
 /// qbuf + qbuf-free: the query buffer's allocated size, as Redis's own test sums it.
 fn query_buffer(c: &mut redis::Connection, name: &str) -> u64 {
     let line = client_line(c, name).expect("client listed");
@@ -121,6 +130,14 @@ fn query_buffer_is_given_back_when_idle_or_oversized() {
     let _: () = q(&mut c, &["SET", "x", &big]);
     let grown = query_buffer(&mut admin, "probe");
     assert!(grown > 32768, "{grown}");
+    // The cron's next pass (hz 10) records the big buffer for INFO clients.
+    assert!(
+        eventually(3, || {
+            let info: String = q(&mut admin, &["INFO", "clients"]);
+            info_field(&info, "client_recent_max_input_buffer") >= 400_000
+        }),
+        "INFO never showed the big query buffer"
+    );
     assert!(
         eventually(3, || {
             let _: () = q(&mut c, &["SET", "x", "small"]);

@@ -181,6 +181,8 @@ struct ShardReport {
     expired: u64,
     clients: usize,
     blocked_clients: usize,
+    /// The shard's client_recent_max_input_buffer / _output_buffer.
+    buffer_peaks: (usize, usize),
     evicted: u64,
     eviction_us: u64,
     dataset: u64,
@@ -250,6 +252,7 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     dirty: d.dirty,
                     clients: c.clients.borrow().len(),
                     blocked_clients: c.clients.borrow().iter().filter(|x| x.is_blocked()).count(),
+                    buffer_peaks: c.clients.borrow().recent_buffer_peaks(),
                 }
             })
             .await;
@@ -386,9 +389,11 @@ fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
     let n: usize = reports.iter().map(|r| r.clients).sum();
     let blocked: usize = reports.iter().map(|r| r.blocked_clients).sum();
     let (tc, ..) = crate::tracking::info_counts();
+    let max_in = reports.iter().map(|r| r.buffer_peaks.0).max().unwrap_or(0);
+    let max_out = reports.iter().map(|r| r.buffer_peaks.1).max().unwrap_or(0);
     let _ = write!(
         out,
-        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{blocked}\r\ntracking_clients:{tc}\r\nclients_in_timeout_table:0\r\n",
+        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:{max_in}\r\nclient_recent_max_output_buffer:{max_out}\r\nblocked_clients:{blocked}\r\ntracking_clients:{tc}\r\nclients_in_timeout_table:0\r\n",
         maxclients
     );
 }

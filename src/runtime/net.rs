@@ -208,25 +208,12 @@ impl TcpStream {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
         poll_fn(|cx| loop {
-            // A short read drained the socket: wait for the next readiness edge
-            // instead of paying a recv that can only say EAGAIN (Redis reads once per
-            // readable event too). Data arriving after that read raises a new edge.
             if !state.readable.get() {
                 *state.read_waker.borrow_mut() = Some(cx.waker().clone());
                 return Poll::Pending;
             }
-            let n = sys_recv(fd, buf);
-            if n >= 0 {
-                if n > 0 && (n as usize) < buf.len() {
-                    state.readable.set(false);
-                }
-                return Poll::Ready(Ok(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                ErrorKind::WouldBlock => state.readable.set(false),
-                ErrorKind::Interrupted => continue,
-                _ => return Poll::Ready(Err(e)),
+            if let Some(done) = recv_once(&state, fd, buf) {
+                return Poll::Ready(done);
             }
         })
         .await
@@ -255,19 +242,8 @@ impl TcpStream {
             if buf.len() < at + want {
                 buf.resize(at + want, 0);
             }
-            let target = &mut buf[at..];
-            let n = sys_recv(fd, target);
-            if n >= 0 {
-                if n > 0 && (n as usize) < target.len() {
-                    state.readable.set(false);
-                }
-                return Poll::Ready(Ok(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                ErrorKind::WouldBlock => state.readable.set(false),
-                ErrorKind::Interrupted => continue,
-                _ => return Poll::Ready(Err(e)),
+            if let Some(done) = recv_once(&state, fd, &mut buf[at..]) {
+                return Poll::Ready(done);
             }
         })
         .await
@@ -317,6 +293,31 @@ impl AsRawFd for TcpStream {
 // request per read, measured with perf); shards are never cancelled.
 
 /// recvfrom(fd, buf, 0, NULL, NULL): bytes read, or -1 with errno set.
+/// One recv into `buf` on a socket the reactor last saw readable: the bytes read (0 =
+/// EOF) or the error, or None when it turned out to have nothing (it is then marked
+/// not readable, so the caller waits for the next edge) or the call was interrupted.
+fn recv_once(state: &IoState, fd: libc::c_int, buf: &mut [u8]) -> Option<io::Result<usize>> {
+    let n = sys_recv(fd, buf);
+    if n >= 0 {
+        // A short read drained the socket: wait for the next readiness edge instead of
+        // paying a recv that can only say EAGAIN (Redis reads once per readable event
+        // too). Data arriving after that read raises a new edge.
+        if n > 0 && (n as usize) < buf.len() {
+            state.readable.set(false);
+        }
+        return Some(Ok(n as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        ErrorKind::WouldBlock => {
+            state.readable.set(false);
+            None
+        }
+        ErrorKind::Interrupted => None,
+        _ => Some(Err(e)),
+    }
+}
+
 fn sys_recv(fd: libc::c_int, buf: &mut [u8]) -> isize {
     let null = std::ptr::null_mut::<libc::c_void>();
     // SAFETY: the kernel writes at most buf.len() bytes into a live, exclusively

@@ -120,5 +120,14 @@ fuzz_target!(|data: &[u8]| {
     let chunked = run(input, &mut Some(Chunker(u32::from(seed) | 0x100)));
     let whole = run(input, &mut None);
     check_scan(input, &whole);
-    assert_eq!(chunked, whole, "chunking changed the outcome");
+    // A line longer than the limit is read when its terminator arrived with it and
+    // refused when the limit is passed first, as in Redis: only there may chunking
+    // decide the outcome.
+    if !too_long(&chunked) && !too_long(&whole) {
+        assert_eq!(chunked, whole, "chunking changed the outcome");
+    }
 });
+
+fn too_long(out: &Outcome) -> bool {
+    matches!(&out.1, Err(e) if e.message().contains("too big"))
+}

@@ -465,33 +465,11 @@ fn hrandfield_count(ctx: &mut ExecCtx, count: i64, withvalues: bool) {
     }
 }
 
-/// Parses a SCAN cursor as Redis's strtoul-based parseScanCursorOrReply does: an
-/// optional sign, digits, nothing else, no overflow ("-1" wraps like strtoul).
-fn parse_cursor(b: &[u8]) -> Option<u64> {
-    let (neg, digits) = match b.first() {
-        None => return Some(0),
-        Some(b'-') => (true, &b[1..]),
-        Some(b'+') => (false, &b[1..]),
-        Some(_) => (false, b),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
-    }
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
 /// HSCAN key cursor [MATCH pattern] [COUNT count]. As in Redis the key is looked up
 /// before the options are parsed, so a missing key answers an empty scan whatever
 /// follows. See storage::hash for the cursor's guarantee.
 fn hscan(ctx: &mut ExecCtx) {
-    let Some(cursor) = parse_cursor(ctx.args.get(2)) else {
+    let Some(cursor) = super::parse_scan_cursor(ctx.args.get(2)) else {
         return ctx.error("ERR invalid cursor");
     };
     let args = ctx.args;

@@ -731,10 +731,7 @@ fn keys<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 /// whatever the tables do in between.
 fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
-        let Some(cursor) = std::str::from_utf8(&g.args[1])
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-        else {
+        let Some(cursor) = super::parse_scan_cursor(&g.args[1]) else {
             return g.w().error("ERR invalid cursor");
         };
         let mut count = 10usize;

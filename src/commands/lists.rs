@@ -481,7 +481,9 @@ fn lrem(ctx: &mut ExecCtx) {
 
 struct LposOpts {
     /// Which match to start from (1 = the first), counted from the scan's start.
-    rank: u64,
+    /// Signed, as Redis keeps it: RANK -9223372036854775808 negates to itself, so
+    /// every match qualifies and COUNT never stops the scan (Redis's replies for it).
+    rank: i64,
     from_tail: bool,
     /// None: reply with one index; Some(0): every match.
     count: Option<u64>,
@@ -521,7 +523,7 @@ fn parse_lpos_opts(ctx: &ExecCtx) -> Result<LposOpts, &'static str> {
         j += 1;
     }
     Ok(LposOpts {
-        rank: rank.unsigned_abs(),
+        rank: if rank < 0 { rank.wrapping_neg() } else { rank },
         from_tail: rank < 0,
         count,
         maxlen,
@@ -546,7 +548,7 @@ fn lpos(ctx: &mut ExecCtx) {
     };
     let len = l.len();
     let mut found: Vec<i64> = Vec::new();
-    let mut matches = 0u64;
+    let mut matches = 0i64;
     for (index, e) in l.scan(o.from_tail).enumerate() {
         if o.maxlen != 0 && index as u64 >= o.maxlen {
             break;
@@ -565,7 +567,7 @@ fn lpos(ctx: &mut ExecCtx) {
         });
         match o.count {
             None => break,
-            Some(c) if c != 0 && matches - o.rank + 1 >= c => break,
+            Some(c) if c != 0 && matches.wrapping_sub(o.rank).wrapping_add(1) >= c as i64 => break,
             _ => {}
         }
     }

@@ -348,6 +348,28 @@ impl GlobalCtx<'_> {
     }
 }
 
+/// Parses a SCAN cursor as Redis's strtoul-based parseScanCursorOrReply does: an
+/// optional sign, digits, nothing else, no overflow ("-1" wraps like strtoul; "" is 0).
+pub fn parse_scan_cursor(b: &[u8]) -> Option<u64> {
+    let (neg, digits) = match b.first() {
+        None => return Some(0),
+        Some(b'-') => (true, &b[1..]),
+        Some(b'+') => (false, &b[1..]),
+        Some(_) => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
 /// HSCAN / SSCAN / ZSCAN options from argument 3 on: (COUNT, MATCH pattern), where a
 /// MATCH of `*` is no filter. Errors are Redis's texts.
 pub fn parse_scan_opts<'a>(args: &Args<'a>) -> Result<(usize, Option<&'a [u8]>), &'static str> {
@@ -444,5 +466,21 @@ mod tests {
         assert_eq!(parse_f64(b" 1"), None);
         assert_eq!(parse_f64(b"1e3"), Some(1000.0));
         assert_eq!(parse_f64(b""), None);
+    }
+
+    #[test]
+    fn cursors_parse_like_strtoul() {
+        assert_eq!(parse_scan_cursor(b"0"), Some(0));
+        assert_eq!(parse_scan_cursor(b"+7"), Some(7));
+        assert_eq!(parse_scan_cursor(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_scan_cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(parse_scan_cursor(b"-18446744073709551616"), None);
+        assert_eq!(parse_scan_cursor(b"18446744073709551616"), None);
+        assert_eq!(parse_scan_cursor(b"x"), None);
+        assert_eq!(parse_scan_cursor(b"-"), None);
+        assert_eq!(parse_scan_cursor(b" 1"), None);
+        assert_eq!(parse_scan_cursor(b"1 "), None);
+        // strtoul("") parses nothing and stops at the terminator: cursor 0, as Redis.
+        assert_eq!(parse_scan_cursor(b""), Some(0));
     }
 }

@@ -177,20 +177,6 @@ fn store_result(db: &mut Db, dst: &[u8], result: SetValue, event: &str) -> (i64,
     (n, n > 0 || existed)
 }
 
-/// Parses a SCAN cursor as Redis's strtoul does (a leading '-' wraps around).
-fn parse_cursor(b: &[u8]) -> Option<u64> {
-    let (neg, digits) = match b.first() {
-        Some(b'-') => (true, &b[1..]),
-        Some(b'+') => (false, &b[1..]),
-        _ => (false, b),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let v = std::str::from_utf8(digits).ok()?.parse::<u64>().ok()?;
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
 // ---------------------------------------------------------------------------
 // Single-key commands
 // ---------------------------------------------------------------------------
@@ -577,7 +563,7 @@ fn smove_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 }
 
 fn sscan(ctx: &mut ExecCtx) {
-    let Some(cursor) = parse_cursor(ctx.args.get(2)) else {
+    let Some(cursor) = super::parse_scan_cursor(ctx.args.get(2)) else {
         return ctx.error("ERR invalid cursor");
     };
     let key = ctx.args.get(1);
@@ -1009,17 +995,6 @@ fn sintercard_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cursors_parse_like_strtoul() {
-        assert_eq!(parse_cursor(b"0"), Some(0));
-        assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
-        assert_eq!(parse_cursor(b"18446744073709551616"), None);
-        assert_eq!(parse_cursor(b"x"), None);
-        assert_eq!(parse_cursor(b" 1"), None);
-        assert_eq!(parse_cursor(b""), None);
-    }
 
     #[test]
     fn intercard_arguments() {

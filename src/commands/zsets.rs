@@ -1756,18 +1756,9 @@ combine_cmds! {
 // ZSCAN
 // ---------------------------------------------------------------------------
 
-/// Redis's parseScanCursorOrReply: an unsigned decimal, no leading space.
-fn parse_cursor(b: &[u8]) -> Option<u64> {
-    let digits = b.strip_prefix(b"+").unwrap_or(b);
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
-}
-
 fn zscan(ctx: &mut ExecCtx) {
     let args = ctx.args;
-    let Some(cursor) = parse_cursor(args.get(2)) else {
+    let Some(cursor) = super::parse_scan_cursor(args.get(2)) else {
         return ctx.error("ERR invalid cursor");
     };
     let (e, out) = ctx.read_with_out(args.get(1));

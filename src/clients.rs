@@ -393,6 +393,14 @@ pub async fn run_cron(cell: Rc<crate::shard::ShardCell>) {
 }
 
 impl ClientShared {
+    /// Redis's islocalClient: the peer's address is exactly 127.0.0.1 or ::1. The
+    /// rest of 127.0.0.0/8 is not local to Redis, and neither to Tessera: protected
+    /// mode and the `local` settings of enable-debug-command / enable-protected-configs
+    /// judge a client by this.
+    pub fn is_local(&self) -> bool {
+        is_local_peer(&self.addr)
+    }
+
     /// `timeout`: replica links, MONITORs, subscribers and blocked clients never time
     /// out (Redis's clientsCronHandleTimeout); blocking commands time out on their own.
     fn idle_timed_out(&self, now_ms: u64, max_idle_ms: u64) -> bool {
@@ -428,6 +436,14 @@ fn trim_query_buffer(c: &ClientShared, now_ms: u64) {
         }
     }
     c.query_buf_peak.set(len);
+}
+
+/// See [`ClientShared::is_local`].
+pub fn is_local_peer(addr: &SocketAddr) -> bool {
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => ip == std::net::Ipv4Addr::LOCALHOST,
+        std::net::IpAddr::V6(ip) => ip == std::net::Ipv6Addr::LOCALHOST,
+    }
 }
 
 #[cfg(test)]

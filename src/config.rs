@@ -129,8 +129,8 @@ const PROTECTED_ACTION_NAMES: &[&str] = &["no", "yes", "local"];
 impl ProtectedAction {
     const ALL: [ProtectedAction; 3] = [Self::No, Self::Yes, Self::Local];
 
-    /// Whether a client (local = connected over loopback or a unix socket)
-    /// may use the protected feature.
+    /// Whether a client may use the protected feature (local: see
+    /// `ClientShared::is_local`).
     pub fn allows(self, client_is_local: bool) -> bool {
         match self {
             Self::No => false,
@@ -237,6 +237,9 @@ pub enum Special {
     FileName,
     /// Tessera's `cpus` list (`0-3,8`), empty for "no pinning".
     CpuList,
+    /// `appendonly`: a yes/no that refuses `yes` until Tessera writes an AOF, so
+    /// that nobody runs believing their writes are logged.
+    AppendOnly,
     /// `replicaof host port` (or `no one`): the master, set in the config file or
     /// by REPLICAOF; CONFIG GET shows the one in force.
     ReplicaOf,
@@ -371,7 +374,7 @@ const TABLE: &[ConfigParam] = &[
     string("unixsocket", "").flag(IMMUTABLE),
     int("timeout", 0, INT_MAX, "0"),
     int("tcp-keepalive", 0, INT_MAX, "300"),
-    boolean("protected-mode", "no"),
+    boolean("protected-mode", "yes"),
     int("maxclients", 1, UINT_MAX, "10000"),
     // General.
     int("databases", 1, INT_MAX, "16").flag(IMMUTABLE),
@@ -387,6 +390,7 @@ const TABLE: &[ConfigParam] = &[
     boolean("io-threads-do-reads", "no").flag(IMMUTABLE),
     enumeration("enable-debug-command", PROTECTED_ACTION_NAMES, "no").flag(IMMUTABLE),
     enumeration("enable-protected-configs", PROTECTED_ACTION_NAMES, "no").flag(IMMUTABLE),
+    enumeration("enable-module-command", PROTECTED_ACTION_NAMES, "no").flag(IMMUTABLE),
     boolean("jemalloc-bg-thread", "yes"),
     // Tessera's own: shard threads (0 = one per CPU) and CPU pinning.
     int("threads", 0, 4096, "0").flag(FIXED),
@@ -431,7 +435,7 @@ const TABLE: &[ConfigParam] = &[
     boolean("rdbchecksum", "yes"),
     special("dbfilename", Special::FileName, "dump.rdb").flag(ParamFlags::PROTECTED),
     special("dir", Special::Dir, ".").flag(ParamFlags::PROTECTED),
-    boolean("appendonly", "no"),
+    special("appendonly", Special::AppendOnly, "no"),
     special("appendfilename", Special::FileName, "appendonly.aof").flag(IMMUTABLE),
     enumeration("appendfsync", APPENDFSYNC_NAMES, "everysec"),
     boolean("no-appendfsync-on-rewrite", "no"),
@@ -545,6 +549,7 @@ const IDX_HZ: usize = param_index("hz");
 const IDX_DYNAMIC_HZ: usize = param_index("dynamic-hz");
 const IDX_ENABLE_DEBUG: usize = param_index("enable-debug-command");
 const IDX_ENABLE_PROTECTED: usize = param_index("enable-protected-configs");
+const IDX_ENABLE_MODULE: usize = param_index("enable-module-command");
 const IDX_THREADS: usize = param_index("threads");
 const IDX_CPUS: usize = param_index("cpus");
 const IDX_PROTO_MAX_BULK_LEN: usize = param_index("proto-max-bulk-len");
@@ -712,8 +717,17 @@ fn parse_special(
         Special::FileName => parse_file_name(p.name, single(args)?),
         Special::CpuList => parse_cpus_value(single(args)?),
         Special::ReplicaOf => parse_replicaof(args),
+        Special::AppendOnly => match parse_bool(single(args)?)? {
+            Value::Bool(true) => Err(APPENDONLY_NOT_YET.to_string()),
+            v => Ok(v),
+        },
     }
 }
+
+/// Why `appendonly yes` is refused, in the config file, on the command line and
+/// in CONFIG SET.
+const APPENDONLY_NOT_YET: &str =
+    "appendonly yes is not available yet: Tessera does not write an append-only file (AOF)";
 
 /// `replicaof host port` / `replicaof no one`, with Redis's errors.
 fn parse_replicaof(args: &[String]) -> Result<Value, String> {
@@ -1856,6 +1870,13 @@ impl Config {
             .unwrap_or(ProtectedAction::No)
     }
 
+    pub fn enable_module_command(&self) -> ProtectedAction {
+        ProtectedAction::ALL
+            .get(self.enum_at(IDX_ENABLE_MODULE))
+            .copied()
+            .unwrap_or(ProtectedAction::No)
+    }
+
     pub fn enable_protected_configs(&self) -> ProtectedAction {
         ProtectedAction::ALL
             .get(self.enum_at(IDX_ENABLE_PROTECTED))
@@ -2659,17 +2680,31 @@ mod tests {
     }
 
     #[test]
+    fn appendonly_yes_is_refused_until_there_is_an_aof() {
+        let err = load(&["--appendonly", "yes"]).expect_err("appendonly yes must be refused");
+        assert!(err.contains(APPENDONLY_NOT_YET), "{err}");
+        let mut c = load(&["--appendonly", "no"]).expect("appendonly no is fine");
+        assert!(!c.appendonly());
+        let err = set(&mut c, &[("appendonly", "yes")]).expect_err("CONFIG SET refuses it");
+        assert_eq!(
+            err,
+            format!("ERR CONFIG SET failed (possibly related to argument 'appendonly') - {APPENDONLY_NOT_YET}")
+        );
+        assert_eq!(get1(&c, "appendonly"), "no");
+    }
+
+    #[test]
     fn cli_passthrough() {
-        let c = load(&["--save", "", "--appendonly", "yes", "--port", "7002"]).expect("load");
+        let c = load(&["--save", "", "--activerehashing", "no", "--port", "7002"]).expect("load");
         assert_eq!(get1(&c, "save"), "");
-        assert!(c.appendonly());
+        assert_eq!(get1(&c, "activerehashing"), "no");
         assert_eq!(c.port(), 7002);
 
         // `--save` followed by another option means `save ""`.
-        let c = load(&["--save", "--appendonly", "yes"]).expect("load");
+        let c = load(&["--save", "--activerehashing", "no"]).expect("load");
         assert!(c.save_points().is_empty());
-        assert!(c.appendonly());
-        let c = load(&["--appendonly", "yes", "--save"]).expect("load");
+        assert_eq!(get1(&c, "activerehashing"), "no");
+        let c = load(&["--activerehashing", "no", "--save"]).expect("load");
         assert!(c.save_points().is_empty());
 
         // Multi-word values, either as separate args or one quoted arg.

@@ -154,6 +154,30 @@ fn shrink_query_buf(buf: &mut Vec<u8>, size: usize) {
     }
 }
 
+/// Redis 7.0's reply to a client refused by protected mode, word for word: clients
+/// and operators search for it.
+const PROTECTED_MODE_DENIED: &str = "-DENIED Redis is running in protected mode because protected \
+mode is enabled and no password is set for the default user. In this mode connections are only \
+accepted from the loopback interface. If you want to connect from external computers to Redis you \
+may adopt one of the following solutions: 1) Just disable protected mode sending the command \
+'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same \
+host the server is running, however MAKE SURE Redis is not publicly accessible from internet if \
+you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable \
+the protected mode by editing the Redis configuration file, and setting the protected mode option \
+to 'no', and then restarting the server. 3) If you started the server manually just for testing, \
+restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the \
+default user. NOTE: You only need to do one of the above things in order for the server to start \
+accepting connections from the outside.\r\n";
+
+/// Protected mode (Redis 7.0's clientAcceptHandler): while it is on and the default
+/// user has no password, only local peers may connect, whatever `bind` says.
+fn protected_mode_denies(cell: &ShardCell, peer: &std::net::SocketAddr) -> bool {
+    let data = cell.data.borrow();
+    data.config.protected_mode()
+        && data.config.requirepass().is_none()
+        && !crate::clients::is_local_peer(peer)
+}
+
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
     let (peer, local) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(p), Ok(l)) => (p, l),
@@ -169,6 +193,12 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         let _ = stream
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
+        return;
+    }
+    if protected_mode_denies(&cell, &peer) {
+        CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
+        cell.data.borrow_mut().stats.rejected_connections += 1;
+        let _ = stream.write_all(PROTECTED_MODE_DENIED.as_bytes()).await;
         return;
     }
     let now = crate::util::now_ms();
@@ -860,6 +890,13 @@ impl Connection {
         let t = commands::table();
         let stat = t.stat_id(idx, &args);
         self.session.shared.last_cmd.set(t.stat_name(stat));
+        // A container's unknown subcommand is an unknown command to Redis: refused
+        // before arity, protection and authentication are looked at.
+        if stat == idx && args.len() >= 2 && !t.subcommands(idx).is_empty() {
+            let msg = unknown_subcommand_message(spec.name, args.get(1));
+            self.reject(None, &msg);
+            return;
+        }
         if !spec.arity_ok(args.len()) {
             self.reject(
                 Some(idx),
@@ -872,6 +909,10 @@ impl Connection {
                 Some(stat),
                 &format!("ERR wrong number of arguments for '{}' command", sub.name),
             );
+            return;
+        }
+        if let Some(msg) = self.protected_command_refusal(spec, &args) {
+            self.reject(Some(idx), &msg);
             return;
         }
         if !self.session.authenticated && !spec.has(flags::NO_AUTH) {
@@ -950,6 +991,41 @@ impl Connection {
             }
             Kind::Keyed(run, cross) => self.route_keyed(idx, spec, run, cross, &args).await,
         }
+    }
+
+    /// DEBUG, and MODULE LOAD / LOADEX / UNLOAD, run only as `enable-debug-command` /
+    /// `enable-module-command` allow (Redis 7.0's protected commands; `local` means a
+    /// local peer; MODULE LIST and HELP are not protected). Both are admin commands,
+    /// so the flag test spares every other command the name compare.
+    fn protected_command_refusal(
+        &self,
+        spec: &commands::CommandSpec,
+        args: &Args<'_>,
+    ) -> Option<String> {
+        if !spec.has(flags::ADMIN) {
+            return None;
+        }
+        let (name, setting) = match spec.name {
+            "debug" => ("DEBUG", "enable-debug-command"),
+            "module" if ["load", "loadex", "unload"].iter().any(|s| args.is(1, s)) => {
+                ("MODULE", "enable-module-command")
+            }
+            _ => return None,
+        };
+        let data = self.session.cell.data.borrow();
+        let allowed = if spec.name == "debug" {
+            data.config.enable_debug_command()
+        } else {
+            data.config.enable_module_command()
+        };
+        if allowed.allows(self.session.shared.is_local()) {
+            return None;
+        }
+        Some(format!(
+            "ERR {name} command not allowed. If the {setting} option is set to \"local\", \
+             you can run it from a local connection, otherwise you need to set this option \
+             in the configuration file, and then restart the server."
+        ))
     }
 
     /// Runs a connection command (its handler is synchronous) and accounts it.
@@ -1962,6 +2038,16 @@ pub fn error_prefix(msg: &[u8]) -> &str {
 }
 
 /// Redis 7.0's text for an unknown command, including up to 128 bytes of its arguments.
+/// Redis's reply to a container command with a subcommand it does not have
+/// (`%.128s` of the subcommand, the container as typed, upper-cased).
+fn unknown_subcommand_message(container: &str, sub: &[u8]) -> String {
+    let sub = String::from_utf8_lossy(&sub[..sub.len().min(128)]);
+    format!(
+        "ERR unknown subcommand '{sub}'. Try {} HELP.",
+        container.to_ascii_uppercase()
+    )
+}
+
 fn unknown_command_message(args: &Args) -> String {
     let name = String::from_utf8_lossy(&args.get(0)[..args.get(0).len().min(128)]).into_owned();
     let mut tail = String::new();

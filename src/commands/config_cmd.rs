@@ -69,7 +69,9 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         .iter()
                         .map(|(k, v)| (k.as_slice(), v.as_slice()))
                         .collect();
-                    d.config.set_many(&refs)
+                    // `enable-protected-configs local` lets local clients set
+                    // protected parameters (Redis's islocalClient).
+                    d.config.set_many_as(&refs, g.session.shared.is_local())
                 };
                 if let Err(e) = result {
                     return g.w().error(&e);

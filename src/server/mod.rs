@@ -252,10 +252,23 @@ pub fn run(config: Config) -> i32 {
         }
     }
     crate::storage::memory::record_startup(n);
+    warn_save_points_not_loaded(&config);
     tracing::info!(port, shards = n, "Ready to accept connections tcp");
     let sig = wait_for_signal();
     tracing::info!("Received {sig}, scheduling shutdown...");
     shutdown(0)
+}
+
+/// `save` points make Redis users expect their data back after a restart; until
+/// Tessera loads an RDB at start, say plainly that it does not.
+fn warn_save_points_not_loaded(config: &Config) {
+    if !config.save_points().is_empty() {
+        tracing::warn!(
+            "save points are set, but Tessera does not load {} from disk at start yet: \
+             the dataset starts empty, and SIGTERM/SHUTDOWN do not save",
+            config.dbfilename()
+        );
+    }
 }
 
 fn format_addr(a: &str, port: u16) -> String {

@@ -31,6 +31,9 @@ impl Server {
                     "--threads",
                     &threads.to_string(),
                 ])
+                // As Redis's own test suite runs its servers: the tests use DEBUG
+                // (OBJECT, SLEEP, SET-ACTIVE-EXPIRE); `extra` may say otherwise.
+                .args(["--enable-debug-command", "yes"])
                 .args(extra)
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
@@ -61,7 +64,8 @@ impl Server {
                 if c.write_all(b"PING\r\n").is_ok() {
                     let mut buf = [0u8; 16];
                     if let Ok(n) = c.read(&mut buf) {
-                        if buf[..n].starts_with(b"+PONG") {
+                        // -NOAUTH: started with a password, serving all the same.
+                        if buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH") {
                             return true;
                         }
                     }
@@ -192,6 +196,11 @@ pub struct ReferenceRedis {
 
 impl ReferenceRedis {
     pub fn start() -> Option<ReferenceRedis> {
+        ReferenceRedis::start_with(&[])
+    }
+
+    /// redis-server with extra `--directive value` arguments after the defaults.
+    pub fn start_with(extra: &[&str]) -> Option<ReferenceRedis> {
         let port = free_port();
         let child = Command::new("redis-server")
             .args([
@@ -204,6 +213,7 @@ impl ReferenceRedis {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -215,10 +225,11 @@ impl ReferenceRedis {
             // before it serves.
             if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
                 let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+                // -NOAUTH when started with a password: serving all the same.
                 let mut pong = [0u8; 7];
                 if c.write_all(b"PING\r\n").is_ok()
                     && c.read_exact(&mut pong).is_ok()
-                    && &pong == b"+PONG\r\n"
+                    && (&pong == b"+PONG\r\n" || &pong == b"-NOAUTH")
                 {
                     return Some(r);
                 }
@@ -226,6 +237,15 @@ impl ReferenceRedis {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+}
+
+impl ReferenceRedis {
+    /// A synchronous client from the `redis` crate.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .and_then(|c| c.get_connection())
+            .expect("connect to redis-server")
     }
 }
 

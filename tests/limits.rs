@@ -110,7 +110,7 @@ impl Proc {
 
 /// A list of `n` elements of 100 bytes (about 10.8 MB for 100,000).
 fn fill_list(c: &mut redis::Connection, key: &str, n: usize) {
-    let item = vec![b'x'; 100];
+    let item = [b'x'; 100];
     for _ in 0..n / 1000 {
         let mut cmd = redis::cmd("RPUSH");
         cmd.arg(key);

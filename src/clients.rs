@@ -577,7 +577,37 @@ fn trim_query_buffer(c: &ClientShared, now_ms: u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::BufferPeaks;
+    use super::{BufferPeaks, ClientShared, OBUF_LIMITS, REPLY_BUF_BYTES};
+    use std::sync::atomic::Ordering;
+
+    /// Redis's checkClientOutputBufferLimits: the hard limit at once, the soft one
+    /// only after it held for more than its seconds, its timer reset by a check under
+    /// it; the first 16 KB (Redis's static reply buffer) never count.
+    #[test]
+    fn output_limits_hard_and_soft() {
+        let normal = &OBUF_LIMITS[0];
+        normal[0].store(1000, Ordering::Relaxed);
+        normal[1].store(100, Ordering::Relaxed);
+        normal[2].store(2, Ordering::Relaxed);
+        let addr = "127.0.0.1:1".parse().expect("addr");
+        let c = ClientShared::new(1, addr, addr, 0);
+        let base = REPLY_BUF_BYTES;
+        assert!(!c.output_limit_reached(base + 999, 10_000));
+        assert!(c.output_limit_reached(base + 1000, 10_000));
+        c.obuf_soft_since.set(0);
+        // Over the soft limit: the timer starts, then needs more than 2 s.
+        assert!(!c.output_limit_reached(base + 200, 10_000));
+        assert!(!c.output_limit_reached(base + 200, 12_000));
+        assert!(c.output_limit_reached(base + 200, 13_000));
+        // Under it once: the timer starts over.
+        assert!(!c.output_limit_reached(base + 50, 13_000));
+        assert_eq!(c.obuf_soft_since.get(), 0);
+        assert!(!c.output_limit_reached(base + 200, 14_000));
+        assert!(!c.output_limit_reached(base + 200, 16_000));
+        for slot in normal {
+            slot.store(0, Ordering::Relaxed);
+        }
+    }
 
     #[test]
     fn peaks_last_eight_seconds() {

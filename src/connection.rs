@@ -309,9 +309,10 @@ impl Connection {
 
     /// Writes all of `out`. While the client does not read, the unwritten rest is its
     /// pending output (CLIENT LIST's omem) and is held to its class's output buffer
-    /// limit, looked at again every second while it stays over the soft limit (Redis
-    /// looks when replies are added; this connection adds none while its write
-    /// waits). False when the client is gone or was closed over the limit.
+    /// limit, looked at again every second while the write waits (Redis looks when
+    /// replies are added; this connection adds none while its write waits, but
+    /// pushes and a replica's stream may pile up). False when the client is gone or
+    /// was closed over the limit.
     async fn write_out(&mut self) -> bool {
         let len = self.out.len();
         let mut sent = 0;

@@ -4,10 +4,80 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashMap;
 
+use crate::config::{ClientClass, Config, ObufLimit};
 use crate::protocol::reply::Protocol;
+
+/// Redis's per-client static reply buffer (PROTO_REPLY_CHUNK_BYTES): output up to
+/// this size is never counted against `client-output-buffer-limit`.
+pub const REPLY_BUF_BYTES: usize = 16 * 1024;
+
+/// `client-output-buffer-limit` per class (hard bytes, soft bytes, soft seconds),
+/// copied here at startup and on CONFIG SET so that the checks read three relaxed
+/// loads instead of the shard's configuration.
+static OBUF_LIMITS: [[AtomicU64; 3]; 3] = [
+    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+    [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+];
+
+/// Copies `client-output-buffer-limit` into the process-wide cache.
+pub fn sync_output_limits(config: &Config) {
+    for class in [
+        ClientClass::Normal,
+        ClientClass::Replica,
+        ClientClass::Pubsub,
+    ] {
+        let l = config.client_output_buffer_limit(class);
+        let slot = &OBUF_LIMITS[class as usize];
+        slot[0].store(l.hard_limit_bytes, Ordering::Relaxed);
+        slot[1].store(l.soft_limit_bytes, Ordering::Relaxed);
+        slot[2].store(l.soft_limit_seconds.max(0) as u64, Ordering::Relaxed);
+    }
+}
+
+/// One class's cached `client-output-buffer-limit`.
+pub fn output_limit(class: ClientClass) -> ObufLimit {
+    let slot = &OBUF_LIMITS[class as usize];
+    ObufLimit {
+        hard_limit_bytes: slot[0].load(Ordering::Relaxed),
+        soft_limit_bytes: slot[1].load(Ordering::Relaxed),
+        soft_limit_seconds: slot[2].load(Ordering::Relaxed) as i64,
+    }
+}
+
+/// The pending output (in bytes) from which `output_limit_reached` must be asked for
+/// a client of `class`; `usize::MAX` when the class has no limit. Connections keep it
+/// per read batch, so the per-command check is one compare.
+pub fn output_watermark(class: ClientClass) -> usize {
+    let l = output_limit(class);
+    let low = match (l.hard_limit_bytes, l.soft_limit_bytes) {
+        (0, 0) => return usize::MAX,
+        (0, s) => s,
+        (h, 0) => h,
+        (h, s) => h.min(s),
+    };
+    usize::try_from(low)
+        .unwrap_or(usize::MAX)
+        .saturating_add(REPLY_BUF_BYTES)
+}
+
+/// The most output a batch of this client's commands may add on another shard
+/// before that shard stops running it (the hard limit left after `pending`);
+/// `usize::MAX` without a hard limit.
+pub fn output_budget(class: ClientClass, pending: usize) -> usize {
+    let hard = output_limit(class).hard_limit_bytes;
+    if hard == 0 {
+        return usize::MAX;
+    }
+    usize::try_from(hard)
+        .unwrap_or(usize::MAX)
+        .saturating_add(REPLY_BUF_BYTES)
+        .saturating_sub(pending)
+}
 
 /// CLIENT REPLY mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +118,13 @@ pub struct ClientShared {
     /// What REPLCONF listening-port / ip-address announced (INFO's slaveN line).
     pub replica_port: Cell<u16>,
     pub replica_ip: RefCell<Option<String>>,
+    /// Reply bytes the connection holds but has not written yet (while a write waits
+    /// for the client to read): with the pub/sub outbox, CLIENT LIST's `omem` and what
+    /// `client-output-buffer-limit` measures.
     pub output_len: Cell<usize>,
+    /// When the pending output last went over its class's soft limit (unix ms), 0
+    /// while under it (Redis's obuf_soft_limit_reached_time).
+    pub obuf_soft_since: Cell<u64>,
     pub killed: Cell<bool>,
     pub no_evict: Cell<bool>,
     pub multi_count: Cell<i64>,
@@ -121,6 +197,7 @@ impl ClientShared {
             replica_port: Default::default(),
             replica_ip: Default::default(),
             output_len: Default::default(),
+            obuf_soft_since: Default::default(),
             killed: Default::default(),
             no_evict: Default::default(),
             multi_count: Cell::new(-1),
@@ -141,6 +218,60 @@ impl ClientShared {
         } else {
             ClientType::Normal
         }
+    }
+
+    /// The `client-output-buffer-limit` class this client is held to.
+    pub fn output_class(&self) -> ClientClass {
+        match self.client_type() {
+            ClientType::Replica => ClientClass::Replica,
+            ClientType::PubSub => ClientClass::Pubsub,
+            ClientType::Normal | ClientType::Master => ClientClass::Normal,
+        }
+    }
+
+    /// Reply bytes waiting for this client: unwritten output and queued pushes.
+    pub fn pending_output(&self) -> usize {
+        self.output_len.get() + self.pubsub.outbox_len()
+    }
+
+    /// Redis's checkClientOutputBufferLimits: whether `pending` reply bytes break the
+    /// client's class limit: the hard one at once, the soft one once it has been
+    /// exceeded continuously for more than its seconds (the timer starts at the first
+    /// check over it and stops at the first under it). Bytes that Redis's static
+    /// 16 KB reply buffer would hold do not count, as in Redis.
+    pub fn output_limit_reached(&self, pending: usize, now_ms: u64) -> bool {
+        let limit = output_limit(self.output_class());
+        let used = pending.saturating_sub(REPLY_BUF_BYTES) as u64;
+        if limit.hard_limit_bytes > 0 && used >= limit.hard_limit_bytes {
+            return true;
+        }
+        if limit.soft_limit_bytes == 0 || used < limit.soft_limit_bytes {
+            self.obuf_soft_since.set(0);
+            return false;
+        }
+        match self.obuf_soft_since.get() {
+            0 => {
+                self.obuf_soft_since.set(now_ms.max(1));
+                false
+            }
+            since => {
+                let elapsed_s = now_ms.saturating_sub(since) / 1000;
+                elapsed_s > limit.soft_limit_seconds.max(0) as u64
+            }
+        }
+    }
+
+    /// Closes a client over its output buffer limit, logging it as Redis 7.0 does
+    /// (freeClientAsync's warning, with the client's CLIENT LIST line).
+    pub fn close_for_output_limit(&self, now_ms: u64) {
+        if self.killed.get() {
+            return;
+        }
+        tracing::warn!(
+            "Client {} scheduled to be closed ASAP for overcoming of output buffer limits.",
+            self.info_line(now_ms)
+        );
+        self.kill();
     }
 
     /// One line of CLIENT LIST / CLIENT INFO in Redis 7.0's format.
@@ -171,8 +302,11 @@ impl ClientShared {
         if flags.is_empty() {
             flags.push('N');
         }
+        let omem = self.pending_output();
+        // Redis's tot-mem: the client's buffers (query buffer, output) and its struct.
+        let tot_mem = self.query_buf_cap.get() + omem + std::mem::size_of::<ClientShared>();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem=0 events=r cmd={} user=default redir={} resp={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir={} resp={}",
             self.id,
             self.addr,
             self.laddr,
@@ -190,7 +324,8 @@ impl ClientShared {
             self.query_buf_cap
                 .get()
                 .saturating_sub(self.query_buf_len.get()),
-            self.output_len.get(),
+            omem,
+            tot_mem,
             self.last_cmd.get(),
             self.tracking.redir_field(),
             match self.proto.get() {
@@ -330,6 +465,7 @@ impl ClientRegistry {
 
     pub fn remove(&mut self, id: u64) {
         self.clients.remove(&id);
+        shrink_map(&mut self.clients);
     }
 
     pub fn len(&self) -> usize {
@@ -351,6 +487,15 @@ impl ClientRegistry {
     /// INFO clients' client_recent_max_input_buffer / _output_buffer for this shard.
     pub fn recent_buffer_peaks(&self) -> (usize, usize) {
         self.recent_peaks.max()
+    }
+}
+
+/// Gives a map's table back once it is mostly empty (after a burst of connections
+/// closed), keeping room to double: a map never shrinks on its own, and 10,000
+/// closed connections left ~300 KB of empty table per shard resident.
+pub fn shrink_map<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 1024 && map.len() * 4 < map.capacity() {
+        map.shrink_to(map.len() * 2);
     }
 }
 
@@ -448,7 +593,37 @@ pub fn is_local_peer(addr: &SocketAddr) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::BufferPeaks;
+    use super::{BufferPeaks, ClientShared, OBUF_LIMITS, REPLY_BUF_BYTES};
+    use std::sync::atomic::Ordering;
+
+    /// Redis's checkClientOutputBufferLimits: the hard limit at once, the soft one
+    /// only after it held for more than its seconds, its timer reset by a check under
+    /// it; the first 16 KB (Redis's static reply buffer) never count.
+    #[test]
+    fn output_limits_hard_and_soft() {
+        let normal = &OBUF_LIMITS[0];
+        normal[0].store(1000, Ordering::Relaxed);
+        normal[1].store(100, Ordering::Relaxed);
+        normal[2].store(2, Ordering::Relaxed);
+        let addr = "127.0.0.1:1".parse().expect("addr");
+        let c = ClientShared::new(1, addr, addr, 0);
+        let base = REPLY_BUF_BYTES;
+        assert!(!c.output_limit_reached(base + 999, 10_000));
+        assert!(c.output_limit_reached(base + 1000, 10_000));
+        c.obuf_soft_since.set(0);
+        // Over the soft limit: the timer starts, then needs more than 2 s.
+        assert!(!c.output_limit_reached(base + 200, 10_000));
+        assert!(!c.output_limit_reached(base + 200, 12_000));
+        assert!(c.output_limit_reached(base + 200, 13_000));
+        // Under it once: the timer starts over.
+        assert!(!c.output_limit_reached(base + 50, 13_000));
+        assert_eq!(c.obuf_soft_since.get(), 0);
+        assert!(!c.output_limit_reached(base + 200, 14_000));
+        assert!(!c.output_limit_reached(base + 200, 16_000));
+        for slot in normal {
+            slot.store(0, Ordering::Relaxed);
+        }
+    }
 
     #[test]
     fn peaks_last_eight_seconds() {

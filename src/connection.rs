@@ -105,6 +105,31 @@ impl Pipeline {
         }
     }
 
+    /// No buffers at all: what a connection holds until it has input, and again
+    /// after it idles (a few hundred bytes per connection otherwise).
+    fn unallocated() -> Pipeline {
+        Pipeline {
+            batches: Vec::new(),
+            spare_replies: Vec::new(),
+            replies: Vec::new(),
+            waiting: Vec::new(),
+            locked: false,
+            order: Vec::new(),
+            scratch: Vec::new(),
+            merge_parts: Vec::new(),
+            merge_order: Vec::new(),
+            cursors: Vec::new(),
+            part_of: Vec::new(),
+            split_slow: Vec::new(),
+            split_args: Vec::new(),
+            split_spans: Vec::new(),
+        }
+    }
+
+    fn is_allocated(&self) -> bool {
+        !self.part_of.is_empty()
+    }
+
     fn is_empty(&self) -> bool {
         self.order.is_empty()
     }
@@ -142,6 +167,12 @@ pub struct Connection {
     /// Bytes of `out` written while the current command waited for a CLIENT PAUSE
     /// (replies of earlier commands), so that dispatch's reply start stays right.
     sent_early: usize,
+    /// Pending output from which the client's `client-output-buffer-limit` must be
+    /// checked (`clients::output_watermark`, read once per read batch): usize::MAX
+    /// without a limit, so the per-command check is one compare.
+    obuf_watch: usize,
+    /// The client broke its output buffer limit: nothing more runs or is written.
+    obuf_closed: bool,
 }
 
 /// Shrinks an idle connection's query buffer to `size` bytes (0: frees it).
@@ -204,13 +235,13 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
     let now = crate::util::now_ms();
     let mut client = ClientShared::new(crate::shard::next_client_id(), peer, local, now);
     client.fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-    client.query_buf_cap.set(READ_CHUNK);
+    // No buffer yet: the query buffer is allocated by the first read that has input
+    // and the output buffer by the first reply (an idle connection holds neither).
     client.read_waker = Some(stream.read_waker());
     let shared = Rc::new(client);
     let authenticated = cell.data.borrow().config.requirepass().is_none();
     cell.data.borrow_mut().stats.total_connections += 1;
     cell.clients.borrow_mut().add(shared.clone());
-    let shards = cell.shard_count();
     let mut conn = Connection {
         stream,
         session: Session {
@@ -227,13 +258,13 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
             in_script: false,
             error_counted: false,
         },
-        buf: vec![0; READ_CHUNK],
+        buf: Vec::new(),
         start: 0,
         end: 0,
         parser: RequestParser::default(),
-        spans: Vec::with_capacity(16),
-        out: Vec::with_capacity(READ_CHUNK),
-        pipe: Pipeline::new(shards),
+        spans: Vec::new(),
+        out: Vec::new(),
+        pipe: Pipeline::unallocated(),
         now,
         last_cmd: None,
         stash: Vec::new(),
@@ -242,6 +273,8 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
         mark: None,
         monitor: None,
         sent_early: 0,
+        obuf_watch: usize::MAX,
+        obuf_closed: false,
     };
     conn.run().await;
     if conn.monitor.is_some() {
@@ -269,6 +302,9 @@ impl Connection {
             // messages) go out before its replies, as Redis had them queued already.
             self.take_pushes();
             let ran = self.process_input().await;
+            if self.obuf_closed {
+                return;
+            }
             self.take_pushes();
             if ran > 1 && !self.out.is_empty() && crate::runtime::others_ready() {
                 // A pipelined batch's replies wait until the other connections that are
@@ -281,13 +317,13 @@ impl Connection {
             }
             if !self.out.is_empty() {
                 let n = self.out.len() as u64;
-                if self.stream.write_all(&self.out).await.is_err() {
+                if !self.write_out().await {
                     return;
                 }
                 self.session.cell.data.borrow_mut().stats.net_output_bytes += n;
                 self.out.clear();
                 if self.out.capacity() > 4 * 1024 * 1024 {
-                    self.out = Vec::with_capacity(READ_CHUNK);
+                    self.out = Vec::new();
                 }
             }
             if self.session.close_after_reply || self.session.shared.killed.get() {
@@ -298,6 +334,76 @@ impl Connection {
                 crate::replication::detach(id);
                 return;
             }
+        }
+    }
+
+    /// Writes all of `out`. While the client does not read, the unwritten rest is its
+    /// pending output (CLIENT LIST's omem) and is held to its class's output buffer
+    /// limit, looked at again every second while the write waits (Redis looks when
+    /// replies are added; this connection adds none while its write waits, but
+    /// pushes and a replica's stream may pile up). False when the client is gone or
+    /// was closed over the limit.
+    async fn write_out(&mut self) -> bool {
+        let len = self.out.len();
+        let mut sent = 0;
+        loop {
+            match self.stream.send_now(&self.out[sent..]) {
+                Ok(n) => sent += n,
+                Err(_) => return false,
+            }
+            if sent == len {
+                break;
+            }
+            let shared = self.session.shared.clone();
+            shared.output_len.set(len - sent);
+            if shared.killed.get() {
+                return false;
+            }
+            // A replica link's stream queued meanwhile counts too.
+            let link = self
+                .replica_link
+                .map_or(0, crate::replication::link_pending);
+            let pending = shared.pending_output() + link;
+            let watch = crate::clients::output_watermark(shared.output_class());
+            if watch == usize::MAX {
+                self.stream.writable().await;
+                continue;
+            }
+            if pending >= watch {
+                let now = crate::util::now_ms();
+                if shared.output_limit_reached(pending, now) {
+                    shared.close_for_output_limit(now);
+                    self.obuf_closed = true;
+                    return false;
+                }
+            }
+            // Pushes or a replica's stream may pile up while the write waits:
+            // looked at again every second.
+            let tick = crate::runtime::sleep(std::time::Duration::from_secs(1));
+            race(self.stream.writable(), tick).await;
+        }
+        let shared = &self.session.shared;
+        if shared.output_len.get() != 0 {
+            shared.output_len.set(0);
+            shared.obuf_soft_since.set(0);
+        }
+        true
+    }
+
+    /// The per-command output limit check (after `obuf_watch` was reached): the
+    /// replies produced and not written yet, here and queued as pushes. Sets
+    /// `obuf_closed` when the client must go.
+    fn check_output_limit(&mut self) {
+        let shared = &self.session.shared;
+        let pending = self.out.len() + self.pipe.scratch.len() + shared.pending_output();
+        let now = crate::util::now_ms();
+        if shared.output_limit_reached(pending, now) {
+            // The log line's omem shows what broke the limit, as Redis's does.
+            shared
+                .output_len
+                .set(self.out.len() + self.pipe.scratch.len());
+            shared.close_for_output_limit(now);
+            self.obuf_closed = true;
         }
     }
 
@@ -400,10 +506,16 @@ impl Connection {
                     }
                 }
                 Event::Output(buf) => {
-                    if self.stream.write_all(&buf).await.is_err() {
+                    let n = buf.len() as u64;
+                    // Written as any reply is, so that a replica that stops reading
+                    // meets the replica class's output buffer limit.
+                    self.out = buf;
+                    let ok = self.write_out().await;
+                    self.out = Vec::new();
+                    if !ok {
                         return;
                     }
-                    self.session.cell.data.borrow_mut().stats.net_output_bytes += buf.len() as u64;
+                    self.session.cell.data.borrow_mut().stats.net_output_bytes += n;
                 }
                 Event::Gone => return,
             }
@@ -529,6 +641,8 @@ impl Connection {
         }
         let shared = &self.session.shared;
         let idle = self.start == self.end;
+        let out = &mut self.out;
+        let pipe = &mut self.pipe;
         let read = self.stream.read_vec(&mut self.buf, self.end, want, |buf| {
             // The clients cron asks a connection that holds more buffer than its recent
             // input needs (or that idles) to give it back; done here, while no input
@@ -537,6 +651,15 @@ impl Connection {
                 if idle && size < buf.len() {
                     shrink_query_buf(buf, size);
                     shared.query_buf_cap.set(buf.len());
+                }
+                // The output buffer is empty whenever the connection waits for input
+                // (replies are written first); an idle client gives it back too, so
+                // 10k idle connections hold no buffers at all (Redis: 1.4 KB each).
+                if idle && size == 0 && out.is_empty() {
+                    *out = Vec::new();
+                }
+                if idle && size == 0 && pipe.is_empty() && pipe.is_allocated() {
+                    *pipe = Pipeline::unallocated();
                 }
             }
         });
@@ -586,6 +709,7 @@ impl Connection {
     }
 
     fn limits(&mut self) -> ParseLimits {
+        self.obuf_watch = crate::clients::output_watermark(self.session.shared.output_class());
         let data = self.session.cell.data.borrow();
         self.timing = data.observe.timing();
         self.mark = None;
@@ -598,12 +722,16 @@ impl Connection {
     /// Parses and runs every complete command in the buffer; returns how many it parsed.
     async fn process_input(&mut self) -> usize {
         let mut parsed_commands = 0;
+        if !self.pipe.is_allocated() {
+            self.pipe = Pipeline::new(self.session.cell.shard_count());
+        }
         let limits = self.limits();
         let mut buf = std::mem::take(&mut self.buf);
         let mut spans = std::mem::take(&mut self.spans);
         let mut prefetched_to = self.start;
         while self.start < self.end
             && !self.session.close_after_reply
+            && !self.obuf_closed
             && self.replica_link.is_none()
         {
             if self.start >= prefetched_to {
@@ -631,6 +759,9 @@ impl Connection {
                     if !self.stash.is_empty() {
                         self.absorb_stash(&mut buf);
                     }
+                    if self.out.len() + self.pipe.scratch.len() >= self.obuf_watch {
+                        self.check_output_limit();
+                    }
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -647,7 +778,12 @@ impl Connection {
                 }
             }
         }
-        self.flush().await;
+        if !self.obuf_closed {
+            self.flush().await;
+            if self.out.len() >= self.obuf_watch {
+                self.check_output_limit();
+            }
+        }
         self.buf = buf;
         self.spans = spans;
         if self.start == self.end {
@@ -1749,12 +1885,23 @@ impl Connection {
             self.run_locked(&cell, &mut replies).await;
         } else {
             let mut waiting = std::mem::take(&mut self.pipe.waiting);
+            // Other shards stop a batch whose replies would break the client's hard
+            // output limit, counting what is already pending here.
+            let budget = if self.obuf_watch == usize::MAX {
+                usize::MAX
+            } else {
+                crate::clients::output_budget(
+                    self.session.shared.output_class(),
+                    self.out.len() + self.pipe.scratch.len(),
+                )
+            };
             for s in 0..n {
                 if self.pipe.batches[s].is_empty() {
                     continue;
                 }
                 let mut b = std::mem::take(&mut self.pipe.batches[s]);
                 (b.client, b.home) = (self.session.id(), cell.id);
+                b.out_budget = budget;
                 let r = std::mem::take(&mut self.pipe.spare_replies[s]);
                 waiting.push((s, cell.hop(s, b, r)));
             }
@@ -1772,7 +1919,15 @@ impl Connection {
         if self.session.reply_mode == ReplyMode::On {
             self.session.shared.pubsub.take_early_pushes(&mut self.out);
         }
-        self.assemble(&replies);
+        if replies.iter().flatten().any(|r| r.cut) {
+            // A shard stopped this client's batch at its hard output limit: the client
+            // is closed with nothing more written (Redis frees it with its replies).
+            let now = crate::util::now_ms();
+            self.session.shared.close_for_output_limit(now);
+            self.obuf_closed = true;
+        } else {
+            self.assemble(&replies);
+        }
         self.log_remote_slow(&mut replies);
         self.mark = None;
         for (s, r) in replies.iter_mut().enumerate() {
@@ -2025,6 +2180,20 @@ async fn watch_socket<T>(
     };
     stash.extend_from_slice(&tmp[..got]);
     (out, closed)
+}
+
+/// Waits for whichever of `a` and `b` ends first.
+async fn race(a: impl std::future::Future<Output = ()>, b: impl std::future::Future<Output = ()>) {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    std::future::poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready() || b.as_mut().poll(cx).is_ready() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }
 
 /// The first word of an error reply (ERR, WRONGTYPE ...), for INFO errorstats.

@@ -24,14 +24,14 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Poll, Waker};
 
 use hashbrown::{HashMap, HashSet};
 
 use crate::clients::ClientShared;
-use crate::config::{notify as class, ClientClass, Config};
+use crate::config::{notify as class, Config};
 use crate::protocol::reply::ReplyWriter;
 use crate::shard::ShardCell;
 use crate::util::glob::glob_match;
@@ -73,10 +73,6 @@ impl SubKind {
 
 /// `notify-keyspace-events`, cached for the hot path.
 static NOTIFY_FLAGS: AtomicU32 = AtomicU32::new(0);
-/// `client-output-buffer-limit pubsub`: hard bytes, soft bytes, soft seconds.
-static OBUF_HARD: AtomicU64 = AtomicU64::new(0);
-static OBUF_SOFT: AtomicU64 = AtomicU64::new(0);
-static OBUF_SOFT_SECS: AtomicU64 = AtomicU64::new(0);
 
 /// Subscriptions per shard: index 0 channels + patterns (what PUBLISH and keyspace
 /// notifications reach), index 1 shard channels (SPUBLISH).
@@ -99,10 +95,7 @@ fn class_index(shard: bool) -> usize {
 /// startup and after every CONFIG SET (the configuration is the same on all shards).
 pub fn sync_config(config: &Config) {
     NOTIFY_FLAGS.store(config.notify_keyspace_events(), Ordering::Relaxed);
-    let l = config.client_output_buffer_limit(ClientClass::Pubsub);
-    OBUF_HARD.store(l.hard_limit_bytes, Ordering::Relaxed);
-    OBUF_SOFT.store(l.soft_limit_bytes, Ordering::Relaxed);
-    OBUF_SOFT_SECS.store(l.soft_limit_seconds.max(0) as u64, Ordering::Relaxed);
+    crate::clients::sync_output_limits(config);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -120,8 +113,6 @@ pub struct ClientPubSub {
     outbox: RefCell<Vec<u8>>,
     /// The connection task, while it waits for input or pushes.
     waker: RefCell<Option<Waker>>,
-    /// When the outbox went over the soft limit (unix ms), 0 while under it.
-    soft_since: Cell<u64>,
     /// Subscriptions of all three kinds: checked on every command, so one load.
     total: Cell<usize>,
     /// The outbox is not empty (checked after every command, so a plain flag).
@@ -184,7 +175,16 @@ impl ClientPubSub {
             *ob = Vec::new();
         }
         self.pending.set(false);
-        self.soft_since.set(0);
+    }
+
+    /// Bytes of pushes waiting (part of the client's pending output).
+    #[inline]
+    pub fn outbox_len(&self) -> usize {
+        if self.pending.get() {
+            self.outbox.borrow().len()
+        } else {
+            0
+        }
     }
 
     /// How many subscriptions the confirmation of `kind` reports: channels and
@@ -283,38 +283,24 @@ pub fn push_with(c: &ClientShared, write: impl FnOnce(&mut ReplyWriter)) {
         ob.len() as u64
     };
     ps.pending.set(true);
-    if over_output_limit(ps, len) {
-        tracing::warn!(
-            client = c.id,
-            "closing pubsub client over client-output-buffer-limit"
-        );
-        ps.outbox.borrow_mut().clear();
-        ps.early.set(0);
-        ps.pending.set(false);
-        c.kill();
+    // Redis checks the limit as each reply is added: the pushes, plus what the
+    // connection still has to write (a subscriber that does not read stalls it),
+    // against the client's class (pubsub for a subscriber, normal for a RESP3 client
+    // that gets invalidations).
+    let pending = len as usize + c.output_len.get();
+    if pending >= crate::clients::output_watermark(c.output_class()) {
+        let now = crate::util::now_ms();
+        if c.output_limit_reached(pending, now) {
+            c.close_for_output_limit(now);
+            ps.outbox.borrow_mut().clear();
+            ps.early.set(0);
+            ps.pending.set(false);
+        }
+    } else {
+        c.obuf_soft_since.set(0);
     }
     if let Some(w) = ps.waker.borrow_mut().take() {
         w.wake();
-    }
-}
-
-fn over_output_limit(ps: &ClientPubSub, len: u64) -> bool {
-    let hard = OBUF_HARD.load(Ordering::Relaxed);
-    if hard > 0 && len >= hard {
-        return true;
-    }
-    let soft = OBUF_SOFT.load(Ordering::Relaxed);
-    if soft == 0 || len < soft {
-        ps.soft_since.set(0);
-        return false;
-    }
-    let now = crate::util::now_ms();
-    match ps.soft_since.get() {
-        0 => {
-            ps.soft_since.set(now);
-            false
-        }
-        since => now.saturating_sub(since) / 1000 >= OBUF_SOFT_SECS.load(Ordering::Relaxed),
     }
 }
 
@@ -693,18 +679,6 @@ mod tests {
         assert!(ps.active());
         assert!(ps.remove(SubKind::Shard, b"s"));
         assert!(!ps.active());
-    }
-
-    #[test]
-    fn soft_limit_needs_time() {
-        OBUF_SOFT.store(10, Ordering::Relaxed);
-        OBUF_SOFT_SECS.store(60, Ordering::Relaxed);
-        let ps = ClientPubSub::default();
-        assert!(!over_output_limit(&ps, 20));
-        assert!(!over_output_limit(&ps, 20));
-        assert!(!over_output_limit(&ps, 5));
-        assert_eq!(ps.soft_since.get(), 0);
-        OBUF_SOFT.store(0, Ordering::Relaxed);
     }
 
     #[test]

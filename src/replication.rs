@@ -197,6 +197,16 @@ pub fn info_lines(out: &mut String) {
     }
 }
 
+/// Bytes of stream queued for the link and not yet taken by its connection (part of
+/// the replica client's output, for `client-output-buffer-limit replica`).
+pub fn link_pending(id: u64) -> usize {
+    let st = state();
+    st.links
+        .iter()
+        .find(|l| l.id == id)
+        .map_or(0, |l| l.out.len())
+}
+
 /// The link's pending stream bytes, or Pending (waking `waker` when there are some);
 /// None once the link is gone.
 pub fn poll_output(id: u64, waker: &Waker) -> Poll<Option<Vec<u8>>> {

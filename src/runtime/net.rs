@@ -179,6 +179,10 @@ impl ReadWaker {
     }
 }
 
+/// What the first read into an unallocated buffer takes from the stack: a few
+/// pipelined commands; a bigger input continues in the next read.
+const FIRST_READ_BYTES: usize = 1024;
+
 pub struct TcpStream {
     reg: Registration,
     inner: std::net::TcpStream,
@@ -239,6 +243,24 @@ impl TcpStream {
                 *state.read_waker.borrow_mut() = Some(cx.waker().clone());
                 return Poll::Pending;
             }
+            if buf.is_empty() {
+                // No buffer (a new connection, or an idle one that gave it back): read
+                // into the stack first and allocate only when input actually came.
+                // Growing the buffer up front would write (and so make resident) 16 KB
+                // for every connection the reactor reports, most of which have nothing.
+                let mut first = [0u8; FIRST_READ_BYTES];
+                match recv_once(&state, fd, &mut first) {
+                    None => continue,
+                    Some(Ok(n)) => {
+                        if n > 0 {
+                            buf.resize(at + want.max(n), 0);
+                            buf[at..at + n].copy_from_slice(&first[..n]);
+                        }
+                        return Poll::Ready(Ok(n));
+                    }
+                    Some(Err(e)) => return Poll::Ready(Err(e)),
+                }
+            }
             if buf.len() < at + want {
                 buf.resize(at + want, 0);
             }
@@ -252,6 +274,44 @@ impl TcpStream {
     /// A handle that wakes this stream's pending read without input.
     pub fn read_waker(&self) -> ReadWaker {
         ReadWaker(self.reg.state.clone())
+    }
+
+    /// Sends what the socket takes of `buf` now, without waiting: the bytes sent, 0
+    /// when its buffer is full (then `writable` waits for room).
+    pub fn send_now(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let fd = self.inner.as_raw_fd();
+        let mut sent = 0;
+        while sent < buf.len() {
+            let n = sys_send(fd, &buf[sent..]);
+            if n >= 0 {
+                sent += n as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                ErrorKind::WouldBlock => {
+                    self.reg.state.writable.set(false);
+                    break;
+                }
+                ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Waits until the socket may take more after `send_now` found it full (or it
+    /// failed: the next send then reports the error).
+    pub async fn writable(&mut self) {
+        let state = self.reg.state.clone();
+        poll_fn(|cx| {
+            if state.writable.get() {
+                return Poll::Ready(());
+            }
+            *state.write_waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
     }
 
     /// Writes all of `buf`, waiting for the socket to drain when its buffer is full.

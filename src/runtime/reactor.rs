@@ -100,7 +100,10 @@ impl Reactor {
 
     pub(crate) fn deregister(&self, fd: i32, token: u64) {
         let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, token, 0);
-        self.ios.borrow_mut().remove(&token);
+        let mut ios = self.ios.borrow_mut();
+        ios.remove(&token);
+        // The table of a burst of closed connections goes back (see shrink_map).
+        crate::clients::shrink_map(&mut ios);
     }
 
     /// Waits for events (or only checks, when `block` is false), wakes the tasks they

@@ -30,7 +30,6 @@ struct BatchCmd {
 }
 
 /// A run of commands for one shard, in the order they must execute there.
-#[derive(Default)]
 pub struct OwnedBatch {
     data: Vec<u8>,
     spans: Vec<ArgSpan>,
@@ -39,6 +38,25 @@ pub struct OwnedBatch {
     /// The connection that sent the batch, and its shard (client tracking).
     pub client: u64,
     pub home: usize,
+    /// The reply bytes the batch may produce before its client breaks its hard
+    /// `client-output-buffer-limit`: past it the shard stops running the batch and
+    /// marks the reply `cut` (Redis stops processing a client it will close).
+    /// `usize::MAX` (no limit) unless the sender sets it for this batch.
+    pub out_budget: usize,
+}
+
+impl Default for OwnedBatch {
+    fn default() -> OwnedBatch {
+        OwnedBatch {
+            data: Vec::new(),
+            spans: Vec::new(),
+            key_spans: Vec::new(),
+            cmds: Vec::new(),
+            client: 0,
+            home: 0,
+            out_budget: usize::MAX,
+        }
+    }
 }
 
 impl OwnedBatch {
@@ -57,6 +75,7 @@ impl OwnedBatch {
         clear_or_release(&mut self.spans);
         clear_or_release(&mut self.key_spans);
         clear_or_release(&mut self.cmds);
+        self.out_budget = usize::MAX;
     }
 
     /// Command `i` is a read whose keys the client tracks.
@@ -218,6 +237,8 @@ pub struct BatchReply {
     /// Time taken by each part of a split command (index in the batch, usec): the
     /// connection decides whether the whole command was slow.
     pub part_usec: Vec<(u32, u64)>,
+    /// The batch stopped early: its replies went past the client's output budget.
+    pub cut: bool,
 }
 
 impl BatchReply {
@@ -245,6 +266,7 @@ impl BatchReply {
         clear_or_release(&mut self.ends);
         self.slow.clear();
         self.part_usec.clear();
+        self.cut = false;
     }
 
     pub fn get(&self, i: usize) -> &[u8] {
@@ -452,6 +474,12 @@ fn run_until_blocked(
         let may_ask = asked != Some(i);
         if let Err(bytes) = run_one(cell, batch, i, (now, txn, may_ask), reply, &mut clock) {
             return Some(Stop::Memory(i, bytes));
+        }
+        // One compare per command: the budget is usize::MAX without a limit, and a
+        // transaction's batches are never cut (all of EXEC runs, as in Redis).
+        if reply.out.len() >= batch.out_budget && txn.is_none() {
+            reply.cut = true;
+            return None;
         }
     }
     None

@@ -33,6 +33,9 @@ pub struct HopRequest {
     reply: BatchReply,
 }
 
+// `Done` holds a batch and its reply in place: boxing it would allocate once per hop
+// on the hot path, and the slot vector is small (one entry per hop in flight).
+#[allow(clippy::large_enum_variant)]
 enum Slot {
     Free,
     /// Sent; the waiting connection's waker once it has polled.

@@ -216,7 +216,7 @@ fn soft_limit_case(redis: bool) -> Option<Duration> {
     let _ = s.write_all(req.repeat(20).as_bytes());
     let mut probe = [0u8; 1];
     let closed_after = loop {
-        if started.elapsed() > Duration::from_secs(10) {
+        if started.elapsed() > Duration::from_secs(20) {
             break None;
         }
         if s.write_all(req.as_bytes()).is_err() {

@@ -179,9 +179,13 @@ impl ReadWaker {
     }
 }
 
-/// What the first read into an unallocated buffer takes from the stack: a few
-/// pipelined commands; a bigger input continues in the next read.
-const FIRST_READ_BYTES: usize = 1024;
+/// What the first read into an unallocated buffer takes from the stack (the array
+/// lives only while the read is polled, so it costs a connection nothing). As much
+/// as every later read takes (Redis's PROTO_IOBUF_LEN, 16 KiB): where an input is
+/// cut between reads decides whether a line longer than the 64 KiB inline limit
+/// has its terminator buffered in time, exactly as it does in Redis (PING followed
+/// by 70,000 spaces answers PONG there). A smaller first read shifted every cut.
+const FIRST_READ_BYTES: usize = 16 * 1024;
 
 pub struct TcpStream {
     reg: Registration,

@@ -163,6 +163,38 @@ pub fn busy_error() -> Option<&'static str> {
     })
 }
 
+/// Where Lua's luaL_error places an error raised by a library function: the line of
+/// the Lua code that called it ("user_script:1: "), nothing when a C function (pcall)
+/// called it. Redis's libraries are C and raise through luaL_error, so their errors
+/// carry this prefix; ours are Rust and add it themselves (`lib_fn`).
+pub fn caller_where(lua: &mlua::Lua) -> String {
+    match lua.inspect_stack(1) {
+        Some(d) if d.curr_line() > 0 => {
+            let src = d.source();
+            let name = src.short_src.as_deref().unwrap_or("?");
+            format!("{name}:{}: ", d.curr_line())
+        }
+        _ => String::new(),
+    }
+}
+
+/// A library function (cjson, cmsgpack, struct, bit) whose errors, argument
+/// conversion included, read like luaL_error's: prefixed by `caller_where`.
+pub fn lib_fn<A, R, F>(lua: &mlua::Lua, f: F) -> mlua::Result<mlua::Function>
+where
+    A: mlua::FromLuaMulti,
+    R: mlua::IntoLuaMulti,
+    F: Fn(&mlua::Lua, A) -> mlua::Result<R> + 'static,
+{
+    lua.create_function(move |lua, args: mlua::MultiValue| {
+        A::from_lua_multi(args, lua)
+            .and_then(|a| f(lua, a))
+            .map_err(|e| {
+                mlua::Error::RuntimeError(format!("{}{}", caller_where(lua), vm::error_text(&e)))
+            })
+    })
+}
+
 /// C's `%.<prec>g`: `prec` significant digits, trailing zeros dropped, exponent form
 /// when the exponent is below -4 or at least `prec`.
 pub fn format_g(v: f64, prec: usize) -> String {

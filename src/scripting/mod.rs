@@ -102,6 +102,13 @@ pub fn script_exists(sha: &str) -> bool {
     lock(&SCRIPTS).as_ref().is_some_and(|m| m.contains_key(sha))
 }
 
+/// Bytes of the cached EVAL bodies (INFO used_memory_scripts_eval).
+pub fn scripts_bytes() -> u64 {
+    lock(&SCRIPTS).as_ref().map_or(0, |m| {
+        m.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+    })
+}
+
 pub fn script_count() -> usize {
     lock(&SCRIPTS).as_ref().map_or(0, |m| m.len())
 }
@@ -109,6 +116,32 @@ pub fn script_count() -> usize {
 pub fn script_flush() {
     *lock(&SCRIPTS) = None;
     SCRIPT_EPOCH.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Bytes every shard's Lua VM holds (mlua's count of its allocations), for INFO's
+/// used_memory_lua; like Redis, this memory does not count toward maxmemory.
+static LUA_MEMORY: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// What this shard last added to LUA_MEMORY.
+    static LUA_MEMORY_MINE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Publishes this shard's VM size (after each job and each new VM).
+pub fn publish_lua_memory(bytes: u64) {
+    LUA_MEMORY_MINE.with(|m| {
+        let old = m.replace(bytes);
+        if bytes >= old {
+            LUA_MEMORY.fetch_add(bytes - old, Ordering::Relaxed);
+        } else {
+            LUA_MEMORY.fetch_sub(old - bytes, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Every shard's Lua VM memory, in bytes.
+pub fn lua_memory() -> u64 {
+    LUA_MEMORY.load(Ordering::Relaxed)
 }
 
 /// The script or function running now (one at a time: it holds every shard).

@@ -132,7 +132,10 @@ pub async fn run(job: Job) {
         },
     };
     match vm.as_mut() {
-        Some(v) => v.handle(job),
+        Some(v) => {
+            v.handle(job);
+            super::publish_lua_memory(v.lua.used_memory() as u64);
+        }
         None => fail(job, "ERR Lua engine unavailable"),
     }
     let waiters = SLOT.with(|s| {

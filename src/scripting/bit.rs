@@ -31,7 +31,7 @@ fn arg(args: &MultiValue, i: usize, fname: &str) -> Result<i32> {
 }
 
 fn fold(lua: &Lua, name: &'static str, op: fn(i32, i32) -> i32) -> Result<mlua::Function> {
-    lua.create_function(move |_, args: MultiValue| {
+    super::lib_fn(lua, move |_, args: MultiValue| {
         let mut acc = arg(&args, 0, name)?;
         for i in 1..args.len() {
             acc = op(acc, arg(&args, i, name)?);
@@ -41,7 +41,7 @@ fn fold(lua: &Lua, name: &'static str, op: fn(i32, i32) -> i32) -> Result<mlua::
 }
 
 fn shift(lua: &Lua, name: &'static str, op: fn(i32, u32) -> i32) -> Result<mlua::Function> {
-    lua.create_function(move |_, args: MultiValue| {
+    super::lib_fn(lua, move |_, args: MultiValue| {
         let x = arg(&args, 0, name)?;
         let n = arg(&args, 1, name)? as u32 & 31;
         Ok(op(x, n) as f64)
@@ -52,11 +52,17 @@ pub fn open(lua: &Lua) -> Result<Table> {
     let t = lua.create_table()?;
     t.set(
         "tobit",
-        lua.create_function(|_, args: MultiValue| Ok(arg(&args, 0, "tobit")? as f64))?,
+        super::lib_fn(
+            lua,
+            |_, args: MultiValue| Ok(arg(&args, 0, "tobit")? as f64),
+        )?,
     )?;
     t.set(
         "bnot",
-        lua.create_function(|_, args: MultiValue| Ok(!arg(&args, 0, "bnot")? as f64))?,
+        super::lib_fn(
+            lua,
+            |_, args: MultiValue| Ok(!arg(&args, 0, "bnot")? as f64),
+        )?,
     )?;
     t.set("band", fold(lua, "band", |a, b| a & b)?)?;
     t.set("bor", fold(lua, "bor", |a, b| a | b)?)?;
@@ -80,11 +86,13 @@ pub fn open(lua: &Lua) -> Result<Table> {
     )?;
     t.set(
         "bswap",
-        lua.create_function(|_, args: MultiValue| Ok(arg(&args, 0, "bswap")?.swap_bytes() as f64))?,
+        super::lib_fn(lua, |_, args: MultiValue| {
+            Ok(arg(&args, 0, "bswap")?.swap_bytes() as f64)
+        })?,
     )?;
     t.set(
         "tohex",
-        lua.create_function(|_, args: MultiValue| {
+        super::lib_fn(lua, |_, args: MultiValue| {
             let x = arg(&args, 0, "tohex")? as u32;
             let n = if args.len() > 1 {
                 arg(&args, 1, "tohex")?

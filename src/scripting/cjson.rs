@@ -43,7 +43,7 @@ pub fn open(lua: &Lua) -> Result<Table> {
     let s = st.clone();
     t.set(
         "encode",
-        lua.create_function(move |_, args: MultiValue| {
+        super::lib_fn(lua, move |_, args: MultiValue| {
             if args.len() != 1 {
                 return err("bad argument #1 to 'encode' (expected 1 argument)".into());
             }
@@ -55,7 +55,20 @@ pub fn open(lua: &Lua) -> Result<Table> {
     let s = st.clone();
     t.set(
         "decode",
-        lua.create_function(move |lua, text: mlua::String| {
+        super::lib_fn(lua, move |lua, args: MultiValue| {
+            let text = match (args.len(), args.front()) {
+                (1, Some(Value::String(t))) => t.clone(),
+                (1, Some(v @ (Value::Integer(_) | Value::Number(_)))) => {
+                    lua.create_string(super::format_g(super::bit::number(v).unwrap_or(0.0), 14))?
+                }
+                (1, Some(v)) => {
+                    return err(format!(
+                        "bad argument #1 to 'decode' (string expected, got {})",
+                        super::vm::arg_type(v)
+                    ))
+                }
+                _ => return err("bad argument #1 to 'decode' (expected 1 argument)".into()),
+            };
             let bytes = text.as_bytes();
             let mut d = Decoder {
                 lua,
@@ -75,7 +88,7 @@ pub fn open(lua: &Lua) -> Result<Table> {
     )?;
     let int_setting = |get: fn(&Settings) -> &Cell<u32>| {
         let s = st.clone();
-        lua.create_function(move |_, v: Option<f64>| {
+        super::lib_fn(lua, move |_, v: Option<f64>| {
             if let Some(n) = v {
                 if !(1.0..=2147483647.0).contains(&n) {
                     return err(
@@ -91,7 +104,7 @@ pub fn open(lua: &Lua) -> Result<Table> {
     t.set("decode_max_depth", int_setting(|s| &s.decode_max_depth)?)?;
     let bool_setting = |get: fn(&Settings) -> &Cell<bool>| {
         let s = st.clone();
-        lua.create_function(move |_, v: Value| {
+        super::lib_fn(lua, move |_, v: Value| {
             match v {
                 Value::Boolean(b) => get(&s).set(b),
                 Value::String(ref x) if x.as_bytes() == b"on" => get(&s).set(true),
@@ -111,12 +124,12 @@ pub fn open(lua: &Lua) -> Result<Table> {
     )?;
     t.set(
         "encode_keep_buffer",
-        lua.create_function(|_, v: Value| Ok(v))?,
+        super::lib_fn(lua, |_, v: Value| Ok(v))?,
     )?;
     let s = st.clone();
     t.set(
         "encode_number_precision",
-        lua.create_function(move |_, v: Option<f64>| {
+        super::lib_fn(lua, move |_, v: Option<f64>| {
             if let Some(n) = v {
                 if !(1.0..=14.0).contains(&n) {
                     return err("bad argument #1 (expected integer between 1 and 14)".into());
@@ -129,7 +142,8 @@ pub fn open(lua: &Lua) -> Result<Table> {
     let s = st;
     t.set(
         "encode_sparse_array",
-        lua.create_function(
+        super::lib_fn(
+            lua,
             move |_, (c, r, safe): (Option<bool>, Option<u32>, Option<u32>)| {
                 if let Some(c) = c {
                     s.sparse_convert.set(c);
@@ -295,15 +309,35 @@ struct Decoder<'a> {
 }
 
 impl Decoder<'_> {
+    /// Redis's cjson names the token it found by its type (json_token_type_name).
     fn fail<T>(&self, what: &str) -> Result<T> {
-        let found = if self.pos >= self.b.len() {
-            "the end".to_string()
-        } else {
-            "invalid token".to_string()
+        let rest = self.b.get(self.pos..).unwrap_or_default();
+        let found = match rest.first() {
+            None => "T_END",
+            Some(b'{') => "T_OBJ_BEGIN",
+            Some(b'}') => "T_OBJ_END",
+            Some(b'[') => "T_ARR_BEGIN",
+            Some(b']') => "T_ARR_END",
+            Some(b'"') => "T_STRING",
+            Some(b':') => "T_COLON",
+            Some(b',') => "T_COMMA",
+            Some(b'-' | b'0'..=b'9') => "T_NUMBER",
+            Some(_) if rest.starts_with(b"true") || rest.starts_with(b"false") => "T_BOOLEAN",
+            Some(_) if rest.starts_with(b"null") => "T_NULL",
+            Some(_) => "invalid token",
         };
         err(format!(
             "Expected {what} but found {found} at character {}",
             self.pos + 1
+        ))
+    }
+
+    /// A bad \u escape: cjson reports it at the backslash, as the token it was
+    /// expecting (`what`).
+    fn bad_escape<T>(&self, what: &str, backslash: usize) -> Result<T> {
+        err(format!(
+            "Expected {what} but found invalid unicode escape code at character {}",
+            backslash + 1
         ))
     }
 
@@ -329,7 +363,9 @@ impl Decoder<'_> {
         match self.b.get(self.pos) {
             Some(b'{') => self.object(),
             Some(b'[') => self.array(),
-            Some(b'"') => Ok(Value::String(self.lua.create_string(self.string()?)?)),
+            Some(b'"') => Ok(Value::String(
+                self.lua.create_string(self.string("value")?)?,
+            )),
             Some(b't') if self.b[self.pos..].starts_with(b"true") => {
                 self.pos += 4;
                 Ok(Value::Boolean(true))
@@ -367,21 +403,17 @@ impl Decoder<'_> {
         Ok(Value::Number(v))
     }
 
-    fn hex4(&mut self) -> Result<u32> {
-        let h = self
-            .b
-            .get(self.pos..self.pos + 4)
-            .and_then(|h| u32::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
-        match h {
-            Some(v) => {
-                self.pos += 4;
-                Ok(v)
-            }
-            None => self.fail("a valid unicode escape"),
+    fn hex4(&mut self) -> Option<u32> {
+        let h = self.b.get(self.pos..self.pos + 4)?;
+        if !h.iter().all(u8::is_ascii_hexdigit) {
+            return None;
         }
+        let v = u32::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()?;
+        self.pos += 4;
+        Some(v)
     }
 
-    fn string(&mut self) -> Result<Vec<u8>> {
+    fn string(&mut self, what: &str) -> Result<Vec<u8>> {
         self.pos += 1;
         let mut out = Vec::new();
         loop {
@@ -404,17 +436,29 @@ impl Decoder<'_> {
                         b'r' => out.push(b'\r'),
                         b't' => out.push(b'\t'),
                         b'u' => {
-                            let mut cp = self.hex4()?;
-                            if (0xD800..0xDC00).contains(&cp)
-                                && self.b.get(self.pos..self.pos + 2) == Some(b"\\u")
-                            {
-                                self.pos += 2;
-                                let lo = self.hex4()?;
-                                cp = 0x10000
-                                    + ((cp - 0xD800) << 10)
-                                    + (lo.wrapping_sub(0xDC00) & 0x3FF);
+                            // As cjson: a high surrogate must be followed by a low
+                            // one; a lone surrogate or bad hex is an error.
+                            let backslash = self.pos - 2;
+                            let Some(mut cp) = self.hex4() else {
+                                return self.bad_escape(what, backslash);
+                            };
+                            if (0xDC00..0xE000).contains(&cp) {
+                                return self.bad_escape(what, backslash);
                             }
-                            let ch = char::from_u32(cp).unwrap_or('\u{FFFD}');
+                            if (0xD800..0xDC00).contains(&cp) {
+                                if self.b.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                                    return self.bad_escape(what, backslash);
+                                }
+                                self.pos += 2;
+                                let lo = match self.hex4() {
+                                    Some(lo) if (0xDC00..0xE000).contains(&lo) => lo,
+                                    _ => return self.bad_escape(what, backslash),
+                                };
+                                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                            }
+                            let Some(ch) = char::from_u32(cp) else {
+                                return self.bad_escape(what, backslash);
+                            };
                             let mut buf = [0u8; 4];
                             out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                         }
@@ -471,7 +515,7 @@ impl Decoder<'_> {
             if self.b.get(self.pos) != Some(&b'"') {
                 return self.fail("object key string");
             }
-            let k = self.string()?;
+            let k = self.string("object key string")?;
             self.skip_ws();
             if self.b.get(self.pos) != Some(&b':') {
                 return self.fail("colon");

@@ -6,6 +6,24 @@ use mlua::{Lua, MultiValue, Result, Table, Value};
 
 const MAX_NESTING: usize = 16;
 
+/// Redis's lua-cmsgpack decodes onto the Lua C stack and fails once it would pass
+/// LUAI_MAXCSTACK (8000) slots. The decoder here recurses in Rust and holds every
+/// open table as an mlua reference (whose auxiliary stack is just as finite), so it
+/// keeps the same budget: it bounds Rust recursion, keeps mlua from panicking, and
+/// gives the errors at the depths Redis gives them.
+const STACK_SLOTS: usize = 8000;
+/// What an open array costs (its table and the index being filled).
+const ARRAY_SLOTS: usize = 2;
+/// What an open map costs while its key is decoded, and while its value is.
+const MAP_KEY_SLOTS: usize = 4;
+const MAP_VALUE_SLOTS: usize = 6;
+/// What a decoded top-level value costs, and a table one on top of that.
+const RESULT_SLOTS: usize = 2;
+const RESULT_TABLE_SLOTS: usize = 2;
+const ARRAY_OVERFLOW: &str = "stack overflow (in function mp_decode_to_lua_array)";
+const RESULTS_OVERFLOW: &str =
+    "stack overflow (too many return values at once; use unpack_one or unpack_limit instead.)";
+
 fn err<T>(msg: &str) -> Result<T> {
     Err(mlua::Error::RuntimeError(msg.to_string()))
 }
@@ -14,9 +32,9 @@ pub fn open(lua: &Lua) -> Result<Table> {
     let t = lua.create_table()?;
     t.set(
         "pack",
-        lua.create_function(|_, args: MultiValue| {
+        super::lib_fn(lua, |_, args: MultiValue| {
             if args.is_empty() {
-                return err("MessagePack pack needs input.");
+                return err("bad argument #0 to 'pack' (MessagePack pack needs input.)");
             }
             let mut out = Vec::new();
             for v in args.iter() {
@@ -27,22 +45,25 @@ pub fn open(lua: &Lua) -> Result<Table> {
     )?;
     t.set(
         "unpack",
-        lua.create_function(|lua, s: mlua::String| {
+        super::lib_fn(lua, |lua, s: mlua::String| {
             let (_, vals) = unpack(lua, &s.as_bytes(), 0, 0)?;
             Ok(MultiValue::from_iter(vals))
         })?,
     )?;
     t.set(
         "unpack_one",
-        lua.create_function(|lua, (s, off): (mlua::String, Option<i64>)| {
+        super::lib_fn(lua, |lua, (s, off): (mlua::String, Option<i64>)| {
             unpack_with_offset(lua, &s.as_bytes(), 1, off.unwrap_or(0))
         })?,
     )?;
     t.set(
         "unpack_limit",
-        lua.create_function(|lua, (s, limit, off): (mlua::String, i64, Option<i64>)| {
-            unpack_with_offset(lua, &s.as_bytes(), limit.max(0) as usize, off.unwrap_or(0))
-        })?,
+        super::lib_fn(
+            lua,
+            |lua, (s, limit, off): (mlua::String, i64, Option<i64>)| {
+                unpack_with_offset(lua, &s.as_bytes(), limit.max(0) as usize, off.unwrap_or(0))
+            },
+        )?,
     )?;
     t.set("_NAME", "cmsgpack")?;
     t.set("_VERSION", "lua-cmsgpack 0.4.0")?;
@@ -62,10 +83,23 @@ fn unpack_with_offset(lua: &Lua, b: &[u8], limit: usize, off: i64) -> Result<Mul
 
 /// Decodes up to `limit` objects (0: all) from `off`; returns the next offset.
 fn unpack(lua: &Lua, b: &[u8], off: usize, limit: usize) -> Result<(usize, Vec<Value>)> {
-    let mut d = Decoder { lua, b, pos: off };
+    let mut d = Decoder {
+        lua,
+        b,
+        pos: off,
+        used: 0,
+    };
     let mut vals = Vec::new();
     while d.pos < b.len() && (limit == 0 || vals.len() < limit) {
-        vals.push(d.value()?);
+        let v = d.value()?;
+        d.used += RESULT_SLOTS;
+        if matches!(v, Value::Table(_)) {
+            d.used += RESULT_TABLE_SLOTS;
+        }
+        if d.used >= STACK_SLOTS {
+            return err(RESULTS_OVERFLOW);
+        }
+        vals.push(v);
     }
     Ok((d.pos, vals))
 }
@@ -188,11 +222,13 @@ struct Decoder<'a> {
     lua: &'a Lua,
     b: &'a [u8],
     pos: usize,
+    /// Stack slots in use (see `STACK_SLOTS`): results so far plus open tables.
+    used: usize,
 }
 
 impl Decoder<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8]> {
-        if self.pos + n > self.b.len() {
+        if n > self.b.len() - self.pos.min(self.b.len()) {
             return err("Missing bytes in input.");
         }
         let s = &self.b[self.pos..self.pos + n];
@@ -268,6 +304,16 @@ impl Decoder<'_> {
     }
 
     fn array(&mut self, n: usize) -> Result<Value> {
+        if self.used + ARRAY_SLOTS >= STACK_SLOTS {
+            return err(ARRAY_OVERFLOW);
+        }
+        self.used += ARRAY_SLOTS;
+        let r = self.array_items(n);
+        self.used -= ARRAY_SLOTS;
+        r
+    }
+
+    fn array_items(&mut self, n: usize) -> Result<Value> {
         let t = self.lua.create_table()?;
         for i in 1..=n {
             let v = self.value()?;
@@ -277,10 +323,19 @@ impl Decoder<'_> {
     }
 
     fn map(&mut self, n: usize) -> Result<Value> {
+        if self.used + MAP_KEY_SLOTS >= STACK_SLOTS {
+            return err(RESULTS_OVERFLOW);
+        }
         let t = self.lua.create_table()?;
         for _ in 0..n {
-            let k = self.value()?;
-            let v = self.value()?;
+            self.used += MAP_KEY_SLOTS;
+            let k = self.value();
+            self.used -= MAP_KEY_SLOTS;
+            let k = k?;
+            self.used += MAP_VALUE_SLOTS;
+            let v = self.value();
+            self.used -= MAP_VALUE_SLOTS;
+            let v = v?;
             if k != Value::Nil {
                 t.raw_set(k, v)?;
             }

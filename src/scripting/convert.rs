@@ -177,10 +177,11 @@ impl Parser<'_> {
 /// Deepest table nesting a reply may have (Redis stops at its Lua stack limit).
 const MAX_DEPTH: usize = 1000;
 
-/// Lua number -> Redis integer: C's (long long) cast, saturating.
+/// Lua number -> Redis integer: C's (long long) cast as x86-64 does it (Redis's
+/// builds): NaN and values out of range give the "integer indefinite" LLONG_MIN.
 fn to_int(n: f64) -> i64 {
-    if n.is_nan() {
-        0
+    if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&n) {
+        i64::MIN
     } else {
         n as i64
     }

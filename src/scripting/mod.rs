@@ -102,6 +102,13 @@ pub fn script_exists(sha: &str) -> bool {
     lock(&SCRIPTS).as_ref().is_some_and(|m| m.contains_key(sha))
 }
 
+/// Bytes of the cached EVAL bodies (INFO used_memory_scripts_eval).
+pub fn scripts_bytes() -> u64 {
+    lock(&SCRIPTS).as_ref().map_or(0, |m| {
+        m.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+    })
+}
+
 pub fn script_count() -> usize {
     lock(&SCRIPTS).as_ref().map_or(0, |m| m.len())
 }
@@ -109,6 +116,32 @@ pub fn script_count() -> usize {
 pub fn script_flush() {
     *lock(&SCRIPTS) = None;
     SCRIPT_EPOCH.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Bytes every shard's Lua VM holds (mlua's count of its allocations), for INFO's
+/// used_memory_lua; like Redis, this memory does not count toward maxmemory.
+static LUA_MEMORY: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// What this shard last added to LUA_MEMORY.
+    static LUA_MEMORY_MINE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Publishes this shard's VM size (after each job and each new VM).
+pub fn publish_lua_memory(bytes: u64) {
+    LUA_MEMORY_MINE.with(|m| {
+        let old = m.replace(bytes);
+        if bytes >= old {
+            LUA_MEMORY.fetch_add(bytes - old, Ordering::Relaxed);
+        } else {
+            LUA_MEMORY.fetch_sub(old - bytes, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Every shard's Lua VM memory, in bytes.
+pub fn lua_memory() -> u64 {
+    LUA_MEMORY.load(Ordering::Relaxed)
 }
 
 /// The script or function running now (one at a time: it holds every shard).
@@ -160,6 +193,38 @@ pub fn busy_error() -> Option<&'static str> {
         BUSY_EVAL
     } else {
         BUSY_FUNCTION
+    })
+}
+
+/// Where Lua's luaL_error places an error raised by a library function: the line of
+/// the Lua code that called it ("user_script:1: "), nothing when a C function (pcall)
+/// called it. Redis's libraries are C and raise through luaL_error, so their errors
+/// carry this prefix; ours are Rust and add it themselves (`lib_fn`).
+pub fn caller_where(lua: &mlua::Lua) -> String {
+    match lua.inspect_stack(1) {
+        Some(d) if d.curr_line() > 0 => {
+            let src = d.source();
+            let name = src.short_src.as_deref().unwrap_or("?");
+            format!("{name}:{}: ", d.curr_line())
+        }
+        _ => String::new(),
+    }
+}
+
+/// A library function (cjson, cmsgpack, struct, bit) whose errors, argument
+/// conversion included, read like luaL_error's: prefixed by `caller_where`.
+pub fn lib_fn<A, R, F>(lua: &mlua::Lua, f: F) -> mlua::Result<mlua::Function>
+where
+    A: mlua::FromLuaMulti,
+    R: mlua::IntoLuaMulti,
+    F: Fn(&mlua::Lua, A) -> mlua::Result<R> + 'static,
+{
+    lua.create_function(move |lua, args: mlua::MultiValue| {
+        A::from_lua_multi(args, lua)
+            .and_then(|a| f(lua, a))
+            .map_err(|e| {
+                mlua::Error::RuntimeError(format!("{}{}", caller_where(lua), vm::error_text(&e)))
+            })
     })
 }
 

@@ -8,14 +8,20 @@ local xpcall, pcall, setfenv, loadstring = xpcall, pcall, setfenv, loadstring
 local frame_prim = prims.frame
 local call_prim = prims.call
 
--- Readonly tables: proxies whose writes fail, as Redis 7.0's readonly tables do.
+-- Readonly tables: empty proxies whose writes fail, as Redis 7.0's readonly tables
+-- do. RO maps each proxy to the table it stands for (rawget / next read that one);
+-- the raw writers (rawset, setmetatable, table.insert) refuse every key of RO. Both
+-- wrappers are Rust (prims.guard / prims.through). getmetatable of a proxy gives
+-- HIDDEN, which the wrapped getmetatable turns into nil, as Redis answers.
 local RO = setmetatable({}, {__mode = 'k'})
 local function ro_error() error("Attempt to modify a readonly table", 2) end
-local META = setmetatable({}, {__newindex = ro_error, __metatable = false})
-RO[META] = true
+local HIDDEN = {}
+local META = setmetatable({}, {__newindex = ro_error, __metatable = HIDDEN})
+RO[META] = HIDDEN
+RO[HIDDEN] = HIDDEN
 local function readonly(inner)
-  local p = setmetatable({}, {__index = inner, __newindex = ro_error, __metatable = META})
-  RO[p] = true
+  local p = setmetatable({}, {__index = inner, __newindex = ro_error, __metatable = HIDDEN})
+  RO[p] = inner
   return p
 end
 local function missing(_, k)
@@ -100,26 +106,30 @@ for k, v in pairs(constants) do R[k] = v end
 local S = {}
 for k, v in pairs(G) do S[k] = v end
 for _, name in pairs({'print', 'loadfile', 'dofile', 'load', 'module', 'require',
-                      'setfenv', 'newproxy', 'package', 'io', 'os'}) do
+                      'setfenv', 'getfenv', 'newproxy', 'package', 'io', 'os'}) do
   S[name] = nil
 end
-S.loadstring = function(s, name)
-  if type(s) == 'string' and s:byte(1) == 27 then
-    return nil, 'binary chunks are not allowed'
-  end
-  return loadstring(s, name)
+-- Chunks load as text only, in Rust (never bytecode, whatever the script changed).
+S.loadstring = prims.loadstring
+S.load = prims.load
+S.setmetatable = prims.guard(setmetatable, RO)
+S.rawset = prims.guard(rawset, RO)
+S.rawget = prims.through(rawget, RO)
+S.next = prims.through(next, RO)
+local snext = S.next
+-- Lua's pairs hands out the table it iterates: for a proxy that would be the table
+-- behind it, so pairs here iterates through `next` and hands out the proxy.
+S.pairs = function(t)
+  if type(t) ~= 'table' then return pairs(t) end
+  return snext, t, nil
 end
-S.setmetatable = function(t, mt)
-  if RO[t] then error("Attempt to modify a readonly table", 2) end
-  return setmetatable(t, mt)
-end
-S.rawset = function(t, k, v)
-  if RO[t] then error("Attempt to modify a readonly table", 2) end
-  return rawset(t, k, v)
-end
+S.getmetatable = prims.hide(getmetatable, HIDDEN)
 S.pcall = function(...) return fix_pcall(pcall(...)) end
+local T = {}
+for k, v in pairs(table) do T[k] = v end
+T.insert = prims.guard(table.insert, RO)
 S.string = readonly(string)
-S.table = readonly(table)
+S.table = readonly(T)
 S.math = readonly(math)
 S.coroutine = readonly(coroutine)
 S.cjson = readonly(prims.cjson)
@@ -132,9 +142,16 @@ S.redis = readonly(R)
 -- All of it: the names dropped from S above (print, dofile...) are still in G.
 for k in pairs(G) do G[k] = nil end
 S._G = G
-RO[G] = true
+RO[G] = S
 setmetatable(S, {__index = missing})
-setmetatable(G, {__index = S, __newindex = ro_error, __metatable = META})
+-- getmetatable(_G) answers a readonly view: its __index is `missing`, as in Redis.
+setmetatable(G, {__index = S, __newindex = ro_error, __metatable = readonly({__index = missing})})
+
+-- The string metatable is shared by every string of the VM, so every later script
+-- would see a change to it. getmetatable('') answers a readonly view whose __index
+-- is the readonly `string`; the real metatable and library stay out of reach.
+local smt = getmetatable('')
+rawset(smt, '__metatable', readonly({__index = S.string}))
 
 -- Function libraries: their chunks see F, whose lookups go to the load API while
 -- FUNCTION LOAD runs them and to the globals when their functions run.

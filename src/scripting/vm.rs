@@ -132,7 +132,10 @@ pub async fn run(job: Job) {
         },
     };
     match vm.as_mut() {
-        Some(v) => v.handle(job),
+        Some(v) => {
+            v.handle(job);
+            super::publish_lua_memory(v.lua.used_memory() as u64);
+        }
         None => fail(job, "ERR Lua engine unavailable"),
     }
     let waiters = SLOT.with(|s| {
@@ -441,6 +444,112 @@ impl Vm {
                 Ok(())
             })?,
         )?;
+        // Readonly tables in Redis are a flag its patched Lua checks in every raw
+        // write. Stock Lua 5.1 has no such flag, so the prelude's readonly tables are
+        // empty proxies, and the functions that write raw (rawset, setmetatable,
+        // table.insert) or read raw (rawget, next) are wrapped here, in Rust, so that
+        // their errors carry the caller's line exactly as the C functions' do.
+        // guard(f, ro): f, refusing a first argument that is a key of `ro`.
+        p.set(
+            "guard",
+            lua.create_function(|lua, (f, ro): (Function, Table)| {
+                lua.create_function(move |lua, args: MultiValue| {
+                    if let Some(Value::Table(t)) = args.front() {
+                        if ro.raw_get::<Value>(t.clone())? != Value::Nil {
+                            return Err(mlua::Error::RuntimeError(READONLY.into()));
+                        }
+                    }
+                    call_located(lua, &f, args)
+                })
+            })?,
+        )?;
+        // through(f, ro): f on the table a readonly proxy stands for (`ro[proxy]`).
+        p.set(
+            "through",
+            lua.create_function(|lua, (f, ro): (Function, Table)| {
+                lua.create_function(move |lua, mut args: MultiValue| {
+                    if let Some(Value::Table(t)) = args.front() {
+                        if let Value::Table(inner) = ro.raw_get::<Value>(t.clone())? {
+                            if let Some(first) = args.front_mut() {
+                                *first = Value::Table(inner);
+                            }
+                        }
+                    }
+                    call_located(lua, &f, args)
+                })
+            })?,
+        )?;
+        // hide(f, hidden): f, answering nil where it would answer `hidden`
+        // (getmetatable of a readonly table: nil, as in Redis).
+        p.set(
+            "hide",
+            lua.create_function(|lua, (f, hidden): (Function, Table)| {
+                lua.create_function(move |lua, args: MultiValue| {
+                    let r = call_located(lua, &f, args)?;
+                    match r.front() {
+                        Some(Value::Table(t)) if *t == hidden => {
+                            Ok(MultiValue::from_iter([Value::Nil]))
+                        }
+                        _ => Ok(r),
+                    }
+                })
+            })?,
+        )?;
+        p.set(
+            "loadstring",
+            super::lib_fn(lua, |lua, (src, name): (Value, Option<mlua::String>)| {
+                let src = match &src {
+                    Value::String(s) => s.as_bytes().to_vec(),
+                    Value::Integer(_) | Value::Number(_) => {
+                        format_g(super::bit::number(&src).unwrap_or(0.0), 14).into_bytes()
+                    }
+                    other => {
+                        return Err(mlua::Error::RuntimeError(format!(
+                            "bad argument #1 to 'loadstring' (string expected, got {})",
+                            arg_type(other)
+                        )))
+                    }
+                };
+                // Lua's default chunk name is the source itself (as a C string).
+                let name = match name {
+                    Some(n) => n.as_bytes().to_vec(),
+                    None => src.clone(),
+                };
+                load_text(lua, &src, &name)
+            })?,
+        )?;
+        p.set(
+            "load",
+            super::lib_fn(lua, |lua, (reader, name): (Value, Option<mlua::String>)| {
+                let Value::Function(reader) = reader else {
+                    return Err(mlua::Error::RuntimeError(format!(
+                        "bad argument #1 to 'load' (function expected, got {})",
+                        arg_type(&reader)
+                    )));
+                };
+                // Lua 5.1's load: the reader's pieces until nil or "", numbers as text.
+                let mut src = Vec::new();
+                loop {
+                    match reader.call::<Value>(()) {
+                        Err(e) => return Ok((Value::Nil, Some(error_text(&e)))),
+                        Ok(Value::Nil) => break,
+                        Ok(Value::String(s)) if s.as_bytes().is_empty() => break,
+                        Ok(Value::String(s)) => src.extend_from_slice(&s.as_bytes()),
+                        Ok(n @ (Value::Integer(_) | Value::Number(_))) => src.extend_from_slice(
+                            format_g(super::bit::number(&n).unwrap_or(0.0), 14).as_bytes(),
+                        ),
+                        Ok(_) => {
+                            return Ok((
+                                Value::Nil,
+                                Some("reader function must return a string".into()),
+                            ))
+                        }
+                    }
+                }
+                let name = name.map_or_else(|| b"=(load)".to_vec(), |n| n.as_bytes().to_vec());
+                load_text(lua, &src, &name)
+            })?,
+        )?;
         p.set("cjson", super::cjson::open(lua)?)?;
         p.set("cmsgpack", super::cmsgpack::open(lua)?)?;
         p.set("bit", super::bit::open(lua)?)?;
@@ -740,6 +849,56 @@ const COUNTED_FIELD: &str = "ignore_error_stats_update";
 /// Whether `v` is an error table a `redis.call` produced (see `COUNTED_FIELD`).
 fn counted_error(v: &Value) -> bool {
     matches!(v, Value::Table(t) if t.raw_get::<bool>(COUNTED_FIELD).unwrap_or(false))
+}
+
+const READONLY: &str = "Attempt to modify a readonly table";
+
+/// Calls the C function `f` for a wrapper; its errors get the line of the wrapper's
+/// caller, as they would have if the script had called `f` itself.
+fn call_located(lua: &Lua, f: &Function, args: MultiValue) -> mlua::Result<MultiValue> {
+    f.call::<MultiValue>(args).map_err(|e| {
+        mlua::Error::RuntimeError(format!("{}{}", super::caller_where(lua), error_text(&e)))
+    })
+}
+
+/// Lua's name for a value's type, as in "bad argument" errors.
+pub fn arg_type(v: &Value) -> &'static str {
+    match v {
+        Value::Nil => "nil",
+        Value::Boolean(_) => "boolean",
+        Value::Integer(_) | Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Table(_) => "table",
+        Value::Function(_) => "function",
+        Value::Thread(_) => "thread",
+        _ => "userdata",
+    }
+}
+
+/// loadstring / load for scripts: (function) or (nil, message), as Lua 5.1 answers.
+/// Chunks are only ever loaded as text (the loader's own text-only mode), so
+/// precompiled bytecode, which can break the VM's memory safety, never runs, whatever
+/// a script did to the string metatable or the globals. Redis's Lua has no binary
+/// loader and parses such a chunk as text, failing on its first byte (ESC); a leading
+/// space makes the parser do the same here, giving Redis's message word for word.
+fn load_text(lua: &Lua, src: &[u8], name: &[u8]) -> mlua::Result<(Value, Option<String>)> {
+    // The name reaches Lua as a C string: it ends at the first NUL.
+    let name = name.split(|&c| c == 0).next().unwrap_or_default();
+    let binary = src.first() == Some(&27);
+    let mut text = Vec::with_capacity(src.len() + 1);
+    if binary {
+        text.push(b' ');
+    }
+    text.extend_from_slice(src);
+    let loaded = lua
+        .load(&text[..])
+        .set_name(String::from_utf8_lossy(name).into_owned())
+        .set_mode(ChunkMode::Text)
+        .into_function();
+    match loaded {
+        Ok(f) => Ok((Value::Function(f), None)),
+        Err(e) => Ok((Value::Nil, Some(error_text(&e)))),
+    }
 }
 
 /// `redis.call` / `redis.pcall`'s transport: (reply as a Lua value, is an error).

@@ -170,7 +170,9 @@ pub fn refresh_overhead() -> u64 {
     let used = used_memory();
     let n = SHARDS.load(Relaxed) as u64;
     let pending = LAZYFREE_PENDING_BYTES.load(Relaxed);
-    let share = used.saturating_sub(dataset_total() + pending) / n.max(1);
+    // Lua VMs' memory is not counted toward maxmemory (as in Redis).
+    let lua = crate::scripting::lua_memory();
+    let share = used.saturating_sub(dataset_total() + pending + lua) / n.max(1);
     OVERHEAD_SHARE.store(share, Relaxed);
     used
 }

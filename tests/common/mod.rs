@@ -49,6 +49,33 @@ impl Server {
         panic!("tessera did not start");
     }
 
+    /// Like `start_with`, with the server's stdout and stderr written to `log`.
+    pub fn start_logged(threads: usize, log: &std::path::Path) -> Server {
+        for _ in 0..5 {
+            let port = free_port();
+            let out = std::fs::File::create(log).expect("create log");
+            let err = out.try_clone().expect("clone log");
+            let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--threads",
+                    &threads.to_string(),
+                ])
+                .env("RUST_LOG", "warn")
+                .stdout(out)
+                .stderr(err)
+                .spawn()
+                .expect("spawn tessera");
+            let mut s = Server { child, port };
+            if s.wait_ready() {
+                return s;
+            }
+            let _ = s.child.kill();
+        }
+        panic!("tessera did not start");
+    }
+
     pub fn start(threads: usize) -> Server {
         Server::start_with(threads, &[])
     }

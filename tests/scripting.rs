@@ -478,6 +478,72 @@ fn busy_script_can_be_killed() {
     assert_eq!(pong, "PONG");
 }
 
+/// A loop inside a coroutine is under the same time limit and SCRIPT KILL as any
+/// other (Lua 5.1 coroutines inherit the hook in Redis), through resume and wrap.
+#[test]
+fn busy_script_in_a_coroutine_can_be_killed() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    set_busy_threshold(&mut c, 10);
+    for body in [
+        "local co = coroutine.wrap(function() while true do end end) co()",
+        "local co = coroutine.create(function() while true do end end) return coroutine.resume(co)",
+        "local inner = coroutine.wrap(function() while true do end end) \
+         local outer = coroutine.wrap(function() inner() end) outer()",
+        "local co = coroutine.wrap(function() while true do pcall(function() end) end end) co()",
+    ] {
+        let mut runner = s.client();
+        let b = body.to_string();
+        let t = thread::spawn(move || eval(&mut runner, &b, &[], &[]));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let r: redis::RedisResult<Value> = redis::cmd("PING").query(&mut c);
+            if matches!(&r, Err(e) if e.to_string().contains("BUSY")) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never BUSY: {body}");
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _: () = redis::cmd("SCRIPT").arg("KILL").query(&mut c).unwrap();
+        match t.join().unwrap() {
+            Ok(v) => {
+                // resume catches the kill inside the coroutine; the script is then
+                // stopped at its next instruction outside it.
+                panic!("{body}: script returned {v:?} after SCRIPT KILL")
+            }
+            Err(e) => assert!(e.to_string().contains("killed by user"), "{body}: {e}"),
+        }
+        let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+        assert_eq!(pong, "PONG");
+    }
+    // Coroutines still work as Lua's: values through yield and resume, errors.
+    let v = eval(
+        &mut c,
+        "local co = coroutine.wrap(function(a) local b = coroutine.yield(a + 1) return b * 2 end) \
+         local x = co(1) return {x, co(10)}",
+        &[],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(v, Value::Array(vec![Value::Int(2), Value::Int(20)]));
+    let v = eval(
+        &mut c,
+        "local co = coroutine.create(function() error({err='x'}) end) \
+         local ok, e = coroutine.resume(co) return {tostring(ok), e.err, coroutine.status(co)}",
+        &[],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        v,
+        Value::Array(vec![
+            Value::BulkString(b"false".to_vec()),
+            Value::BulkString(b"x".to_vec()),
+            Value::BulkString(b"dead".to_vec())
+        ])
+    );
+}
+
 #[test]
 fn libraries_cjson_cmsgpack_bit_struct() {
     let s = Server::start(2);

@@ -131,7 +131,36 @@ T.insert = prims.guard(table.insert, RO)
 S.string = readonly(string)
 S.table = readonly(T)
 S.math = readonly(math)
-S.coroutine = readonly(coroutine)
+-- Coroutines carry the time-limit hook while they run (see vm.rs install_hook_on):
+-- resume moves it onto the coroutine and back onto the resumer; wrap is rebuilt on
+-- that resume (5.1's C wrap would resume without it), with 5.1's error rules.
+local co_create, co_resume, hook_thread = coroutine.create, coroutine.resume, prims.hook_thread
+local unpack_all = unpack
+local function back_on_resumer(...)
+  hook_thread(nil)
+  return ...
+end
+local function resume(co, ...)
+  if type(co) ~= 'thread' then return co_resume(co, ...) end
+  hook_thread(co)
+  return back_on_resumer(co_resume(co, ...))
+end
+local function pack(...) return {n = select('#', ...), ...} end
+local C = {}
+for k, v in pairs(coroutine) do C[k] = v end
+C.resume = resume
+C.wrap = function(f)
+  local co = co_create(f)
+  return function(...)
+    local r = pack(resume(co, ...))
+    if r[1] then return unpack_all(r, 2, r.n) end
+    local e = r[2]
+    -- 5.1's auxwrap prefixes a string (or number) error with the caller's position.
+    if type(e) == 'string' or type(e) == 'number' then error(e, 2) end
+    error(e, 0)
+  end
+end
+S.coroutine = readonly(C)
 S.cjson = readonly(prims.cjson)
 S.cmsgpack = readonly(prims.cmsgpack)
 S.bit = readonly(prims.bit)

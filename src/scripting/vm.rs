@@ -217,6 +217,21 @@ fn install_hook(lua: &Lua, st: &Rc<RunState>, every: u32) {
     );
 }
 
+/// The hook on `thread` instead. Lua 5.1 coroutines inherit their creator's hook
+/// (so Redis's time limit and SCRIPT KILL reach a loop inside a coroutine), but
+/// mlua runs its hook on one thread only and removes it from any other: a loop in
+/// a coroutine escaped both and wedged the shard for good. The prelude's
+/// coroutine.resume / wrap therefore move the hook onto the coroutine for as long
+/// as it runs and back onto the resumer when it yields, returns or fails.
+fn install_hook_on(thread: &mlua::Thread, st: &Rc<RunState>) {
+    let every = if st.fast_hook.get() { 1 } else { HOOK_EVERY };
+    let s = st.clone();
+    thread.set_hook(
+        HookTriggers::new().every_nth_instruction(every),
+        move |lua, _| hook(lua, &s),
+    );
+}
+
 /// Every HOOK_EVERY instructions: load timeout, busy state, kill requests. Once a kill
 /// is requested the hook fires on every instruction, so a script that catches the
 /// error with pcall is stopped at its next instruction outside the pcall.
@@ -241,7 +256,7 @@ fn hook(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<VmState> {
             if super::KILL.load(Ordering::SeqCst) {
                 if !st.fast_hook.get() {
                     st.fast_hook.set(true);
-                    install_hook(lua, st, 1);
+                    install_hook_on(&lua.current_thread(), st);
                 }
                 return Err(mlua::Error::RuntimeError(
                     "Script killed by user with SCRIPT KILL...".into(),
@@ -356,6 +371,15 @@ impl Vm {
     /// The Rust side of the sandbox: redis.call's transport, libraries, helpers.
     fn prims(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<Table> {
         let p = lua.create_table()?;
+        let s = st.clone();
+        p.set(
+            "hook_thread",
+            lua.create_function(move |lua, co: Option<mlua::Thread>| {
+                let thread = co.unwrap_or_else(|| lua.current_thread());
+                install_hook_on(&thread, &s);
+                Ok(())
+            })?,
+        )?;
         let s = st.clone();
         p.set(
             "call",
@@ -805,6 +829,9 @@ impl Vm {
             self.run.call((f, kt, at))
         };
         st.mode.set(Mode::Idle);
+        // After a kill, back on the main state at the normal rate. (A coroutine's
+        // resume always hands the hook back to its resumer, so without a kill it is
+        // on the main state already.)
         if st.fast_hook.get() {
             st.fast_hook.set(false);
             install_hook(lua, st, HOOK_EVERY);

@@ -207,7 +207,13 @@ pub struct Vm {
     funcs: HashMap<String, FuncEntry>,
     funcs_gen: u64,
     st: Rc<RunState>,
+    /// Scripts run since the last garbage-collection step (see `execute`).
+    gc_count: u32,
 }
+
+/// Scripts between two garbage-collection steps, and the step's size (Redis's
+/// LUA_GC_CYCLE_PERIOD).
+const LUA_GC_CYCLE_PERIOD: u32 = 50;
 
 fn install_hook(lua: &Lua, st: &Rc<RunState>, every: u32) {
     let s = st.clone();
@@ -352,6 +358,10 @@ impl Vm {
         let (run, load_library, store): (Function, Function, Table) =
             lua.load(PRELUDE).set_name("=[tessera]").call(prims)?;
         install_hook(&lua, &st, HOOK_EVERY);
+        // What building the sandbox left behind (the prelude's chunk, copies of the
+        // library tables) is garbage: a fresh VM starts at its live size.
+        lua.gc_collect()?;
+        lua.gc_collect()?;
         let (keys_name, argv_name) = (lua.create_string("KEYS")?, lua.create_string("ARGV")?);
         Ok(Vm {
             lua,
@@ -365,6 +375,7 @@ impl Vm {
             funcs: HashMap::new(),
             funcs_gen: 0,
             st,
+            gc_count: 0,
         })
     }
 
@@ -829,6 +840,14 @@ impl Vm {
             self.run.call((f, kt, at))
         };
         st.mode.set(Mode::Idle);
+        // Redis's evalGenericCommand: a collection step every 50 scripts, so that
+        // garbage does not pile up to Lua's default pause (twice the live size)
+        // and used_memory_lua stays near what the VM really holds.
+        self.gc_count += 1;
+        if self.gc_count >= LUA_GC_CYCLE_PERIOD {
+            self.gc_count = 0;
+            let _ = lua.gc_step_kbytes(LUA_GC_CYCLE_PERIOD as i32);
+        }
         // After a kill, back on the main state at the normal rate. (A coroutine's
         // resume always hands the hook back to its resumer, so without a kill it is
         // on the main state already.)

@@ -22,8 +22,25 @@ fn free_port() -> u16 {
 impl Server {
     /// Starts `tessera --threads N` plus any extra arguments and waits for PING.
     pub fn start_with(threads: usize, extra: &[&str]) -> Server {
+        Server::spawn(threads, extra, None)
+    }
+
+    /// Like `start_with`, with the server's stdout and stderr written to `log`.
+    pub fn start_logged(threads: usize, log: &std::path::Path) -> Server {
+        Server::spawn(threads, &[], Some(log))
+    }
+
+    fn spawn(threads: usize, extra: &[&str], log: Option<&std::path::Path>) -> Server {
         for _ in 0..5 {
             let port = free_port();
+            let (out, err) = match log {
+                Some(path) => {
+                    let out = std::fs::File::create(path).expect("create log");
+                    let err = out.try_clone().expect("clone log");
+                    (Stdio::from(out), Stdio::from(err))
+                }
+                None => (Stdio::null(), Stdio::null()),
+            };
             let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
                 .args([
                     "--port",
@@ -35,33 +52,6 @@ impl Server {
                 // (OBJECT, SLEEP, SET-ACTIVE-EXPIRE); `extra` may say otherwise.
                 .args(["--enable-debug-command", "yes"])
                 .args(extra)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn tessera");
-            let mut s = Server { child, port };
-            if s.wait_ready() {
-                return s;
-            }
-            let _ = s.child.kill();
-        }
-        panic!("tessera did not start");
-    }
-
-    /// Like `start_with`, with the server's stdout and stderr written to `log`.
-    pub fn start_logged(threads: usize, log: &std::path::Path) -> Server {
-        for _ in 0..5 {
-            let port = free_port();
-            let out = std::fs::File::create(log).expect("create log");
-            let err = out.try_clone().expect("clone log");
-            let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--threads",
-                    &threads.to_string(),
-                ])
                 .env("RUST_LOG", "warn")
                 .stdout(out)
                 .stderr(err)

@@ -108,22 +108,8 @@ impl Pipeline {
     /// No buffers at all: what a connection holds until it has input, and again
     /// after it idles (a few hundred bytes per connection otherwise).
     fn unallocated() -> Pipeline {
-        Pipeline {
-            batches: Vec::new(),
-            spare_replies: Vec::new(),
-            replies: Vec::new(),
-            waiting: Vec::new(),
-            locked: false,
-            order: Vec::new(),
-            scratch: Vec::new(),
-            merge_parts: Vec::new(),
-            merge_order: Vec::new(),
-            cursors: Vec::new(),
-            part_of: Vec::new(),
-            split_slow: Vec::new(),
-            split_args: Vec::new(),
-            split_spans: Vec::new(),
-        }
+        // With no shards every field is empty and nothing is allocated.
+        Pipeline::new(0)
     }
 
     fn is_allocated(&self) -> bool {

@@ -101,9 +101,10 @@ fn timeout_closes_idle_clients_only() {
     );
     let receivers: i64 = q(&mut admin, &["PUBLISH", "news", "hello"]);
     assert_eq!(receivers, 1);
-    let msg = String::from_utf8_lossy(&read_at_least(&mut sub, 30)).into_owned();
+    let msg = String::from_utf8_lossy(&read_until_contains(&mut sub, b"hello")).into_owned();
     assert!(msg.contains("hello"), "{msg}");
-    let feed = String::from_utf8_lossy(&read_at_least(&mut monitor, 10)).into_owned();
+    let feed = String::from_utf8_lossy(&read_until_contains(&mut monitor, b"\"LPUSH\" \"queue\""))
+        .into_owned();
     assert!(feed.contains("\"LPUSH\" \"queue\""), "{feed}");
 
     // timeout 0 (the default) never closes anyone.

@@ -136,6 +136,24 @@ pub fn read_at_least(s: &mut TcpStream, n: usize) -> Vec<u8> {
     out
 }
 
+/// Reads from `s` until what arrived contains `needle`, the peer closes, or 5 s pass;
+/// returns all that arrived. For feeds (MONITOR, pub/sub) where earlier lines may come
+/// first and a fixed byte count could stop short of the line a test waits for.
+pub fn read_until_contains(s: &mut TcpStream, needle: &[u8]) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    s.set_read_timeout(Some(Duration::from_millis(100))).ok();
+    while Instant::now() < deadline && !out.windows(needle.len()).any(|w| w == needle) {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => out.extend_from_slice(&buf[..k]),
+            Err(_) => continue,
+        }
+    }
+    out
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -2,7 +2,6 @@
 //! CLIENT LIST / KILL / INFO read (fanned out over all shards).
 
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -90,12 +89,14 @@ pub enum ReplyMode {
     SkipNext,
 }
 
+pub use crate::runtime::PeerAddr;
+
 /// The part of a client's state that other tasks on its shard read or change
 /// (CLIENT LIST, CLIENT KILL): cells, because the shard is single-threaded.
 pub struct ClientShared {
     pub id: u64,
-    pub addr: SocketAddr,
-    pub laddr: SocketAddr,
+    pub addr: PeerAddr,
+    pub laddr: PeerAddr,
     pub fd: i32,
     pub created_ms: u64,
     pub name: RefCell<Option<Vec<u8>>>,
@@ -176,7 +177,7 @@ impl ClientType {
 
 impl ClientShared {
     /// A client with nothing set yet: no socket (`fd` -1), RESP2, db 0.
-    pub fn new(id: u64, addr: SocketAddr, laddr: SocketAddr, now_ms: u64) -> ClientShared {
+    pub fn new(id: u64, addr: PeerAddr, laddr: PeerAddr, now_ms: u64) -> ClientShared {
         ClientShared {
             id,
             addr,
@@ -298,6 +299,9 @@ impl ClientShared {
         self.tracking.list_flags(&mut flags);
         if self.no_evict.get() {
             flags.push('e');
+        }
+        if matches!(self.addr, PeerAddr::Unix(_)) {
+            flags.push('U');
         }
         if flags.is_empty() {
             flags.push('N');
@@ -583,8 +587,11 @@ fn trim_query_buffer(c: &ClientShared, now_ms: u64) {
     c.query_buf_peak.set(len);
 }
 
-/// See [`ClientShared::is_local`].
-pub fn is_local_peer(addr: &SocketAddr) -> bool {
+/// See [`ClientShared::is_local`]. A Unix-socket client is local, as in Redis.
+pub fn is_local_peer(addr: &PeerAddr) -> bool {
+    let PeerAddr::Tcp(addr) = addr else {
+        return true;
+    };
     match addr.ip() {
         std::net::IpAddr::V4(ip) => ip == std::net::Ipv4Addr::LOCALHOST,
         std::net::IpAddr::V6(ip) => ip == std::net::Ipv6Addr::LOCALHOST,
@@ -606,7 +613,7 @@ mod tests {
         normal[1].store(100, Ordering::Relaxed);
         normal[2].store(2, Ordering::Relaxed);
         let addr = "127.0.0.1:1".parse().expect("addr");
-        let c = ClientShared::new(1, addr, addr, 0);
+        let c = ClientShared::new(1, super::PeerAddr::Tcp(addr), super::PeerAddr::Tcp(addr), 0);
         let base = REPLY_BUF_BYTES;
         assert!(!c.output_limit_reached(base + 999, 10_000));
         assert!(c.output_limit_reached(base + 1000, 10_000));

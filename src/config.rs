@@ -126,6 +126,32 @@ pub enum ProtectedAction {
 
 const PROTECTED_ACTION_NAMES: &[&str] = &["no", "yes", "local"];
 
+/// `oom-score-adj` values, in Redis's order.
+pub const OOM_SCORE_ADJ_NAMES: &[&str] = &["no", "yes", "relative", "absolute"];
+const SYSLOG_FACILITY_NAMES: &[&str] = &[
+    "user", "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7",
+];
+const SUPERVISED_NAMES: &[&str] = &["upstart", "systemd", "auto", "no"];
+const PROPAGATION_ERROR_NAMES: &[&str] = &["ignore", "panic", "panic-on-replicas"];
+const SANITIZE_PAYLOAD_NAMES: &[&str] = &["no", "yes", "clients"];
+const ACL_PUBSUB_NAMES: &[&str] = &["allchannels", "resetchannels"];
+const REPL_DISKLESS_LOAD_NAMES: &[&str] = &["disabled", "on-empty-db", "swapdb"];
+const CLUSTER_ENDPOINT_NAMES: &[&str] = &["ip", "hostname", "unknown-endpoint"];
+const TLS_AUTH_CLIENTS_NAMES: &[&str] = &["no", "yes", "optional"];
+
+/// Why parameters of features still to come accept only their defaults.
+const CLUSTER_NOT_YET: &str =
+    "Tessera does not run in Redis Cluster mode yet: cluster-* settings other than the defaults are refused";
+const TLS_NOT_YET: &str =
+    "Tessera does not support TLS yet: tls-* settings other than the defaults are refused";
+const ACL_NOT_YET: &str =
+    "Tessera does not support ACL users yet (only the default user with requirepass)";
+const REPLICA_NOT_YET: &str =
+    "Tessera cannot act as a replica yet: replica-side settings other than the defaults are refused";
+const DEFRAG_NOT_YET: &str = "Tessera does not do active defragmentation";
+const CPULIST_NOT_YET: &str =
+    "Tessera pins its shard threads with `cpus`; Redis's *_cpulist settings are not supported";
+
 impl ProtectedAction {
     const ALL: [ProtectedAction; 3] = [Self::No, Self::Yes, Self::Local];
 
@@ -243,6 +269,15 @@ pub enum Special {
     /// `replicaof host port` (or `no one`): the master, set in the config file or
     /// by REPLICAOF; CONFIG GET shows the one in force.
     ReplicaOf,
+    /// An octal integer 0..=0777 (`unixsocketperm`), rendered in octal.
+    Octal,
+    /// `proc-title-template`: `{name}` placeholders Redis knows, validated.
+    ProcTitleTemplate,
+    /// `oom-score-adj-values master replica bgchild`, each -2000..=2000.
+    OomScoreAdjValues,
+    /// `shutdown-on-sigint` / `shutdown-on-sigterm`: `default` or some of
+    /// save / nosave / now / force.
+    ShutdownFlags,
 }
 
 /// How a parameter's value is parsed and rendered.
@@ -281,6 +316,8 @@ impl ParamKind {
                     | Special::ClientOutputBufferLimit
                     | Special::LatencyPercentiles
                     | Special::ReplicaOf
+                    | Special::OomScoreAdjValues
+                    | Special::ShutdownFlags
             )
         )
     }
@@ -296,6 +333,10 @@ pub struct ConfigParam {
     /// Default, written exactly as it would appear in redis.conf.
     pub default: &'static str,
     pub flags: ParamFlags,
+    /// Set for a parameter Redis has and Tessera cannot honour yet: only its default
+    /// is accepted (so configs written for Redis that leave it alone still load), any
+    /// other value is refused with this reason, never accepted and ignored.
+    pub not_yet: Option<&'static str>,
 }
 
 impl ConfigParam {
@@ -306,7 +347,14 @@ impl ConfigParam {
             kind,
             default,
             flags: ParamFlags::NONE,
+            not_yet: None,
         }
+    }
+
+    /// Only the default is accepted until Tessera can honour other values (`why`).
+    const fn only_default(mut self, why: &'static str) -> Self {
+        self.not_yet = Some(why);
+        self
     }
 
     const fn alias(mut self, aliases: &'static [&'static str]) -> Self {
@@ -378,7 +426,9 @@ const TABLE: &[ConfigParam] = &[
     int("maxclients", 1, UINT_MAX, "10000"),
     // General.
     int("databases", 1, INT_MAX, "16").flag(IMMUTABLE),
-    boolean("daemonize", "no").flag(IMMUTABLE),
+    boolean("daemonize", "no")
+        .flag(IMMUTABLE)
+        .only_default("daemonize yes is not supported by Tessera: run it in the foreground under a supervisor (systemd, runit, docker)"),
     string("pidfile", "").flag(IMMUTABLE),
     enumeration("loglevel", LOGLEVEL_NAMES, "notice"),
     string("logfile", "").flag(IMMUTABLE),
@@ -392,6 +442,97 @@ const TABLE: &[ConfigParam] = &[
     enumeration("enable-protected-configs", PROTECTED_ACTION_NAMES, "no").flag(IMMUTABLE),
     enumeration("enable-module-command", PROTECTED_ACTION_NAMES, "no").flag(IMMUTABLE),
     boolean("jemalloc-bg-thread", "yes"),
+    special("unixsocketperm", Special::Octal, "0").flag(IMMUTABLE),
+    boolean("syslog-enabled", "no").flag(IMMUTABLE),
+    string("syslog-ident", "redis").flag(IMMUTABLE),
+    enumeration("syslog-facility", SYSLOG_FACILITY_NAMES, "local0").flag(IMMUTABLE),
+    enumeration("supervised", SUPERVISED_NAMES, "no")
+        .flag(IMMUTABLE)
+        .only_default("supervised mode is not supported by Tessera yet: run it as a simple service"),
+    boolean("set-proc-title", "yes").flag(IMMUTABLE),
+    special(
+        "proc-title-template",
+        Special::ProcTitleTemplate,
+        "{title} {listen-addr} {server-mode}",
+    ),
+    enumeration("oom-score-adj", OOM_SCORE_ADJ_NAMES, "no"),
+    special("oom-score-adj-values", Special::OomScoreAdjValues, "0 200 800"),
+    boolean("disable-thp", "yes").flag(IMMUTABLE),
+    string("ignore-warnings", ""),
+    boolean("crash-log-enabled", "yes"),
+    // Tessera runs no memory test after a crash: it behaves as `no`.
+    boolean("crash-memcheck-enabled", "no")
+        .only_default("Tessera has no memory test to run after a crash"),
+    boolean("use-exit-on-panic", "no").flag(ParamFlags::HIDDEN),
+    enumeration("propagation-error-behavior", PROPAGATION_ERROR_NAMES, "ignore"),
+    special("shutdown-on-sigint", Special::ShutdownFlags, "default"),
+    special("shutdown-on-sigterm", Special::ShutdownFlags, "default"),
+    int("shutdown-timeout", 0, INT_MAX, "10")
+        .only_default("Tessera does not wait for lagging replicas at shutdown yet"),
+    string("bind-source-addr", "").only_default(REPLICA_NOT_YET),
+    int("socket-mark-id", 0, UINT_MAX, "0")
+        .only_default("socket-mark-id is not supported by Tessera yet"),
+    string("server_cpulist", "").flag(IMMUTABLE).only_default(CPULIST_NOT_YET),
+    string("bio_cpulist", "").flag(IMMUTABLE).only_default(CPULIST_NOT_YET),
+    string("aof_rewrite_cpulist", "").flag(IMMUTABLE).only_default(CPULIST_NOT_YET),
+    string("bgsave_cpulist", "").flag(IMMUTABLE).only_default(CPULIST_NOT_YET),
+    // ACL: only the default user exists (requirepass).
+    string("aclfile", "").flag(IMMUTABLE).only_default(ACL_NOT_YET),
+    int("acllog-max-len", 0, LONG_MAX, "128").only_default(ACL_NOT_YET),
+    enumeration("acl-pubsub-default", ACL_PUBSUB_NAMES, "resetchannels"),
+    // TLS.
+    int("tls-port", 0, 65535, "0").flag(IMMUTABLE).only_default(TLS_NOT_YET),
+    string("tls-cert-file", "").only_default(TLS_NOT_YET),
+    string("tls-key-file", "").only_default(TLS_NOT_YET),
+    string("tls-key-file-pass", "").flag(ParamFlags::SENSITIVE).only_default(TLS_NOT_YET),
+    string("tls-client-cert-file", "").only_default(TLS_NOT_YET),
+    string("tls-client-key-file", "").only_default(TLS_NOT_YET),
+    string("tls-client-key-file-pass", "").flag(ParamFlags::SENSITIVE).only_default(TLS_NOT_YET),
+    string("tls-dh-params-file", "").only_default(TLS_NOT_YET),
+    string("tls-ca-cert-file", "").only_default(TLS_NOT_YET),
+    string("tls-ca-cert-dir", "").only_default(TLS_NOT_YET),
+    string("tls-protocols", "").only_default(TLS_NOT_YET),
+    string("tls-ciphers", "").only_default(TLS_NOT_YET),
+    string("tls-ciphersuites", "").only_default(TLS_NOT_YET),
+    boolean("tls-prefer-server-ciphers", "no").only_default(TLS_NOT_YET),
+    boolean("tls-session-caching", "yes").only_default(TLS_NOT_YET),
+    int("tls-session-cache-size", 0, INT_MAX, "20480").only_default(TLS_NOT_YET),
+    int("tls-session-cache-timeout", 0, INT_MAX, "300").only_default(TLS_NOT_YET),
+    boolean("tls-cluster", "no").only_default(TLS_NOT_YET),
+    boolean("tls-replication", "no").only_default(TLS_NOT_YET),
+    enumeration("tls-auth-clients", TLS_AUTH_CLIENTS_NAMES, "yes").only_default(TLS_NOT_YET),
+    // Active defragmentation.
+    boolean("activedefrag", "no").only_default(DEFRAG_NOT_YET),
+    memory("active-defrag-ignore-bytes", 1, LONG_MAX_U, "100mb").only_default(DEFRAG_NOT_YET),
+    int("active-defrag-threshold-lower", 0, 1000, "10").only_default(DEFRAG_NOT_YET),
+    int("active-defrag-threshold-upper", 0, 1000, "100").only_default(DEFRAG_NOT_YET),
+    int("active-defrag-cycle-min", 1, 99, "1").only_default(DEFRAG_NOT_YET),
+    int("active-defrag-cycle-max", 1, 99, "25").only_default(DEFRAG_NOT_YET),
+    int("active-defrag-max-scan-fields", 1, LONG_MAX, "1000").only_default(DEFRAG_NOT_YET),
+    // Cluster mode.
+    boolean("cluster-enabled", "no").flag(IMMUTABLE).only_default(CLUSTER_NOT_YET),
+    string("cluster-config-file", "nodes.conf").flag(IMMUTABLE).only_default(CLUSTER_NOT_YET),
+    int("cluster-port", 0, 65535, "0").flag(IMMUTABLE).only_default(CLUSTER_NOT_YET),
+    int("cluster-node-timeout", 0, LONG_MAX, "15000").only_default(CLUSTER_NOT_YET),
+    string("cluster-announce-ip", "").only_default(CLUSTER_NOT_YET),
+    int("cluster-announce-port", 0, 65535, "0").only_default(CLUSTER_NOT_YET),
+    int("cluster-announce-bus-port", 0, 65535, "0").only_default(CLUSTER_NOT_YET),
+    int("cluster-announce-tls-port", 0, 65535, "0").only_default(CLUSTER_NOT_YET),
+    string("cluster-announce-hostname", "").only_default(CLUSTER_NOT_YET),
+    enumeration("cluster-preferred-endpoint-type", CLUSTER_ENDPOINT_NAMES, "ip")
+        .only_default(CLUSTER_NOT_YET),
+    boolean("cluster-require-full-coverage", "yes").only_default(CLUSTER_NOT_YET),
+    boolean("cluster-replica-no-failover", "no")
+        .alias(&["cluster-slave-no-failover"])
+        .only_default(CLUSTER_NOT_YET),
+    int("cluster-replica-validity-factor", 0, INT_MAX, "10")
+        .alias(&["cluster-slave-validity-factor"])
+        .only_default(CLUSTER_NOT_YET),
+    int("cluster-migration-barrier", 0, INT_MAX, "1").only_default(CLUSTER_NOT_YET),
+    boolean("cluster-allow-replica-migration", "yes").only_default(CLUSTER_NOT_YET),
+    boolean("cluster-allow-reads-when-down", "no").only_default(CLUSTER_NOT_YET),
+    boolean("cluster-allow-pubsubshard-when-down", "yes").only_default(CLUSTER_NOT_YET),
+    memory("cluster-link-sendbuf-limit", 0, LONG_MAX_U, "0").only_default(CLUSTER_NOT_YET),
     // Tessera's own: shard threads (0 = one per CPU) and CPU pinning.
     int("threads", 0, 4096, "0").flag(FIXED),
     special("cpus", Special::CpuList, "").flag(FIXED),
@@ -437,6 +578,19 @@ const TABLE: &[ConfigParam] = &[
     special("dir", Special::Dir, ".").flag(ParamFlags::PROTECTED),
     special("appendonly", Special::AppendOnly, "no"),
     special("appendfilename", Special::FileName, "appendonly.aof").flag(IMMUTABLE),
+    // Read only when an AOF is written (appendonly yes is refused until then).
+    special("appenddirname", Special::FileName, "appendonlydir").flag(IMMUTABLE),
+    boolean("aof-load-truncated", "yes"),
+    boolean("aof-timestamp-enabled", "no"),
+    boolean("aof-rewrite-incremental-fsync", "yes"),
+    boolean("aof-disable-auto-gc", "no").flag(ParamFlags::HIDDEN),
+    boolean("rdb-save-incremental-fsync", "yes"),
+    boolean("rdb-del-sync-files", "no").only_default(REPLICA_NOT_YET),
+    // Tessera decodes every RESTORE payload into its own structures, validating all of
+    // it, so each mode gets at least what `yes` promises.
+    enumeration("sanitize-dump-payload", SANITIZE_PAYLOAD_NAMES, "no"),
+    int("loading-process-events-interval-bytes", 1024, INT_MAX, "2097152")
+        .flag(ParamFlags::HIDDEN),
     enumeration("appendfsync", APPENDFSYNC_NAMES, "everysec"),
     boolean("no-appendfsync-on-rewrite", "no"),
     boolean("aof-use-rdb-preamble", "yes"),
@@ -473,6 +627,23 @@ const TABLE: &[ConfigParam] = &[
         .alias(&["slaveof"])
         .flag(IMMUTABLE),
     boolean("replica-serve-stale-data", "yes").alias(&["slave-serve-stale-data"]),
+    string("masterauth", "")
+        .flag(ParamFlags::SENSITIVE)
+        .only_default(REPLICA_NOT_YET),
+    string("masteruser", "").only_default(REPLICA_NOT_YET),
+    string("replica-announce-ip", "")
+        .alias(&["slave-announce-ip"])
+        .only_default(REPLICA_NOT_YET),
+    int("replica-announce-port", 0, 65535, "0")
+        .alias(&["slave-announce-port"])
+        .only_default(REPLICA_NOT_YET),
+    boolean("replica-announced", "yes").only_default(REPLICA_NOT_YET),
+    boolean("replica-ignore-maxmemory", "yes")
+        .alias(&["slave-ignore-maxmemory"])
+        .only_default(REPLICA_NOT_YET),
+    enumeration("repl-diskless-load", REPL_DISKLESS_LOAD_NAMES, "disabled")
+        .only_default(REPLICA_NOT_YET),
+    boolean("replica-ignore-disk-write-errors", "no").only_default(REPLICA_NOT_YET),
     boolean("replica-read-only", "yes").alias(&["slave-read-only"]),
     int("replica-priority", 0, INT_MAX, "100").alias(&["slave-priority"]),
     // Encoding thresholds.
@@ -534,6 +705,7 @@ const IDX_REPLICAOF: usize = param_index("replicaof");
 const IDX_PORT: usize = param_index("port");
 const IDX_TCP_BACKLOG: usize = param_index("tcp-backlog");
 const IDX_UNIXSOCKET: usize = param_index("unixsocket");
+const IDX_UNIXSOCKETPERM: usize = param_index("unixsocketperm");
 const IDX_TIMEOUT: usize = param_index("timeout");
 const IDX_TCP_KEEPALIVE: usize = param_index("tcp-keepalive");
 const IDX_PROTECTED_MODE: usize = param_index("protected-mode");
@@ -618,11 +790,24 @@ enum Value {
     Flags(u32),
     Floats(Vec<f64>),
     Cpus(Vec<usize>),
+    Octal(i64),
 }
 
 /// Parses already-split arguments for `p`.  `current` is needed only by
 /// client-output-buffer-limit, which updates just the classes it names.
 fn parse_value(p: &ConfigParam, args: &[String], current: Option<&Value>) -> Result<Value, String> {
+    let value = parse_value_of_kind(p, args, current)?;
+    match p.not_yet {
+        Some(why) if value != default_value(p) => Err(why.to_string()),
+        _ => Ok(value),
+    }
+}
+
+fn parse_value_of_kind(
+    p: &ConfigParam,
+    args: &[String],
+    current: Option<&Value>,
+) -> Result<Value, String> {
     match p.kind {
         ParamKind::Bool => parse_bool(single(args)?),
         ParamKind::Int { min, max } => parse_int(single(args)?, min, max),
@@ -717,11 +902,112 @@ fn parse_special(
         Special::FileName => parse_file_name(p.name, single(args)?),
         Special::CpuList => parse_cpus_value(single(args)?),
         Special::ReplicaOf => parse_replicaof(args),
+        Special::Octal => parse_octal(single(args)?),
+        Special::ProcTitleTemplate => parse_proc_title_template(single(args)?),
+        Special::OomScoreAdjValues => parse_oom_values(args),
+        Special::ShutdownFlags => parse_shutdown_flags(args),
         Special::AppendOnly => match parse_bool(single(args)?)? {
             Value::Bool(true) => Err(APPENDONLY_NOT_YET.to_string()),
             v => Ok(v),
         },
     }
+}
+
+fn parse_octal(s: &str) -> Result<Value, String> {
+    match i64::from_str_radix(s, 8) {
+        Ok(v) if (0..=0o777).contains(&v) && !s.starts_with(['+', '-']) => Ok(Value::Octal(v)),
+        Ok(_) => Err("argument must be between 0 and 777 (octal)".to_string()),
+        Err(_) => Err("argument couldn't be parsed into an integer".to_string()),
+    }
+}
+
+/// The placeholders Redis 7.0 expands in `proc-title-template`.
+pub const PROC_TITLE_PLACEHOLDERS: &[&str] = &[
+    "title",
+    "listen-addr",
+    "server-mode",
+    "port",
+    "tls-port",
+    "unixsocket",
+    "config-file",
+];
+
+/// Redis's validateProcTitleTemplate: every `{` opens a known placeholder that is
+/// closed, and the expanded title is not empty.
+fn parse_proc_title_template(s: &str) -> Result<Value, String> {
+    let invalid = || "template format is invalid or contains unknown variables".to_string();
+    let mut rest = s;
+    let mut literal = String::new();
+    while let Some(open) = rest.find('{') {
+        literal.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let close = after.find('}').ok_or_else(invalid)?;
+        if !PROC_TITLE_PLACEHOLDERS.contains(&&after[..close]) {
+            return Err(invalid());
+        }
+        literal.push('x');
+        rest = &after[close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(invalid());
+    }
+    literal.push_str(rest);
+    if literal.trim().is_empty() {
+        return Err(invalid());
+    }
+    Ok(Value::Str(s.to_string()))
+}
+
+fn parse_oom_values(args: &[String]) -> Result<Value, String> {
+    let [a, b, c] = args else {
+        return Err("wrong number of arguments".to_string());
+    };
+    let mut out = Vec::with_capacity(3);
+    for v in [a, b, c] {
+        match string2ll(v) {
+            Some(n) if (-2000..=2000).contains(&n) => out.push(n.to_string()),
+            _ => return Err("Invalid oom-score-adj-values".to_string()),
+        }
+    }
+    Ok(Value::List(out))
+}
+
+/// The words of `shutdown-on-sig*`, in the order CONFIG GET lists them.
+const SHUTDOWN_FLAG_NAMES: &[&str] = &["save", "nosave", "now", "force"];
+
+/// Tessera does not save on shutdown yet (the persistence issue), so asking a
+/// signal to save is refused; `default` (which saves when save points are set in
+/// Redis) is accepted and logged at start as not saving.
+fn parse_shutdown_flags(args: &[String]) -> Result<Value, String> {
+    let mut seen = [false; 4];
+    for a in args {
+        if a.eq_ignore_ascii_case("default") && args.len() == 1 {
+            return Ok(Value::List(vec!["default".to_string()]));
+        }
+        match SHUTDOWN_FLAG_NAMES
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(a))
+        {
+            Some(i) => seen[i] = true,
+            None => return Err("argument(s) must be one of the following: default, save, nosave, now, force".to_string()),
+        }
+    }
+    if seen[0] && seen[1] {
+        return Err("save and nosave can't be used together".to_string());
+    }
+    if seen[0] {
+        return Err("Tessera does not save on shutdown yet: `save` is refused".to_string());
+    }
+    let words: Vec<String> = SHUTDOWN_FLAG_NAMES
+        .iter()
+        .zip(seen)
+        .filter(|(_, on)| *on)
+        .map(|(n, _)| n.to_string())
+        .collect();
+    if words.is_empty() {
+        return Ok(Value::List(vec!["default".to_string()]));
+    }
+    Ok(Value::List(words))
 }
 
 /// Why `appendonly yes` is refused, in the config file, on the command line and
@@ -1029,6 +1315,7 @@ fn render(p: &ConfigParam, v: &Value) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         Value::Cpus(c) => render_cpus(c),
+        Value::Octal(v) => format!("{v:o}"),
     }
 }
 
@@ -1067,7 +1354,7 @@ fn default_args(p: &ConfigParam) -> Vec<String> {
 fn default_value(p: &ConfigParam) -> Value {
     // The table is covered by a unit test that every default parses; the
     // fallback only keeps a broken entry from taking the server down.
-    parse_value(p, &default_args(p), None).unwrap_or_else(|_| Value::Str(p.default.to_string()))
+    parse_value_of_kind(p, &default_args(p), None).unwrap_or_else(|_| Value::Str(p.default.to_string()))
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1321,14 +1608,7 @@ fn split_spaces(value: &str) -> Vec<String> {
     }
 }
 
-/// `strerror`-style text: Rust appends " (os error N)", Redis does not.
-fn io_error_text(e: &io::Error) -> String {
-    let text = e.to_string();
-    match text.find(" (os error ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    }
-}
+use crate::util::io_error_text;
 
 /* ------------------------------------------------------------------------ */
 /* The runtime store.                                                       */
@@ -1831,6 +2111,59 @@ impl Config {
 
     pub fn daemonize(&self) -> bool {
         self.bool_at(IDX_DAEMONIZE)
+    }
+
+    /// `unixsocketperm`: the socket file's mode (0 = leave the umask's).
+    pub fn unixsocketperm(&self) -> u32 {
+        match self.value(IDX_UNIXSOCKETPERM) {
+            Some(Value::Octal(v)) => *v as u32,
+            _ => 0,
+        }
+    }
+
+    pub fn always_show_logo(&self) -> bool {
+        self.bool_at(const { param_index("always-show-logo") })
+    }
+
+    pub fn syslog_enabled(&self) -> bool {
+        self.bool_at(const { param_index("syslog-enabled") })
+    }
+
+    /// `syslog-ident` and `syslog-facility`.
+    pub fn syslog(&self) -> (&str, &str) {
+        let facility = SYSLOG_FACILITY_NAMES
+            .get(self.enum_at(const { param_index("syslog-facility") }))
+            .copied()
+            .unwrap_or("local0");
+        (self.str_at(const { param_index("syslog-ident") }), facility)
+    }
+
+    pub fn set_proc_title(&self) -> bool {
+        self.bool_at(const { param_index("set-proc-title") })
+    }
+
+    pub fn proc_title_template(&self) -> &str {
+        self.str_at(const { param_index("proc-title-template") })
+    }
+
+    pub fn disable_thp(&self) -> bool {
+        self.bool_at(const { param_index("disable-thp") })
+    }
+
+    pub fn use_exit_on_panic(&self) -> bool {
+        self.bool_at(const { param_index("use-exit-on-panic") })
+    }
+
+    /// `oom-score-adj` (index into OOM_SCORE_ADJ_NAMES) and the three values
+    /// (master, replica, background child).
+    pub fn oom_score_adj(&self) -> (usize, [i64; 3]) {
+        let mut values = [0, 200, 800];
+        if let Some(Value::List(items)) = self.value(const { param_index("oom-score-adj-values") }) {
+            for (slot, v) in values.iter_mut().zip(items) {
+                *slot = v.parse().unwrap_or(0);
+            }
+        }
+        (self.enum_at(const { param_index("oom-score-adj") }), values)
     }
 
     pub fn pidfile(&self) -> Option<&str> {

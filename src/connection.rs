@@ -188,7 +188,7 @@ accepting connections from the outside.\r\n";
 
 /// Protected mode (Redis 7.0's clientAcceptHandler): while it is on and the default
 /// user has no password, only local peers may connect, whatever `bind` says.
-fn protected_mode_denies(cell: &ShardCell, peer: &std::net::SocketAddr) -> bool {
+fn protected_mode_denies(cell: &ShardCell, peer: &crate::clients::PeerAddr) -> bool {
     let data = cell.data.borrow();
     data.config.protected_mode()
         && data.config.requirepass().is_none()
@@ -196,9 +196,8 @@ fn protected_mode_denies(cell: &ShardCell, peer: &std::net::SocketAddr) -> bool 
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
-    let (peer, local) = match (stream.peer_addr(), stream.local_addr()) {
-        (Ok(p), Ok(l)) => (p, l),
-        _ => return,
+    let Ok((peer, local)) = stream.addresses() else {
+        return;
     };
     let _ = stream.set_nodelay(true);
     let maxclients = cell.data.borrow().config.maxclients();
@@ -403,7 +402,7 @@ impl Connection {
                 .replica_ip
                 .borrow()
                 .clone()
-                .unwrap_or_else(|| shared.addr.ip().to_string()),
+                .unwrap_or_else(|| shared.addr.ip_text()),
             port: shared.replica_port.get(),
         };
         let (rdb, id, _) = crate::replication::snapshot(&cell, Some(peer)).await;
@@ -1077,11 +1076,13 @@ impl Connection {
                 self.flush().await;
                 self.exec(idx, &args).await;
                 // Redis feeds EXEC to monitors after the commands it ran.
-                crate::observe::monitor_feed(
-                    self.session.db,
-                    Some(&self.session.shared.addr),
-                    &args,
-                );
+                if crate::observe::monitoring() {
+                    crate::observe::monitor_feed(
+                        self.session.db,
+                        Some(&self.session.shared.addr.monitor_text()),
+                        &args,
+                    );
+                }
                 return;
             }
             if !commands::multi::runs_inside_multi(spec.name) {
@@ -1089,7 +1090,11 @@ impl Connection {
             }
         }
         if crate::observe::monitoring() && t.stat_flags(stat) & flags::ADMIN == 0 {
-            crate::observe::monitor_feed(self.session.db, Some(&self.session.shared.addr), &args);
+            crate::observe::monitor_feed(
+                self.session.db,
+                Some(&self.session.shared.addr.monitor_text()),
+                &args,
+            );
         }
         // SYNC, PSYNC and MONITOR take over the connection; all three are admin
         // commands, so one flag test spares every other command the name compares.

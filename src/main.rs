@@ -1,5 +1,3 @@
-use tracing_subscriber::EnvFilter;
-
 /// jemalloc rather than the system allocator: per-arena statistics and `epoch`-fresh
 /// totals (INFO memory, maxmemory), MEMORY PURGE of dirty pages, fragmentation figures
 /// (allocator_active/resident), and size classes that fragment less than glibc under
@@ -28,18 +26,6 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let level = match config.loglevel().as_str() {
-        "debug" => "debug",
-        "verbose" => "info",
-        "notice" => "info",
-        _ => "warn",
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    tessera::server::log::init(&config);
     std::process::exit(tessera::server::run(config));
 }

@@ -325,7 +325,7 @@ pub fn monitoring() -> bool {
 
 /// Sends a command to every monitor in Redis's format:
 /// `+<unix s>.<us> [<db> <addr>|lua] "arg" ...`, secrets redacted.
-pub fn monitor_feed(db: usize, peer: Option<&std::net::SocketAddr>, args: &Args) {
+pub fn monitor_feed(db: usize, peer: Option<&str>, args: &Args) {
     if !monitoring() {
         return;
     }

@@ -76,10 +76,15 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 if let Err(e) = result {
                     return g.w().error(&e);
                 }
-                {
+                let applied = {
                     let mut d = g.session.cell.data.borrow_mut();
                     d.refresh_config();
                     crate::pubsub::sync_config(&d.config);
+                    let names: Vec<&[u8]> = pairs.iter().map(|(k, _)| k.as_slice()).collect();
+                    crate::server::config_changed(&d.config, &names)
+                };
+                if let Err(e) = applied {
+                    return g.w().error(&format!("ERR CONFIG SET failed - {e}"));
                 }
                 let me = g.session.cell.id;
                 g.session

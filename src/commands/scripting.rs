@@ -154,7 +154,7 @@ async fn run_fcall(g: &mut GlobalCtx<'_>, ro: bool) {
 fn fake_session(s: &Session, txn: u64) -> Session {
     let c = &s.shared;
     // The script's fake client: the caller's identity, none of its connection.
-    let shared = ClientShared::new(c.id, c.addr, c.laddr, c.created_ms);
+    let shared = ClientShared::new(c.id, c.addr.clone(), c.laddr.clone(), c.created_ms);
     shared.db.set(s.db);
     shared.last_interaction_ms.set(c.last_interaction_ms.get());
     let shared = Rc::new(shared);

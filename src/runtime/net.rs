@@ -11,6 +11,41 @@ use std::task::Poll;
 use super::executor::current;
 use super::reactor::IoState;
 
+/// Where a client is connected from: a TCP peer, or the Unix socket's path (Redis
+/// shows those as `path:0` in CLIENT LIST and `unix:path` in MONITOR).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerAddr {
+    Tcp(SocketAddr),
+    Unix(std::sync::Arc<str>),
+}
+
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAddr::Tcp(a) => write!(f, "{a}"),
+            PeerAddr::Unix(path) => write!(f, "{path}:0"),
+        }
+    }
+}
+
+impl PeerAddr {
+    /// The host part (a replica's address when it announces none).
+    pub fn ip_text(&self) -> String {
+        match self {
+            PeerAddr::Tcp(a) => a.ip().to_string(),
+            PeerAddr::Unix(path) => path.to_string(),
+        }
+    }
+
+    /// How MONITOR names the client.
+    pub fn monitor_text(&self) -> String {
+        match self {
+            PeerAddr::Tcp(a) => a.to_string(),
+            PeerAddr::Unix(path) => format!("unix:{path}"),
+        }
+    }
+}
+
 /// A registered fd: removed from the epoll set when dropped (before the fd closes).
 struct Registration {
     fd: RawFd,
@@ -85,6 +120,61 @@ impl TcpListener {
         poll_fn(|cx| loop {
             match self.inner.accept() {
                 Ok((s, _)) => return Poll::Ready(TcpStream::from_std(s)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.reg.state.readable.set(false);
+                    *self.reg.state.read_waker.borrow_mut() = Some(cx.waker().clone());
+                    if !self.reg.state.readable.get() {
+                        return Poll::Pending;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        })
+        .await
+    }
+}
+
+/// The Unix-domain socket (`unixsocket`); one shard accepts on it.
+pub struct UnixListener {
+    reg: Registration,
+    inner: std::os::unix::net::UnixListener,
+    path: std::sync::Arc<str>,
+}
+
+impl UnixListener {
+    /// Binds `path` (a stale socket file left by a killed server is removed first,
+    /// as Redis does) and applies `perm` when it is not 0.
+    pub fn bind(path: &str, perm: u32) -> io::Result<UnixListener> {
+        let _ = std::fs::remove_file(path);
+        let inner = std::os::unix::net::UnixListener::bind(path)?;
+        inner.set_nonblocking(true)?;
+        if perm != 0 {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(perm))?;
+        }
+        Ok(UnixListener {
+            reg: Registration::new(inner.as_raw_fd())?,
+            inner,
+            path: path.into(),
+        })
+    }
+
+    pub async fn accept(&self) -> io::Result<TcpStream> {
+        poll_fn(|cx| loop {
+            match self.inner.accept() {
+                Ok((s, _)) => {
+                    // SAFETY: the accepted fd moves from the Unix stream into the
+                    // stream-socket wrapper, which is its only owner from here on.
+                    let s = unsafe {
+                        std::net::TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(s))
+                    };
+                    let stream = TcpStream::from_std(s).map(|mut t| {
+                        t.unix = Some(self.path.clone());
+                        t
+                    });
+                    return Poll::Ready(stream);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.reg.state.readable.set(false);
                     *self.reg.state.read_waker.borrow_mut() = Some(cx.waker().clone());
@@ -187,16 +277,35 @@ impl ReadWaker {
 /// by 70,000 spaces answers PONG there). A smaller first read shifted every cut.
 const FIRST_READ_BYTES: usize = 16 * 1024;
 
+/// A client connection: TCP, or a Unix-domain stream socket (`unix` holds the
+/// listening path). Both are stream sockets, so the same recv/send code serves them;
+/// only the addresses differ.
 pub struct TcpStream {
     reg: Registration,
     inner: std::net::TcpStream,
+    unix: Option<std::sync::Arc<str>>,
 }
 
 impl TcpStream {
     fn from_std(s: std::net::TcpStream) -> io::Result<TcpStream> {
         s.set_nonblocking(true)?;
         let reg = Registration::new(s.as_raw_fd())?;
-        Ok(TcpStream { reg, inner: s })
+        Ok(TcpStream {
+            reg,
+            inner: s,
+            unix: None,
+        })
+    }
+
+    /// The peer and local address as CLIENT LIST shows them.
+    pub fn addresses(&self) -> io::Result<(PeerAddr, PeerAddr)> {
+        if let Some(path) = &self.unix {
+            return Ok((PeerAddr::Unix(path.clone()), PeerAddr::Unix(path.clone())));
+        }
+        Ok((
+            PeerAddr::Tcp(self.inner.peer_addr()?),
+            PeerAddr::Tcp(self.inner.local_addr()?),
+        ))
     }
 
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {

@@ -12,6 +12,8 @@ use crate::runtime;
 use crate::shard::{self, fabric::Job};
 use crate::slot::SlotTable;
 
+pub mod log;
+pub mod process;
 pub mod topology;
 
 /// The Redis version Tessera reports: clients and test suites choose features by it.
@@ -114,6 +116,9 @@ fn random_run_id() -> String {
 /// Runs the server until SIGTERM/SIGINT or SHUTDOWN. Returns the exit code.
 pub fn run(config: Config) -> i32 {
     block_signals();
+    log_starting(&config);
+    log::set_role(config.replicaof().is_some());
+    process::disable_thp(&config);
     let placement = match plan_placement(&config) {
         Ok(p) => p,
         Err(e) => {
@@ -151,20 +156,19 @@ pub fn run(config: Config) -> i32 {
             .unwrap_or_else(|| "unpinned".into());
         tracing::info!("shard {i} -> cpu {cpu} -> slots {}-{}", r.start, r.end - 1);
     }
-    // Every shard binds with SO_REUSEPORT, which would let a second Tessera on the same
-    // port start silently and take a share of its connections. A plain bind first
-    // fails the way redis-server does when the port is taken.
-    for a in config.bind() {
-        let addr = format_addr(a, config.port());
-        if let Err(e) = std::net::TcpListener::bind(&addr) {
-            tracing::error!("Could not create server TCP listening socket {addr}: {e}");
-            return 1;
-        }
+    if !port_is_free(&config) {
+        return 1;
     }
+    process::write_pidfile(&config);
+    process::set_proc_title(&config);
+    let _ = process::apply_oom_score_adj(&config);
+    show_banner(&config, n);
+    tracing::warn!("Server initialized");
     let hasher = DefaultHashBuilder::default();
     let mesh = runtime::build_mesh::<Job>(n);
     let bind_addrs = config.bind().to_vec();
     let port = config.port();
+    let unixsocket = config.unixsocket().map(|s| (s.to_string(), config.unixsocketperm()));
     // Startup errors (a port in use) come back here so the process exits non-zero.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
     let mut threads = Vec::new();
@@ -173,6 +177,9 @@ pub fn run(config: Config) -> i32 {
         let info = info.clone();
         let addrs = bind_addrs.clone();
         let ready = ready_tx.clone();
+        // The Unix socket cannot be shared with SO_REUSEPORT: the first shard accepts
+        // on it, and its commands reach other shards as any connection's do.
+        let unix = if i == 0 { unixsocket.clone() } else { None };
         let spawned =
             runtime::start_executor(&format!("shard-{i}"), placement[i], move || async move {
                 let (senders, receivers) = ends.split();
@@ -201,26 +208,39 @@ pub fn run(config: Config) -> i32 {
                         }
                     }
                 }
+                let unix_listener = match &unix {
+                    Some((path, perm)) => match runtime::UnixListener::bind(path, *perm) {
+                        Ok(l) => Some(l),
+                        Err(e) => {
+                            let _ = ready.send(Err(format!(
+                                "Failed opening Unix socket: unix socket error: {}",
+                                crate::util::io_error_text(&e)
+                            )));
+                            return;
+                        }
+                    },
+                    None => None,
+                };
                 let _ = ready.send(Ok(i));
                 let mut accepting = Vec::new();
                 for l in listeners {
                     let cell = cell.clone();
                     accepting.push(runtime::spawn(async move {
                         loop {
-                            match l.accept().await {
-                                Ok(stream) => {
-                                    if SHUTTING_DOWN.load(Ordering::Relaxed) {
-                                        break;
-                                    }
-                                    runtime::spawn_detached(crate::connection::serve(
-                                        cell.clone(),
-                                        stream,
-                                    ));
-                                }
-                                Err(e) => {
-                                    tracing::warn!("accept failed: {e}");
-                                    runtime::sleep(Duration::from_millis(10)).await;
-                                }
+                            let accepted = l.accept().await;
+                            if !serve_accepted(&cell, accepted).await {
+                                break;
+                            }
+                        }
+                    }));
+                }
+                if let Some(l) = unix_listener {
+                    let cell = cell.clone();
+                    accepting.push(runtime::spawn(async move {
+                        loop {
+                            let accepted = l.accept().await;
+                            if !serve_accepted(&cell, accepted).await {
+                                break;
                             }
                         }
                     }));
@@ -253,10 +273,114 @@ pub fn run(config: Config) -> i32 {
     }
     crate::storage::memory::record_startup(n);
     warn_save_points_not_loaded(&config);
-    tracing::info!(port, shards = n, "Ready to accept connections tcp");
+    tracing::info!("Ready to accept connections");
+    if let Some((path, _)) = &unixsocket {
+        tracing::info!("The server is now ready to accept connections at {path}");
+    }
+    let _ = SHUTDOWN_FILES.set(ShutdownFiles {
+        pidfile: config.pidfile().map(str::to_string),
+        unixsocket: unixsocket.map(|(path, _)| path),
+    });
     let sig = wait_for_signal();
-    tracing::info!("Received {sig}, scheduling shutdown...");
+    tracing::warn!("Received {sig} scheduling shutdown...");
+    tracing::warn!("User requested shutdown...");
     shutdown(0)
+}
+
+/// Hands an accepted connection to its own task. False when the server is stopping.
+async fn serve_accepted(
+    cell: &std::rc::Rc<shard::ShardCell>,
+    accepted: std::io::Result<runtime::TcpStream>,
+) -> bool {
+    match accepted {
+        Ok(stream) => {
+            if SHUTTING_DOWN.load(Ordering::Relaxed) {
+                return false;
+            }
+            runtime::spawn_detached(crate::connection::serve(cell.clone(), stream));
+        }
+        Err(e) => {
+            tracing::warn!("accept failed: {e}");
+            runtime::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    true
+}
+
+/// What a CONFIG SET changes outside the shards' copies of the config: the log's
+/// verbosity, the process title, the OOM score (whose failure fails the CONFIG SET,
+/// as in Redis).
+pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
+    log::set_verbosity(config.loglevel());
+    process::set_proc_title(config);
+    let oom = names
+        .iter()
+        .any(|n| n.len() >= 13 && n[..13].eq_ignore_ascii_case(b"oom-score-adj"));
+    if oom {
+        process::apply_oom_score_adj(config)?;
+    }
+    Ok(())
+}
+
+/// Redis's first lines, logged before the role is known.
+fn log_starting(config: &Config) {
+    let pid = std::process::id();
+    tracing::warn!("oO0OoO0OoO0Oo Tessera is starting oO0OoO0OoO0Oo");
+    tracing::warn!(
+        "Redis version={REDIS_VERSION}, bits=64, commit=00000000, modified=0, pid={pid}, just started (Tessera {})",
+        env!("CARGO_PKG_VERSION")
+    );
+    if config.config_file().is_some() {
+        tracing::warn!("Configuration loaded");
+    } else {
+        tracing::warn!(
+            "Warning: no config file specified, using the default config. In order to specify a config file use tessera /path/to/redis.conf"
+        );
+    }
+}
+
+/// Every shard binds with SO_REUSEPORT, which would let a second Tessera on the same
+/// port start silently and take a share of its connections. A plain bind first
+/// fails the way redis-server does when the port is taken, with the line Redis's
+/// tools look for ("Failed listening on port").
+fn port_is_free(config: &Config) -> bool {
+    for a in config.bind() {
+        let addr = format_addr(a, config.port());
+        if let Err(e) = std::net::TcpListener::bind(&addr) {
+            tracing::warn!(
+                "Warning: Could not create server TCP listening socket {addr}: bind: {}",
+                crate::util::io_error_text(&e)
+            );
+            tracing::warn!("Failed listening on port {} (TCP), aborting.", config.port());
+            return false;
+        }
+    }
+    true
+}
+
+/// The start-up banner: shown as Redis shows its logo (`always-show-logo yes`, or
+/// logging to a terminal), else the one-line summary Redis prints instead.
+fn show_banner(config: &Config, shards: usize) {
+    let to_tty = config.logfile().is_empty()
+        && !config.syslog_enabled()
+        && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    if !(config.always_show_logo() || to_tty) {
+        tracing::info!("Running mode=standalone, port={}.", config.port());
+        return;
+    }
+    let pid = std::process::id();
+    let port = config.port();
+    let version = env!("CARGO_PKG_VERSION");
+    log::raw(&format!(
+        "\n\
+         \x20   +---+---+---+---+     Tessera {version} (Redis {REDIS_VERSION} compatible) 64 bit\n\
+         \x20   |   |###|   |###|\n\
+         \x20   +---+---+---+---+     Running in standalone mode\n\
+         \x20   |###|   |###|   |     Port: {port}\n\
+         \x20   +---+---+---+---+     PID: {pid}\n\
+         \x20   |   |###|   |###|     Shards: {shards}\n\
+         \x20   +---+---+---+---+\n\n"
+    ));
 }
 
 /// `save` points make Redis users expect their data back after a restart; until
@@ -279,13 +403,32 @@ fn format_addr(a: &str, port: u16) -> String {
     }
 }
 
+/// Files the server created and removes when it exits.
+struct ShutdownFiles {
+    pidfile: Option<String>,
+    unixsocket: Option<String>,
+}
+
+static SHUTDOWN_FILES: std::sync::OnceLock<ShutdownFiles> = std::sync::OnceLock::new();
+
 /// Stops the process: nothing to persist yet (see README: persistence not implemented),
-/// so an orderly shutdown is to stop accepting, log, and exit.
+/// so an orderly shutdown is to stop accepting, remove the pid file and the Unix
+/// socket, log Redis's last line, and exit.
 pub fn shutdown(code: i32) -> i32 {
     static ONCE: Mutex<()> = Mutex::new(());
     let _guard = ONCE.lock();
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
-    tracing::info!("Tessera is now ready to exit, bye bye...");
+    if let Some(files) = SHUTDOWN_FILES.get() {
+        if let Some(p) = &files.pidfile {
+            tracing::info!("Removing the pid file.");
+            let _ = std::fs::remove_file(p);
+        }
+        if let Some(p) = &files.unixsocket {
+            tracing::info!("Removing the unix socket file.");
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    tracing::warn!("Redis is now ready to exit, bye bye...");
     std::process::exit(code)
 }
 

@@ -42,3 +42,12 @@ pub fn bytes_human(n: u64) -> String {
         format!("{:.2}G", f / (1024.0 * 1024.0 * 1024.0))
     }
 }
+
+/// `strerror`-style text: Rust appends " (os error N)", Redis does not.
+pub fn io_error_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}

@@ -22,7 +22,12 @@ fn main() {
     let config = match tessera::config::Config::load(std::env::args().skip(1)) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{e}");
+            // redis-server starts its fatal config report on a fresh line.
+            if e.starts_with("*** FATAL") {
+                eprintln!("\n{e}");
+            } else {
+                eprintln!("{e}");
+            }
             std::process::exit(1);
         }
     };

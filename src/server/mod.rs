@@ -168,7 +168,9 @@ pub fn run(config: Config) -> i32 {
     let mesh = runtime::build_mesh::<Job>(n);
     let bind_addrs = config.bind().to_vec();
     let port = config.port();
-    let unixsocket = config.unixsocket().map(|s| (s.to_string(), config.unixsocketperm()));
+    let unixsocket = config
+        .unixsocket()
+        .map(|s| (s.to_string(), config.unixsocketperm()));
     // Startup errors (a port in use) come back here so the process exits non-zero.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
     let mut threads = Vec::new();
@@ -351,7 +353,10 @@ fn port_is_free(config: &Config) -> bool {
                 "Warning: Could not create server TCP listening socket {addr}: bind: {}",
                 crate::util::io_error_text(&e)
             );
-            tracing::warn!("Failed listening on port {} (TCP), aborting.", config.port());
+            tracing::warn!(
+                "Failed listening on port {} (TCP), aborting.",
+                config.port()
+            );
             return false;
         }
     }

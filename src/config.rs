@@ -2185,6 +2185,10 @@ impl Config {
         self.bool_at(const { param_index("disable-thp") })
     }
 
+    pub fn crash_log_enabled(&self) -> bool {
+        self.bool_at(const { param_index("crash-log-enabled") })
+    }
+
     pub fn use_exit_on_panic(&self) -> bool {
         self.bool_at(const { param_index("use-exit-on-panic") })
     }

@@ -12,6 +12,7 @@ use crate::runtime;
 use crate::shard::{self, fabric::Job};
 use crate::slot::SlotTable;
 
+pub mod crash;
 pub mod log;
 pub mod process;
 pub mod topology;
@@ -116,6 +117,7 @@ fn random_run_id() -> String {
 /// Runs the server until SIGTERM/SIGINT or SHUTDOWN. Returns the exit code.
 pub fn run(config: Config) -> i32 {
     block_signals();
+    crash::install(&config);
     log_starting(&config);
     log::set_role(config.replicaof().is_some());
     process::disable_thp(&config);
@@ -314,6 +316,7 @@ async fn serve_accepted(
 /// as in Redis).
 pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
     log::set_verbosity(config.loglevel());
+    crash::configure(config);
     process::set_proc_title(config);
     let oom = names
         .iter()
@@ -423,6 +426,13 @@ pub fn shutdown(code: i32) -> i32 {
     static ONCE: Mutex<()> = Mutex::new(());
     let _guard = ONCE.lock();
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
+    remove_created_files();
+    tracing::warn!("Redis is now ready to exit, bye bye...");
+    std::process::exit(code)
+}
+
+/// Removes the pid file and the Unix socket (at shutdown, and after a crash).
+fn remove_created_files() {
     if let Some(files) = SHUTDOWN_FILES.get() {
         if let Some(p) = &files.pidfile {
             tracing::info!("Removing the pid file.");
@@ -433,8 +443,6 @@ pub fn shutdown(code: i32) -> i32 {
             let _ = std::fs::remove_file(p);
         }
     }
-    tracing::warn!("Redis is now ready to exit, bye bye...");
-    std::process::exit(code)
 }
 
 /// Blocks SIGTERM/SIGINT in this thread and every thread it starts, so only

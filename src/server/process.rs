@@ -126,9 +126,11 @@ struct TitleArea {
 
 static TITLE_AREA: Mutex<Option<TitleArea>> = Mutex::new(None);
 
-/// argv[0] as the process was started (the template's `{title}`).
-fn exec_name() -> String {
-    std::env::args().next().unwrap_or_else(|| "tessera".into())
+/// argv[0] as the process was started (the template's `{title}`), read before the
+/// first title overwrites argv's memory.
+fn exec_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| std::env::args().next().unwrap_or_else(|| "tessera".into()))
 }
 
 /// Finds the argv area and, so a long title has room, moves the environment strings
@@ -228,7 +230,7 @@ pub fn expand_title(config: &Config, template: &str) -> String {
             break;
         };
         match &after[..close] {
-            "title" => out.push_str(&exec_name()),
+            "title" => out.push_str(exec_name()),
             "listen-addr" => out.push_str(&listen),
             "server-mode" => {}
             "port" => out.push_str(&config.port().to_string()),

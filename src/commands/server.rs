@@ -881,6 +881,21 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok()
             }
             "change-repl-id" => g.w().ok(),
+            // Crash on purpose, as Redis's DEBUG SEGFAULT / PANIC do, to test what
+            // supervisors and the crash report do.
+            "segfault" if g.args.len() == 2 => {
+                // SAFETY: raising a signal in this process; its handler logs and ends it.
+                unsafe {
+                    libc::raise(libc::SIGSEGV);
+                }
+                g.w().ok()
+            }
+            "panic" if g.args.len() == 2 => {
+                panic!(
+                    "DEBUG PANIC called at Unix time {}",
+                    crate::util::now_ms() / 1000
+                )
+            }
             "object" if g.args.len() == 3 => {
                 let key = g.args[2].clone();
                 let db = g.session.db;
@@ -913,6 +928,10 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "SET-ACTIVE-EXPIRE <0|1>",
                     "OBJECT <key>",
                     "CHANGE-REPL-ID",
+                    "SEGFAULT",
+                    "    Crash the server with sigsegv.",
+                    "PANIC",
+                    "    Crash the server simulating a panic.",
                     "HELP",
                 ],
             ),

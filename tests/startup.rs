@@ -433,3 +433,64 @@ fn suite_directives_are_accepted() {
     stop(&mut child);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A crash is reported in the log as Redis reports one (the lines Redis's
+/// integration/logging looks for), the pid file goes, and the process ends: of the
+/// signal, or with exit code 1 after a panic under `use-exit-on-panic yes`.
+#[test]
+fn crashes_are_reported_and_end_the_process() {
+    let dir = scratch_dir("crash");
+    for (how, extra) in [
+        ("SIGABRT", ""),
+        ("DEBUG SEGFAULT", ""),
+        ("DEBUG PANIC", "use-exit-on-panic yes\n"),
+    ] {
+        let port = free_port();
+        let conf = default_conf(&dir, port, &format!("crash-memcheck-enabled no\n{extra}"));
+        std::fs::write(dir.join("redis.conf"), conf).expect("conf");
+        let _ = std::fs::remove_file(dir.join("stdout"));
+        let mut child = spawn_in(&dir, "redis.conf", &[]);
+        wait_for_lines(&dir, &mut child, "Ready to accept", 1);
+        if how == "SIGABRT" {
+            // SAFETY: kill(2) on the pid of a child this test spawned.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGABRT);
+            }
+        } else {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            c.write_all(format!("{how}\r\n").as_bytes()).expect("write");
+            let mut buf = [0u8; 64];
+            let _ = c.read(&mut buf);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "{how}: still running");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let text = read(&dir, "stdout");
+        use std::os::unix::process::ExitStatusExt;
+        match how {
+            "SIGABRT" => {
+                assert_eq!(status.signal(), Some(libc::SIGABRT), "{text}");
+                assert!(text.contains("crashed by signal: 6"), "{text}");
+                assert!(text.contains("------ STACK TRACE ------"), "{text}");
+            }
+            "DEBUG SEGFAULT" => {
+                assert_eq!(status.signal(), Some(libc::SIGSEGV), "{text}");
+                assert!(text.contains("crashed by signal: 11"), "{text}");
+            }
+            _ => {
+                assert_eq!(status.code(), Some(1), "{text}");
+                assert!(
+                    text.contains("Guru Meditation: DEBUG PANIC called"),
+                    "{text}"
+                );
+            }
+        }
+        assert!(!dir.join("redis.pid").exists(), "{how}: pidfile removed");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

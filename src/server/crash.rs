@@ -67,16 +67,16 @@ const FATAL_SIGNALS: [libc::c_int; 5] = [
 ];
 
 /// Redis's sigsegvHandler: log what happened, then die of the same signal. The
-/// handler runs once (SA_RESETHAND), on the thread's alternate stack where std set
-/// one up (a stack overflow lands here too).
+/// handler runs once (SA_RESETHAND), on the crashing thread's own stack: symbolizing
+/// a stack trace needs far more than a signal stack's few KiB (a stack overflow,
+/// which leaves no stack to run on, is then ended by the kernel unreported).
 fn install_signal_handlers() {
     for sig in FATAL_SIGNALS {
         // SAFETY: a zeroed sigaction with a valid handler address and flags.
         unsafe {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = on_fatal_signal as *const () as usize;
-            act.sa_flags =
-                libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESETHAND | libc::SA_ONSTACK;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESETHAND;
             libc::sigemptyset(&mut act.sa_mask);
             libc::sigaction(sig, &act, std::ptr::null_mut());
         }

@@ -494,3 +494,68 @@ fn crashes_are_reported_and_end_the_process() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn command(port: u16, line: &str) -> String {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.write_all(format!("{line}\r\n").as_bytes())
+        .expect("write");
+    let mut buf = [0u8; 512];
+    let n = c.read(&mut buf).expect("read");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// CONFIG REWRITE writes the running values into the config file the server was
+/// started with (comments and unknown lines kept, aliases folded into one line), and
+/// a restart from that file has them.
+#[test]
+fn config_rewrite_survives_a_restart() {
+    let dir = scratch_dir("rewrite");
+    let port = free_port();
+    let extra = "# a comment the rewrite keeps\nhash-max-ziplist-entries 21\n";
+    std::fs::write(dir.join("redis.conf"), default_conf(&dir, port, extra)).expect("conf");
+    let mut child = spawn_in(&dir, "redis.conf", &[]);
+    wait_for_lines(&dir, &mut child, "Ready to accept", 1);
+    for set in [
+        "CONFIG SET hash-max-listpack-entries 100",
+        "CONFIG SET save \"\"",
+        "CONFIG SET maxmemory 200mb",
+        "CONFIG SET shutdown-on-sigterm \"nosave now\"",
+    ] {
+        assert_eq!(command(port, set), "+OK\r\n", "{set}");
+    }
+    assert_eq!(command(port, "CONFIG REWRITE"), "+OK\r\n");
+    stop(&mut child);
+    let text = read(&dir, "redis.conf");
+    assert!(text.contains("# a comment the rewrite keeps\n"), "{text}");
+    assert!(text.contains("hash-max-listpack-entries 100\n"), "{text}");
+    assert!(!text.contains("ziplist"), "{text}");
+    assert!(text.contains("\nsave \"\"\n"), "{text}");
+    let mut child = spawn_in(&dir, "redis.conf", &[]);
+    wait_for_lines(&dir, &mut child, "Ready to accept", 2);
+    let got = command(port, "CONFIG GET maxmemory");
+    assert!(got.contains("209715200"), "{got}");
+    let got = command(port, "CONFIG GET save");
+    assert_eq!(got, "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+    let got = command(port, "CONFIG GET shutdown-on-sigterm");
+    assert!(got.contains("nosave now"), "{got}");
+    stop(&mut child);
+    // Without a config file there is nothing to rewrite, as in Redis.
+    let s_port = free_port();
+    let mut bare = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["--port", &s_port.to_string(), "--threads", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", s_port)).is_err() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        command(s_port, "CONFIG REWRITE"),
+        "-ERR The server is running without a config file\r\n"
+    );
+    stop(&mut bare);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -118,9 +118,19 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .await;
                 g.w().ok();
             }
-            "rewrite" if argc == 2 => g
-                .w()
-                .error("ERR The server is running without a config file"),
+            "rewrite" if argc == 2 => {
+                let result = g.session.cell.data.borrow().config.rewrite();
+                match result {
+                    Ok(()) => {
+                        tracing::info!("CONFIG REWRITE executed with success.");
+                        g.w().ok()
+                    }
+                    Err(e) => {
+                        tracing::warn!("CONFIG REWRITE failed: {e}");
+                        g.w().error(&format!("ERR {e}"))
+                    }
+                }
+            }
             "help" if argc == 2 => reply_help(&mut g.w(), CONFIG_HELP),
             "get" | "set" | "resetstat" | "rewrite" | "help" => g.w().error(&format!(
                 "ERR wrong number of arguments for 'config|{sub}' command"

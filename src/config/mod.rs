@@ -19,6 +19,8 @@ use clap::{ArgAction, CommandFactory, Parser, ValueEnum};
 
 use crate::util::glob::glob_match;
 
+mod rewrite;
+
 /// Redis version reported in fatal config errors (and by INFO elsewhere).
 pub const REDIS_VERSION: &str = "7.0.15";
 

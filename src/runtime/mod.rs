@@ -23,7 +23,7 @@ use std::time::Duration;
 
 pub use executor::JoinHandle;
 pub use mesh::{build_mesh, MeshEnds, MeshReceiver, MeshSenders};
-pub use net::{PeerAddr, ReadWaker, TcpListener, TcpStream, UnixListener};
+pub use net::{Listener, PeerAddr, ReadWaker, TcpListener, TcpStream, UnixListener};
 
 /// Spawns a task on the current shard's executor; awaiting the handle gives its output.
 pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {

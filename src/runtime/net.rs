@@ -117,21 +117,46 @@ impl TcpListener {
     }
 
     pub async fn accept(&self) -> io::Result<TcpStream> {
-        poll_fn(|cx| loop {
-            match self.inner.accept() {
-                Ok((s, _)) => return Poll::Ready(TcpStream::from_std(s)),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.reg.state.readable.set(false);
-                    *self.reg.state.read_waker.borrow_mut() = Some(cx.waker().clone());
-                    if !self.reg.state.readable.get() {
-                        return Poll::Pending;
-                    }
+        let (s, _) = accept_when_ready(&self.reg, || self.inner.accept()).await?;
+        TcpStream::from_std(s)
+    }
+}
+
+/// Runs a nonblocking `accept` until it yields a connection or fails, waiting for the
+/// listener's next readiness edge whenever it would block.
+async fn accept_when_ready<T>(
+    reg: &Registration,
+    mut accept: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
+    poll_fn(|cx| loop {
+        match accept() {
+            Ok(accepted) => return Poll::Ready(Ok(accepted)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                reg.state.readable.set(false);
+                *reg.state.read_waker.borrow_mut() = Some(cx.waker().clone());
+                if !reg.state.readable.get() {
+                    return Poll::Pending;
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Poll::Ready(Err(e)),
             }
-        })
-        .await
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+    })
+    .await
+}
+
+/// A listener clients connect to: the TCP port or the Unix socket.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    pub async fn accept(&self) -> io::Result<TcpStream> {
+        match self {
+            Listener::Tcp(l) => l.accept().await,
+            Listener::Unix(l) => l.accept().await,
+        }
     }
 }
 
@@ -161,32 +186,13 @@ impl UnixListener {
     }
 
     pub async fn accept(&self) -> io::Result<TcpStream> {
-        poll_fn(|cx| loop {
-            match self.inner.accept() {
-                Ok((s, _)) => {
-                    // SAFETY: the accepted fd moves from the Unix stream into the
-                    // stream-socket wrapper, which is its only owner from here on.
-                    let s = unsafe {
-                        std::net::TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(s))
-                    };
-                    let stream = TcpStream::from_std(s).map(|mut t| {
-                        t.unix = Some(self.path.clone());
-                        t
-                    });
-                    return Poll::Ready(stream);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.reg.state.readable.set(false);
-                    *self.reg.state.read_waker.borrow_mut() = Some(cx.waker().clone());
-                    if !self.reg.state.readable.get() {
-                        return Poll::Pending;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        })
-        .await
+        let (s, _) = accept_when_ready(&self.reg, || self.inner.accept()).await?;
+        // SAFETY: the accepted fd moves from the Unix stream into the stream-socket
+        // wrapper, which is its only owner from here on.
+        let s = unsafe { std::net::TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(s)) };
+        let mut stream = TcpStream::from_std(s)?;
+        stream.unix = Some(self.path.clone());
+        Ok(stream)
     }
 }
 

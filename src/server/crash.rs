@@ -39,11 +39,7 @@ pub fn install(config: &Config) {
         tracing::warn!("------------------------------------------------");
         tracing::warn!("!!! Software Failure. Press left mouse button to continue");
         tracing::warn!("Guru Meditation: {message} #{place} (thread {thread})");
-        if CRASH_LOG.load(Ordering::Relaxed) {
-            tracing::warn!("------ STACK TRACE ------");
-            let trace = std::backtrace::Backtrace::force_capture().to_string();
-            super::log::raw(&format!("{trace}\n"));
-        }
+        log_stack_trace();
         tracing::warn!("------------------------------------------------");
         super::remove_created_files();
         if EXIT_ON_PANIC.load(Ordering::Relaxed) {
@@ -102,11 +98,7 @@ extern "C" fn on_fatal_signal(
     tracing::warn!("");
     tracing::warn!("=== TESSERA BUG REPORT START: Cut & paste starting from here ===");
     tracing::warn!("Redis {REDIS_VERSION} crashed by signal: {sig}, si_code: {code}");
-    if CRASH_LOG.load(Ordering::Relaxed) {
-        tracing::warn!("------ STACK TRACE ------");
-        let trace = std::backtrace::Backtrace::force_capture().to_string();
-        super::log::raw(&format!("{trace}\n"));
-    }
+    log_stack_trace();
     tracing::warn!("=== TESSERA BUG REPORT END. Make sure to include from START to END. ===");
     super::remove_created_files();
     // SAFETY: restore the default action and raise the signal again, so the process
@@ -114,5 +106,14 @@ extern "C" fn on_fatal_signal(
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::kill(libc::getpid(), sig);
+    }
+}
+
+/// The stack trace of the crashing thread, unless `crash-log-enabled no`.
+fn log_stack_trace() {
+    if CRASH_LOG.load(Ordering::Relaxed) {
+        tracing::warn!("------ STACK TRACE ------");
+        let trace = std::backtrace::Backtrace::force_capture().to_string();
+        super::log::raw(&format!("{trace}\n"));
     }
 }

@@ -203,7 +203,7 @@ pub fn run(config: Config) -> i32 {
                 for a in &addrs {
                     let addr = format_addr(a, port);
                     match runtime::bind_reuseport(&addr) {
-                        Ok(l) => listeners.push(l),
+                        Ok(l) => listeners.push(runtime::Listener::Tcp(l)),
                         Err(e) => {
                             let _ = ready.send(Err(format!(
                                 "Could not create server TCP listening socket {addr}: {e}"
@@ -212,9 +212,9 @@ pub fn run(config: Config) -> i32 {
                         }
                     }
                 }
-                let unix_listener = match &unix {
-                    Some((path, perm)) => match runtime::UnixListener::bind(path, *perm) {
-                        Ok(l) => Some(l),
+                if let Some((path, perm)) = &unix {
+                    match runtime::UnixListener::bind(path, *perm) {
+                        Ok(l) => listeners.push(runtime::Listener::Unix(l)),
                         Err(e) => {
                             let _ = ready.send(Err(format!(
                                 "Failed opening Unix socket: unix socket error: {}",
@@ -222,23 +222,11 @@ pub fn run(config: Config) -> i32 {
                             )));
                             return;
                         }
-                    },
-                    None => None,
-                };
+                    }
+                }
                 let _ = ready.send(Ok(i));
                 let mut accepting = Vec::new();
                 for l in listeners {
-                    let cell = cell.clone();
-                    accepting.push(runtime::spawn(async move {
-                        loop {
-                            let accepted = l.accept().await;
-                            if !serve_accepted(&cell, accepted).await {
-                                break;
-                            }
-                        }
-                    }));
-                }
-                if let Some(l) = unix_listener {
                     let cell = cell.clone();
                     accepting.push(runtime::spawn(async move {
                         loop {

@@ -108,7 +108,9 @@ fn replicaof(ctx: &mut ClientCtx) {
     if ctx.args.is(1, "no") && ctx.args.is(2, "one") {
         if master.take().is_some() {
             replication::set_replica(false);
+            drop(master);
             tracing::info!("MASTER MODE enabled (user request)");
+            crate::server::role_changed(&ctx.session.cell.data.borrow().config);
         }
         return ctx.out.ok();
     }
@@ -122,6 +124,8 @@ fn replicaof(ctx: &mut ClientCtx) {
     tracing::info!("REPLICAOF {host}:{port} enabled (user request)");
     *master = Some((host, port as u16));
     replication::set_replica(true);
+    drop(master);
+    crate::server::role_changed(&ctx.session.cell.data.borrow().config);
     ctx.out.ok();
 }
 

@@ -881,6 +881,15 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok()
             }
             "change-repl-id" => g.w().ok(),
+            "config-rewrite-force-all" if g.args.len() == 2 => {
+                let result = g.session.cell.data.borrow().config.rewrite_all();
+                match result {
+                    Ok(()) => g.w().ok(),
+                    Err(e) => g
+                        .w()
+                        .error(&format!("ERR CONFIG-REWRITE-FORCE-ALL failed: {e}")),
+                }
+            }
             // Crash on purpose, as Redis's DEBUG SEGFAULT / PANIC do, to test what
             // supervisors and the crash report do.
             "segfault" if g.args.len() == 2 => {
@@ -930,6 +939,9 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "CHANGE-REPL-ID",
                     "SEGFAULT",
                     "    Crash the server with sigsegv.",
+                    "CONFIG-REWRITE-FORCE-ALL",
+                    "    Like CONFIG REWRITE but writes all configuration options, including",
+                    "    keywords not listed in original configuration file or default values.",
                     "PANIC",
                     "    Crash the server simulating a panic.",
                     "HELP",

@@ -24,6 +24,16 @@ impl Config {
     /// Rewrites the config file with the current values. The error is the text after
     /// Redis's "ERR " prefix.
     pub fn rewrite(&self) -> Result<(), String> {
+        self.rewrite_with(false)
+    }
+
+    /// DEBUG CONFIG-REWRITE-FORCE-ALL: every parameter gets a line, defaults too
+    /// (what Redis's suite uses to check that everything written reads back).
+    pub fn rewrite_all(&self) -> Result<(), String> {
+        self.rewrite_with(true)
+    }
+
+    fn rewrite_with(&self, force_all: bool) -> Result<(), String> {
         let Some(path) = self.config_file.as_deref() else {
             return Err("The server is running without a config file".to_string());
         };
@@ -34,8 +44,8 @@ impl Config {
         };
         let mut state = RewriteState::read(&old);
         for idx in 0..PARAMS.len() {
-            let (name, lines, force) = self.rewrite_lines(idx);
-            state.rewrite(name, lines, force);
+            let (name, lines, force) = self.rewrite_lines(idx, force_all);
+            state.rewrite(name, lines, force || force_all);
         }
         state.remove_orphaned();
         replace_file(path, &state.text())
@@ -44,7 +54,7 @@ impl Config {
 
     /// The lines that state parameter `idx` (its canonical name) and whether they
     /// must be written even where the file had none (the value is not the default).
-    fn rewrite_lines(&self, idx: usize) -> (&'static str, Vec<String>, bool) {
+    fn rewrite_lines(&self, idx: usize, force_all: bool) -> (&'static str, Vec<String>, bool) {
         let p = &PARAMS[idx];
         let name = p.name;
         if idx == IDX_REPLICAOF {
@@ -67,7 +77,8 @@ impl Config {
                 .map(|sp| format!("{name} {} {}", sp.seconds, sp.changes))
                 .collect(),
             (ParamKind::Special(Special::ClientOutputBufferLimit), Value::Obuf(limits)) => {
-                return (name, obuf_lines(name, limits, &default), true);
+                let defaults = if force_all { None } else { Some(&default) };
+                return (name, obuf_lines(name, limits, defaults), true);
             }
             // Redis always writes the percentiles line.
             (ParamKind::Special(Special::LatencyPercentiles), _) => {
@@ -107,12 +118,12 @@ impl Config {
     }
 }
 
-/// One line per client class, each forced only when that class differs from its
-/// default (Redis's rewriteConfigClientoutputbufferlimitOption).
-fn obuf_lines(name: &str, limits: &[ObufLimit; 3], default: &Value) -> Vec<String> {
+/// One line per client class, each only when that class differs from its default
+/// (Redis's rewriteConfigClientoutputbufferlimitOption); every class without defaults.
+fn obuf_lines(name: &str, limits: &[ObufLimit; 3], default: Option<&Value>) -> Vec<String> {
     let defaults = match default {
-        Value::Obuf(d) => *d,
-        _ => [ObufLimit::default(); 3],
+        Some(Value::Obuf(d)) => Some(*d),
+        _ => None,
     };
     let classes = [
         (ClientClass::Normal, "normal"),
@@ -121,7 +132,7 @@ fn obuf_lines(name: &str, limits: &[ObufLimit; 3], default: &Value) -> Vec<Strin
     ];
     classes
         .iter()
-        .filter(|(class, _)| limits[*class as usize] != defaults[*class as usize])
+        .filter(|(class, _)| defaults.is_none_or(|d| limits[*class as usize] != d[*class as usize]))
         .map(|(class, label)| {
             let l = limits[*class as usize];
             format!(

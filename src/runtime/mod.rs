@@ -23,7 +23,9 @@ use std::time::Duration;
 
 pub use executor::JoinHandle;
 pub use mesh::{build_mesh, MeshEnds, MeshReceiver, MeshSenders};
-pub use net::{Listener, PeerAddr, ReadWaker, TcpListener, TcpStream, UnixListener};
+pub use net::{
+    probe_bind, BindAddr, Listener, PeerAddr, ReadWaker, TcpListener, TcpStream, UnixListener,
+};
 
 /// Spawns a task on the current shard's executor; awaiting the handle gives its output.
 pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {
@@ -104,6 +106,6 @@ where
 }
 
 /// Binds a listener with SO_REUSEPORT so every shard can accept on the same port.
-pub fn bind_reuseport(addr: &str) -> io::Result<TcpListener> {
+pub fn bind_reuseport(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind_reuseport(addr)
 }

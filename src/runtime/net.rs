@@ -4,6 +4,55 @@
 use std::future::poll_fn;
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, ToSocketAddrs};
+
+/// One `bind` address resolved: where to listen, and whether a failure to bind it
+/// may be ignored (Redis's `-` prefix: an address the host may not have).
+#[derive(Clone, Copy, Debug)]
+pub struct BindAddr {
+    pub addr: SocketAddr,
+    pub optional: bool,
+}
+
+impl BindAddr {
+    /// Redis's bind syntax: `*` is every IPv4 address, `::*` every IPv6 address, a
+    /// leading `-` marks the address optional.
+    pub fn parse(spec: &str, port: u16) -> io::Result<BindAddr> {
+        let (optional, host) = match spec.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, spec),
+        };
+        let addr = match host {
+            "*" => SocketAddr::from(([0, 0, 0, 0], port)),
+            "::*" => SocketAddr::from(([0u16; 8], port)),
+            h if h.contains(':') => (h, port)
+                .to_socket_addrs()?
+                .next()
+                .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "no address"))?,
+            h => (h, port)
+                .to_socket_addrs()?
+                .next()
+                .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "no address"))?,
+        };
+        Ok(BindAddr { addr, optional })
+    }
+
+    /// A failure an optional address may skip: the host lacks the address or the
+    /// protocol (Redis's list: EADDRNOTAVAIL, EAFNOSUPPORT and kin).
+    pub fn may_skip(&self, e: &io::Error) -> bool {
+        self.optional
+            && matches!(
+                e.raw_os_error(),
+                Some(
+                    libc::EADDRNOTAVAIL
+                        | libc::EAFNOSUPPORT
+                        | libc::EPROTONOSUPPORT
+                        | libc::ENOPROTOOPT
+                        | libc::ESOCKTNOSUPPORT
+                        | libc::EPFNOSUPPORT
+                )
+            )
+    }
+}
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::rc::Rc;
 use std::task::Poll;
@@ -75,12 +124,9 @@ pub struct TcpListener {
 
 impl TcpListener {
     /// Binds with SO_REUSEADDR and SO_REUSEPORT (every shard binds the same port and
-    /// the kernel spreads connections over them).
-    pub fn bind_reuseport(addr: &str) -> io::Result<TcpListener> {
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| io::Error::new(ErrorKind::InvalidInput, "no address"))?;
+    /// the kernel spreads connections over them). IPv6 sockets are IPv6-only, as in
+    /// Redis, so `*` (0.0.0.0) and `::*` (::) can both listen on one port.
+    pub fn bind_reuseport(addr: SocketAddr) -> io::Result<TcpListener> {
         let domain = if addr.is_ipv6() {
             libc::AF_INET6
         } else {
@@ -101,6 +147,9 @@ impl TcpListener {
         let inner = unsafe { std::net::TcpListener::from_raw_fd(fd) };
         set_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
         set_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+        if addr.is_ipv6() {
+            set_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        }
         bind(fd, &addr)?;
         // SAFETY: listen on our socket.
         if unsafe { libc::listen(fd, 1024) } < 0 {
@@ -194,6 +243,28 @@ impl UnixListener {
         stream.unix = Some(self.path.clone());
         Ok(stream)
     }
+}
+
+/// Binds `addr` once without SO_REUSEPORT (IPv6-only for IPv6, as the listeners
+/// are) and lets it go: whether the shards' listeners can have the address.
+pub fn probe_bind(addr: SocketAddr) -> io::Result<()> {
+    let domain = if addr.is_ipv6() {
+        libc::AF_INET6
+    } else {
+        libc::AF_INET
+    };
+    // SAFETY: creating a socket; the fd is owned by the std listener below.
+    let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh socket we own; dropping the listener closes it.
+    let _owner = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    set_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    if addr.is_ipv6() {
+        set_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+    }
+    bind(fd, &addr)
 }
 
 fn set_opt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {

@@ -158,9 +158,9 @@ pub fn run(config: Config) -> i32 {
             .unwrap_or_else(|| "unpinned".into());
         tracing::info!("shard {i} -> cpu {cpu} -> slots {}-{}", r.start, r.end - 1);
     }
-    if !port_is_free(&config) {
+    let Some(listen) = listen_addrs(&config) else {
         return 1;
-    }
+    };
     process::write_pidfile(&config);
     process::set_proc_title(&config);
     let _ = process::apply_oom_score_adj(&config);
@@ -168,8 +168,6 @@ pub fn run(config: Config) -> i32 {
     tracing::warn!("Server initialized");
     let hasher = DefaultHashBuilder::default();
     let mesh = runtime::build_mesh::<Job>(n);
-    let bind_addrs = config.bind().to_vec();
-    let port = config.port();
     let unixsocket = config
         .unixsocket()
         .map(|s| (s.to_string(), config.unixsocketperm()));
@@ -179,7 +177,7 @@ pub fn run(config: Config) -> i32 {
     for (i, ends) in mesh.into_iter().enumerate() {
         let cfg = config.clone();
         let info = info.clone();
-        let addrs = bind_addrs.clone();
+        let addrs = listen.clone();
         let ready = ready_tx.clone();
         // The Unix socket cannot be shared with SO_REUSEPORT: the first shard accepts
         // on it, and its commands reach other shards as any connection's do.
@@ -201,12 +199,12 @@ pub fn run(config: Config) -> i32 {
                 runtime::spawn_detached(crate::storage::evict::run_memory_task(cell.clone()));
                 let mut listeners = Vec::new();
                 for a in &addrs {
-                    let addr = format_addr(a, port);
-                    match runtime::bind_reuseport(&addr) {
+                    match runtime::bind_reuseport(a.addr) {
                         Ok(l) => listeners.push(runtime::Listener::Tcp(l)),
                         Err(e) => {
                             let _ = ready.send(Err(format!(
-                                "Could not create server TCP listening socket {addr}: {e}"
+                                "Could not create server TCP listening socket {}: {e}",
+                                a.addr
                             )));
                             return;
                         }
@@ -315,6 +313,13 @@ pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
     Ok(())
 }
 
+/// The server became a master or a replica: the log's role letter and the OOM score
+/// follow (Redis's oom-score-adj-values has a value per role).
+pub fn role_changed(config: &Config) {
+    log::set_role(crate::commands::replication::master().is_some());
+    let _ = process::apply_oom_score_adj(config);
+}
+
 /// Redis's first lines, logged before the role is known.
 fn log_starting(config: &Config) {
     let pid = std::process::id();
@@ -332,26 +337,41 @@ fn log_starting(config: &Config) {
     }
 }
 
-/// Every shard binds with SO_REUSEPORT, which would let a second Tessera on the same
-/// port start silently and take a share of its connections. A plain bind first
-/// fails the way redis-server does when the port is taken, with the line Redis's
-/// tools look for ("Failed listening on port").
-fn port_is_free(config: &Config) -> bool {
-    for a in config.bind() {
-        let addr = format_addr(a, config.port());
-        if let Err(e) = std::net::TcpListener::bind(&addr) {
-            tracing::warn!(
-                "Warning: Could not create server TCP listening socket {addr}: bind: {}",
-                crate::util::io_error_text(&e)
-            );
-            tracing::warn!(
-                "Failed listening on port {} (TCP), aborting.",
-                config.port()
-            );
-            return false;
-        }
+/// The addresses every shard listens on, from `bind` (Redis's syntax: `*`, `::*`,
+/// optional `-addr`) and `port` (0: no TCP listener, as in Redis). Every shard binds
+/// with SO_REUSEPORT, which would let a second Tessera on the same port start
+/// silently and take a share of its connections, so each address is first bound
+/// plainly: a taken port fails the way redis-server does, with the line Redis's tools
+/// look for ("Failed listening on port"), and an optional address the host lacks is
+/// left out. None: the server must not start.
+fn listen_addrs(config: &Config) -> Option<Vec<runtime::BindAddr>> {
+    let port = config.port();
+    if port == 0 {
+        return Some(Vec::new());
     }
-    true
+    let mut out = Vec::new();
+    for spec in config.bind() {
+        let error = match runtime::BindAddr::parse(spec, port) {
+            Ok(b) => match runtime::probe_bind(b.addr) {
+                Ok(()) => {
+                    out.push(b);
+                    continue;
+                }
+                // An optional address the host does not have is left out.
+                Err(e) if b.may_skip(&e) => continue,
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        tracing::warn!(
+            "Warning: Could not create server TCP listening socket {}:{port}: bind: {}",
+            spec.trim_start_matches('-'),
+            crate::util::io_error_text(&error)
+        );
+        tracing::warn!("Failed listening on port {port} (TCP), aborting.");
+        return None;
+    }
+    Some(out)
 }
 
 /// The start-up banner: shown as Redis shows its logo (`always-show-logo yes`, or
@@ -388,14 +408,6 @@ fn warn_save_points_not_loaded(config: &Config) {
              the dataset starts empty, and SIGTERM/SHUTDOWN do not save",
             config.dbfilename()
         );
-    }
-}
-
-fn format_addr(a: &str, port: u16) -> String {
-    if a.contains(':') {
-        format!("[{a}]:{port}")
-    } else {
-        format!("{a}:{port}")
     }
 }
 

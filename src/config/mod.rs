@@ -555,6 +555,7 @@ const TABLE: &[ConfigParam] = &[
     enumeration("maxmemory-policy", MAXMEMORY_POLICY_NAMES, "noeviction"),
     int("maxmemory-samples", 1, 64, "5"),
     int("maxmemory-eviction-tenacity", 0, 100, "10"),
+    // Client eviction is not implemented: the limit is refused rather than ignored.
     ConfigParam::new(
         "maxmemory-clients",
         ParamKind::Memory {
@@ -563,7 +564,8 @@ const TABLE: &[ConfigParam] = &[
             percent: true,
         },
         "0",
-    ),
+    )
+    .only_default("client eviction (maxmemory-clients) is not implemented by Tessera yet"),
     int("lfu-log-factor", 0, INT_MAX, "10"),
     int("lfu-decay-time", 0, INT_MAX, "1"),
     boolean("lazyfree-lazy-eviction", "no"),
@@ -3296,8 +3298,10 @@ mod tests {
         assert_eq!(get1(&c, "notify-keyspace-events"), "AK");
         set(&mut c, &[("latency-tracking-info-percentiles", "99.99 50")]).expect("set");
         assert_eq!(get1(&c, "latency-tracking-info-percentiles"), "99.99 50");
-        set(&mut c, &[("maxmemory-clients", "10%")]).expect("set");
-        assert_eq!(get1(&c, "maxmemory-clients"), "10%");
+        // Parsed as Redis parses it, then refused: client eviction is not implemented.
+        let err = set(&mut c, &[("maxmemory-clients", "10%")]).unwrap_err();
+        assert!(err.contains("not implemented"), "{err}");
+        set(&mut c, &[("maxmemory-clients", "0")]).expect("the default is accepted");
         set(&mut c, &[("list-max-ziplist-size", "-3")]).expect("set");
         assert_eq!(get1(&c, "list-max-listpack-size"), "-3");
         set(&mut c, &[("maxmemory", "")]).expect("Redis quirk: empty memory is 0");

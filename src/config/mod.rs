@@ -590,7 +590,7 @@ const TABLE: &[ConfigParam] = &[
     boolean("aof-load-truncated", "yes"),
     boolean("aof-timestamp-enabled", "no"),
     boolean("aof-rewrite-incremental-fsync", "yes"),
-    boolean("aof-disable-auto-gc", "no").flag(ParamFlags::HIDDEN),
+    boolean("aof-disable-auto-gc", "no"),
     boolean("rdb-save-incremental-fsync", "yes"),
     boolean("rdb-del-sync-files", "no").only_default(REPLICA_NOT_YET),
     // Tessera decodes every RESTORE payload into its own structures, validating all of

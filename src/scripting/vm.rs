@@ -463,8 +463,10 @@ impl Vm {
         p.set(
             "log",
             lua.create_function(|_, (level, msg): (i64, String)| {
+                // redis.LOG_DEBUG .. LOG_WARNING, on the server log's four levels.
                 match level {
-                    0 | 1 => tracing::debug!(target: "script", "{msg}"),
+                    0 => tracing::trace!(target: "script", "{msg}"),
+                    1 => tracing::debug!(target: "script", "{msg}"),
                     2 => tracing::info!(target: "script", "{msg}"),
                     _ => tracing::warn!(target: "script", "{msg}"),
                 }

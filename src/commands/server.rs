@@ -10,6 +10,7 @@ use super::strings::cmd;
 use super::subcommands::SubSpec;
 use super::table::{self, flags, flags::*, CommandSpec, KeySpec, Kind};
 use super::{parse_i64, ClientCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, SYNTAX_ERR};
+use crate::protocol::{Protocol, ReplyWriter};
 use crate::shard::multi::MultiShardOp;
 use crate::stats::ShardStats;
 use crate::storage::memory;
@@ -881,6 +882,10 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok()
             }
             "change-repl-id" => g.w().ok(),
+            "protocol" if g.args.len() == 3 => {
+                let kind = String::from_utf8_lossy(&g.args[2]).to_ascii_lowercase();
+                debug_protocol(&mut g.w(), &kind)
+            }
             "config-rewrite-force-all" if g.args.len() == 2 => {
                 let result = g.session.cell.data.borrow().config.rewrite_all();
                 match result {
@@ -939,6 +944,10 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "CHANGE-REPL-ID",
                     "SEGFAULT",
                     "    Crash the server with sigsegv.",
+                    "PROTOCOL <type>",
+                    "    Reply with a test value of the specified type. <type> can be: string,",
+                    "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+                    "    true, false.",
                     "CONFIG-REWRITE-FORCE-ALL",
                     "    Like CONFIG REWRITE but writes all configuration options, including",
                     "    keywords not listed in original configuration file or default values.",
@@ -950,6 +959,59 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             _ => g.unknown_subcommand("DEBUG"),
         }
     })
+}
+
+/// DEBUG PROTOCOL: one sample reply of each RESP type, as Redis's debug.c sends them
+/// (clients test their RESP3 parsers with it); RESP2 gets each type's fallback.
+fn debug_protocol(w: &mut ReplyWriter<'_>, kind: &str) {
+    let resp3 = w.proto == Protocol::Resp3;
+    match kind {
+        "string" => w.bulk(b"Hello World"),
+        "integer" => w.integer(12345),
+        // Redis's literal sample value, not an approximation of pi.
+        #[allow(clippy::approx_constant)]
+        "double" => w.double(3.141),
+        "bignum" => w.big_number("1234567999999999999999999999999999999"),
+        "null" => w.null(),
+        "array" | "set" | "map" => {
+            match kind {
+                "array" => w.array_len(3),
+                "set" => w.set_len(3),
+                _ => w.map_len(3),
+            }
+            for j in 0..3 {
+                w.integer(j);
+                if kind == "map" {
+                    w.boolean(j == 1);
+                }
+            }
+        }
+        "attrib" => {
+            if resp3 {
+                w.attribute_len(1);
+                w.bulk(b"key-popularity");
+                w.array_len(2);
+                w.bulk(b"key:123");
+                w.integer(90);
+            }
+            // Attributes are not replies: a real one follows.
+            w.bulk(b"Some real reply following the attribute");
+        }
+        "push" if !resp3 => w.error("ERR RESP2 is not supported by this command"),
+        "push" => {
+            w.push_len(2);
+            w.bulk(b"server-cpu-usage");
+            w.integer(42);
+            // A push is not the command's reply: one follows.
+            w.bulk(b"Some real reply following the push reply");
+        }
+        "verbatim" => w.verbatim("txt", b"This is a verbatim\nstring"),
+        "true" => w.boolean(true),
+        "false" => w.boolean(false),
+        _ => w.error(
+            "ERR Wrong protocol type name. Please use one of the following: string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false",
+        ),
+    }
 }
 
 const MODULE_HELP: &[&str] = &[

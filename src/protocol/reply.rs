@@ -105,6 +105,12 @@ impl ReplyWriter<'_> {
         }
     }
 
+    /// RESP3 `|n` (n attribute pairs before the reply they describe); RESP2 has no
+    /// attributes, so callers write none there.
+    pub fn attribute_len(&mut self, n: usize) {
+        self.header(b'|', n as u64);
+    }
+
     /// RESP3 `~n`; RESP2 `*n`.
     pub fn set_len(&mut self, n: usize) {
         let prefix = self.pick(b'*', b'~');

@@ -4,6 +4,9 @@
 //! redis-server's, and within 10 s of the last close it is back within 20% of its
 //! value before them, without MEMORY PURGE.
 
+mod common;
+use common::free_port;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -18,13 +21,6 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// VmRSS in KiB.

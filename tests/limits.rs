@@ -4,6 +4,7 @@
 //! that does not read at the pubsub limit — each with Redis 7.0's warning line.
 
 mod common;
+use common::free_port;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -24,13 +25,6 @@ impl Drop for Proc {
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 fn answers_ping(port: u16) -> bool {

@@ -299,14 +299,6 @@ impl Drop for Proc {
     }
 }
 
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
-}
-
 /// The shard of `key` on a 2-shard server.
 pub fn shard(key: &str) -> usize {
     tessera::slot::SlotTable::new(2).shard_of_key(key.as_bytes())

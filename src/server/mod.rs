@@ -303,11 +303,16 @@ async fn serve_accepted(
 pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
     log::set_verbosity(config.loglevel());
     crash::configure(config);
-    process::set_proc_title(config);
-    let oom = names
-        .iter()
-        .any(|n| n.len() >= 13 && n[..13].eq_ignore_ascii_case(b"oom-score-adj"));
-    if oom {
+    let named = |prefix: &[u8]| {
+        names
+            .iter()
+            .any(|n| n.len() >= prefix.len() && n[..prefix.len()].eq_ignore_ascii_case(prefix))
+    };
+    // The title is rewritten, and /proc written, only when their settings changed.
+    if named(b"proc-title-template") {
+        process::set_proc_title(config);
+    }
+    if named(b"oom-score-adj") {
         process::apply_oom_score_adj(config)?;
     }
     Ok(())

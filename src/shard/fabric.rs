@@ -107,8 +107,42 @@ impl ShardCell {
             self.send_job(target, job);
             pending.push((target, rx));
         }
+        self.gather(f(self), pending).await
+    }
+
+    /// `call_all`, with each answer travelling back over the mesh rather than a
+    /// oneshot: whatever `f` sent this shard over the mesh (the invalidations of keys
+    /// it evicted) runs here before its answer does, one peer's queue being FIFO, so
+    /// the caller resumes only after those effects reached its clients.
+    pub async fn call_all_in_order<R, F>(self: &Rc<Self>, f: F) -> Vec<R>
+    where
+        R: Send + 'static,
+        F: Fn(&Rc<ShardCell>) -> R + Send + Clone + 'static,
+    {
+        let n = self.shard_count();
+        let asker = self.id;
+        let mut pending = Vec::with_capacity(n);
+        for target in 0..n {
+            if target == asker {
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            let g = f.clone();
+            let job: Job = Box::new(move |cell| {
+                let r = g(cell);
+                cell.send_job(asker, Box::new(move |_| drop(tx.send(r))));
+            });
+            self.send_job(target, job);
+            pending.push((target, rx));
+        }
+        self.gather(f(self), pending).await
+    }
+
+    /// Awaits the answers of `call_all*`, this shard's own being `mine`.
+    async fn gather<R>(&self, mine: R, pending: Vec<(usize, oneshot::Receiver<R>)>) -> Vec<R> {
+        let n = self.shard_count();
         let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
-        out[self.id] = Some(f(self));
+        out[self.id] = Some(mine);
         for (target, rx) in pending {
             out[target] = Some(match rx.await {
                 Ok(r) => r,

@@ -496,14 +496,14 @@ fn pool_insert(pool: &mut Vec<Candidate>, score: u64, db: usize, key: &[u8]) {
 
 /// Asks every other shard to evict `bytes` between them for this one (after
 /// `OomCheck::AskPeers`) and waits for them: their evictions, and the invalidations
-/// they send, come before the command that asked. Each is asked for an even part;
+/// they send, come before the command that asked (hence `call_all_in_order`). Each is asked for an even part;
 /// whatever falls short is asked for again by the next command.
 pub async fn evict_on_peers(cell: &Rc<ShardCell>, bytes: u64) {
     let n = cell.shard_count();
     let part = bytes.div_ceil(n.saturating_sub(1).max(1) as u64);
     let asker = cell.id;
     let freed: u64 = cell
-        .call_all(move |c| {
+        .call_all_in_order(move |c| {
             if c.id == asker {
                 return 0;
             }

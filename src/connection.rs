@@ -16,12 +16,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::clients::{ClientShared, ReplyMode, Session};
 use crate::commands::{
-    self, table::flags, Args, ClientCtx, Cross, ExecCtx, GlobalCtx, KeyedFn, Kind, Merge,
+    self, table::flags, Args, ClientCtx, Cross, GlobalCtx, KeyedFn, Kind, Merge,
 };
 use crate::protocol::parser::{scan_first_args, ArgSpan, ParseLimits, RequestParser};
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::runtime::TcpStream;
 use crate::shard::batch::{self, BatchReply, OwnedBatch};
+use crate::shard::exec::{error_prefix, execute, Call, Wake};
 use crate::shard::locks;
 use crate::shard::ShardCell;
 use crate::storage::evict::OomCheck;
@@ -1681,16 +1682,29 @@ impl Connection {
         args: &Args<'_>,
         oom: OomCheck,
     ) {
-        let db = self.session.db as u8;
-        let proto = self.session.proto;
         let before = self.reply_target().len();
-        let t0 = self.clock_start();
-        let client = self.session.id();
-        let tracking = &self.session.shared.tracking;
-        let in_txn = self.session.exec_owner.is_some();
+        let clock = self.clock_start();
         let direct = self.pipe.is_empty();
-        {
-            let target: &mut Vec<u8> = if self.pipe.is_empty() {
+        let call = Call {
+            cmd: idx,
+            run,
+            db: self.session.db,
+            args: *args,
+            keys: spec.keys.positions(args).map(|p| args.get(p)),
+            proto: self.session.proto,
+            now: self.now,
+            client: self.session.id(),
+            txn: self.session.exec_owner,
+            track_home: (self.session.shared.tracking.tracks_reads() && spec.has(flags::READONLY))
+                .then_some(cell.id),
+            wake: Wake::Serve,
+            clock,
+            counted: true,
+            error_counted: std::mem::take(&mut self.session.error_counted),
+            slowlog: true,
+        };
+        let executed = {
+            let target: &mut Vec<u8> = if direct {
                 &mut self.out
             } else {
                 &mut self.pipe.scratch
@@ -1699,7 +1713,7 @@ impl Connection {
             // maxmemory: one comparison unless a limit is set (then evict / refuse).
             if data.mem.limit != 0 {
                 if oom == OomCheck::Refuse {
-                    commands::oom_reject(&mut data, idx, proto, target);
+                    commands::oom_reject(&mut data, idx, call.proto, target);
                     drop(data);
                     self.note_local(before);
                     return;
@@ -1710,67 +1724,15 @@ impl Connection {
                     pubsub.take_pushes(target);
                 }
             }
-            data.tracking.writer = client;
-            let mut ctx = ExecCtx {
-                data: &mut data,
-                db: db as usize,
-                args: *args,
-                out: ReplyWriter { out: target, proto },
-                now: self.now,
-                unchanged: 0,
-            };
-            run(&mut ctx);
-            let unchanged = ctx.unchanged;
-            // One branch while nobody tracks anything on this shard or connection.
-            if tracking.on() | data.tracking.active() {
-                // Keys the command found expired are invalidated before its own
-                // are remembered, as Redis's lazy expiry comes first.
-                data.drain_lazy_expired();
-                if tracking.tracks_reads() && spec.has(flags::READONLY) {
-                    for p in spec.keys.positions(args) {
-                        data.tracking.remember(args.get(p), client, cell.id);
-                    }
-                }
-            }
-            if crate::replication::active() {
-                let txn = self.session.exec_owner;
-                let reply = &target[before..];
-                crate::replication::after_keyed(&mut data, txn, db as usize, spec, args, reply);
-            }
-            let failed = target.get(before) == Some(&b'-');
-            if !failed && spec.has(flags::WRITE) {
-                let mut keys = 0;
-                for p in spec.keys.positions(args) {
-                    data.dbs[db as usize].recharge(args.get(p));
-                    keys += 1;
-                }
-                data.dirty += commands::changed_keys(unchanged, keys);
-                data.publish_if_limited();
-            }
-            if !data.write_hooks_idle() {
-                if !failed && spec.has(flags::WRITE) {
-                    let written = spec
-                        .keys
-                        .positions(args)
-                        .enumerate()
-                        .filter(|(n, _)| commands::key_changed(unchanged, *n));
-                    for (_, p) in written {
-                        data.signal_modified(db as usize, args.get(p));
-                        crate::shard::blocking::signal_key(
-                            &cell.locks,
-                            &mut data,
-                            db as usize,
-                            args.get(p),
-                        );
-                    }
-                }
-                // BCAST keys go out with the command; a transaction's at its end.
-                if data.tracking.has_pending() && !in_txn {
-                    data.tracking.flush_bcast();
-                }
-            }
+            execute(&cell.locks, &mut data, call, target)
+        };
+        if executed.end.is_some() {
+            self.mark = executed.end;
         }
-        self.finish_local(idx, before, t0, args);
+        if let Some(rec) = executed.slow {
+            let (peer, name) = self.client_ident();
+            cell.data.borrow_mut().observe.push_slow(rec, peer, name);
+        }
         self.note_local(before);
     }
 
@@ -2185,16 +2147,6 @@ async fn race(a: impl std::future::Future<Output = ()>, b: impl std::future::Fut
         }
     })
     .await
-}
-
-/// The first word of an error reply (ERR, WRONGTYPE ...), for INFO errorstats.
-pub fn error_prefix(msg: &[u8]) -> &str {
-    let msg = msg.strip_prefix(b"-").unwrap_or(msg);
-    let end = msg
-        .iter()
-        .position(|&b| b == b' ' || b == b'\r')
-        .unwrap_or(msg.len());
-    std::str::from_utf8(&msg[..end]).unwrap_or("ERR")
 }
 
 /// Redis 7.0's text for an unknown command, including up to 128 bytes of its arguments.

@@ -15,13 +15,14 @@ use std::rc::Rc;
 use super::keys::reply_help;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
-use super::{Args, ClientCtx, Cross, ExecCtx, GlobalCtx, KeyedFn};
+use super::{Args, ClientCtx, Cross, GlobalCtx, KeyedFn};
 use crate::clients::{ClientShared, ReplyMode, Session};
 use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::scripting::functions::{self, Policy};
 use crate::scripting::vm::{self, Job, RunJob, Target};
 use crate::scripting::{self, Running};
+use crate::shard::exec::{execute, Call, Wake};
 use crate::shard::locks::LockOwner;
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardCell;
@@ -277,7 +278,7 @@ fn refuse(fake: &Session, cmd: Option<u16>, msg: &str) -> Vec<u8> {
     let mut d = fake.cell.data.borrow_mut();
     d.stats.record_rejected(cmd);
     d.stats
-        .record_error(crate::connection::error_prefix(msg.as_bytes()));
+        .record_error(crate::shard::exec::error_prefix(msg.as_bytes()));
     error_reply(fake.proto, msg)
 }
 
@@ -409,7 +410,7 @@ async fn call(
                     spans,
                     keys,
                     now,
-                    write,
+                    counted: true,
                     txn: fake.exec_owner,
                     client: fake.id(),
                 };
@@ -417,18 +418,8 @@ async fn call(
             } else {
                 match cross {
                     Cross::Split { one, stride, merge } => {
-                        out = split(
-                            &cell,
-                            idx,
-                            one,
-                            stride as usize,
-                            merge,
-                            fake,
-                            &argv,
-                            now,
-                            write,
-                        )
-                        .await;
+                        out =
+                            split(&cell, idx, one, stride as usize, merge, fake, &argv, now).await;
                     }
                     Cross::Coordinator(f) => {
                         run_global(fake, f, argv, write, &mut out).await;
@@ -476,7 +467,7 @@ fn record(cell: &ShardCell, idx: u16, out: &[u8]) {
     let mut d = cell.data.borrow_mut();
     d.stats.record_call(idx, failed);
     if failed {
-        d.stats.record_error(crate::connection::error_prefix(out));
+        d.stats.record_error(crate::shard::exec::error_prefix(out));
     }
 }
 
@@ -490,7 +481,8 @@ struct KeyedJob {
     spans: Vec<ArgSpan>,
     keys: Vec<usize>,
     now: u64,
-    write: bool,
+    /// Whether it counts in commandstats (a split command counts once).
+    counted: bool,
     /// The script's lock owner: its effects go into the script's capture.
     txn: Option<u64>,
     /// The calling client (client tracking's NOLOOP).
@@ -501,37 +493,25 @@ impl KeyedJob {
     fn run(self, cell: &Rc<ShardCell>) -> Vec<u8> {
         let mut out = Vec::new();
         let args = Args::new(&self.buf, &self.spans);
-        let mut data = cell.data.borrow_mut();
-        data.tracking.writer = self.client;
-        let mut ctx = ExecCtx {
-            data: &mut data,
+        let call = Call {
+            cmd: self.idx,
+            run: self.run,
             db: self.db,
             args,
-            out: ReplyWriter::new(&mut out, self.proto),
+            keys: self.keys.iter().map(|&p| args.get(p)),
+            proto: self.proto,
             now: self.now,
-            unchanged: 0,
+            client: self.client,
+            txn: self.txn,
+            track_home: None,
+            // Blocked poppers re-check once the script releases its locks.
+            wake: Wake::WhenReleased,
+            clock: None,
+            counted: self.counted,
+            error_counted: false,
+            slowlog: false,
         };
-        (self.run)(&mut ctx);
-        let unchanged = ctx.unchanged;
-        if crate::replication::active() {
-            let spec = &super::table().specs[self.idx as usize];
-            crate::replication::after_keyed(&mut data, self.txn, self.db, spec, &args, &out);
-        }
-        let failed = out.first() == Some(&b'-');
-        data.stats.record_call(self.idx, failed);
-        if failed {
-            data.stats
-                .record_error(crate::connection::error_prefix(&out));
-        } else if self.write {
-            data.dirty += super::changed_keys(unchanged, self.keys.len());
-            // WATCHers of these keys see the write; blocked poppers re-check once the
-            // script releases its locks.
-            let written = self.keys.iter().enumerate();
-            for (_, &p) in written.filter(|(n, _)| super::key_changed(unchanged, *n)) {
-                data.signal_modified(self.db, args.get(p));
-                data.blocked.signal(self.db, args.get(p));
-            }
-        }
+        execute(&cell.locks, &mut cell.data.borrow_mut(), call, &mut out);
         out
     }
 }
@@ -548,7 +528,6 @@ async fn split(
     fake: &Session,
     argv: &[Vec<u8>],
     now: u64,
-    write: bool,
 ) -> Vec<u8> {
     let proto = fake.proto;
     if !(argv.len() - 1).is_multiple_of(stride) {
@@ -559,7 +538,7 @@ async fn split(
         );
     }
     let mut parts = Vec::new();
-    for group in argv[1..].chunks(stride) {
+    for (n, group) in argv[1..].chunks(stride).enumerate() {
         let mut part = Vec::with_capacity(stride + 1);
         part.push(argv[0].clone());
         part.extend(group.iter().cloned());
@@ -573,7 +552,7 @@ async fn split(
             spans,
             keys: vec![1],
             now,
-            write,
+            counted: n == 0,
             txn: fake.exec_owner,
             client: fake.id(),
         };

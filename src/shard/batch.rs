@@ -4,11 +4,12 @@
 
 use std::rc::Rc;
 
+use super::exec::{execute, Call, Wake};
 use super::locks::{self, KeyLocks, LockSet, TxnId};
 use super::ShardCell;
-use crate::commands::{table, Args, Cross, ExecCtx, KeyedFn, Kind};
+use crate::commands::{table, Args, Cross, KeyedFn, Kind};
 use crate::protocol::parser::ArgSpan;
-use crate::protocol::reply::{Protocol, ReplyWriter};
+use crate::protocol::reply::Protocol;
 use crate::storage::evict::OomCheck;
 use crate::storage::keyspace::PREFETCH_BATCH;
 use crate::util::clock::Stamp;
@@ -199,7 +200,7 @@ impl OwnedBatch {
         read_slice(&self.data, HOP_PREFETCH_LINES);
     }
 
-    fn keys_of(&self, i: usize) -> impl Iterator<Item = &[u8]> {
+    fn keys_of(&self, i: usize) -> impl Iterator<Item = &[u8]> + Clone {
         let (k0, k1) = self.cmds[i].keys;
         self.key_spans[k0 as usize..k1 as usize]
             .iter()
@@ -319,7 +320,6 @@ fn run_one(
         &batch.spans[c.args.0 as usize..c.args.1 as usize],
     );
     let mut data = cell.data.borrow_mut();
-    let before = reply.out.len();
     let spec = &table().specs[c.cmd as usize];
     if data.mem.limit != 0 {
         let denyoom = spec.has(crate::commands::table::flags::DENYOOM);
@@ -333,91 +333,33 @@ fn run_one(
             }
         }
     }
-    data.tracking.writer = batch.client;
-    let mut ctx = ExecCtx {
-        data: &mut data,
+    let call = Call {
+        cmd: c.cmd,
+        run,
         db: c.db as usize,
         args,
-        out: ReplyWriter {
-            out: &mut reply.out,
-            proto: c.proto,
-        },
+        keys: batch.keys_of(i),
+        proto: c.proto,
         now,
-        unchanged: 0,
+        client: batch.client,
+        txn,
+        track_home: c.track.then_some(batch.home),
+        wake: Wake::Serve,
+        clock: *clock,
+        counted: c.counted,
+        error_counted: false,
+        // A split command's slowness is judged on its whole, at home.
+        slowlog: !c.split_part,
     };
-    run(&mut ctx);
-    let unchanged = ctx.unchanged;
-    if c.track | data.tracking.active() {
-        // Lazily expired keys first, then this read's keys (Redis's order).
-        data.drain_lazy_expired();
-        if c.track {
-            for k in batch.keys_of(i) {
-                data.tracking.remember(k, batch.client, batch.home);
-            }
-        }
+    let executed = execute(&cell.locks, &mut data, call, &mut reply.out);
+    if executed.end.is_some() {
+        *clock = executed.end;
     }
-    if crate::replication::active() {
-        let spec = &table().specs[c.cmd as usize];
-        let out = &reply.out[before..];
-        crate::replication::after_keyed(&mut data, txn, c.db as usize, spec, &args, out);
+    if c.split_part && clock.is_some() {
+        reply.part_usec.push((i as u32, executed.usec));
     }
-    let failed = reply.out.get(before) == Some(&b'-');
-    if !failed && spec.has(crate::commands::table::flags::WRITE) {
-        let (k0, k1) = c.keys;
-        data.dirty += crate::commands::changed_keys(unchanged, (k1 - k0) as usize);
-        for k in batch.keys_of(i) {
-            data.dbs[c.db as usize].recharge(k);
-        }
-        data.publish_if_limited();
-    }
-    let t = table();
-    let stat = t.stat_id(c.cmd, &args);
-    let mut usec = 0;
-    if let Some(t0) = *clock {
-        let t1 = Stamp::now();
-        *clock = Some(t1);
-        let ns = t1.ns_since(t0);
-        usec = ns / 1000;
-        let cmd_flags = t.stat_flags(stat);
-        if c.counted {
-            data.observe.record(stat, cmd_flags, ns);
-        }
-        if c.split_part {
-            reply.part_usec.push((i as u32, usec));
-        } else if data.observe.is_slow(usec)
-            && cmd_flags & crate::commands::table::flags::SKIP_SLOWLOG == 0
-        {
-            let rec = crate::observe::SlowRecord {
-                time: now / 1000,
-                usec,
-                argv: crate::observe::slow_argv(&args),
-            };
-            reply.slow.push((i as u32, rec));
-        }
-    }
-    if c.counted {
-        data.stats.record_timed(stat, failed, usec);
-    }
-    if failed {
-        // INFO errorstats / total_error_replies count errors produced on any shard.
-        data.stats
-            .record_error(crate::connection::error_prefix(&reply.out[before..]));
-    } else if !data.write_hooks_idle() {
-        if table().specs[c.cmd as usize].has(crate::commands::table::flags::WRITE) {
-            let written = batch
-                .keys_of(i)
-                .enumerate()
-                .filter(|(n, _)| crate::commands::key_changed(unchanged, *n));
-            for (_, k) in written {
-                data.signal_modified(c.db as usize, k);
-                super::blocking::signal_key(&cell.locks, &mut data, c.db as usize, k);
-            }
-        }
-        // BCAST keys go out with the command; a transaction's when it releases the
-        // shard.
-        if data.tracking.has_pending() && txn.is_none() {
-            data.tracking.flush_bcast();
-        }
+    if let Some(rec) = executed.slow {
+        reply.slow.push((i as u32, rec));
     }
     reply.ends.push(reply.out.len() as u32);
     Ok(())

@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod blocking;
+pub mod exec;
 pub mod fabric;
 pub mod hops;
 pub mod locks;

@@ -1,0 +1,223 @@
+//! The executor: the one function that runs a keyed command on the shard that owns
+//! its keys (Redis's `call()`). The inline path of a connection, a batch sent by
+//! another core and a script's `redis.call` all come here, so what happens after a
+//! write is written once and happens in one order:
+//!
+//! 1. the handler runs, with the caller as tracking's writer (NOLOOP);
+//! 2. keys it found expired are invalidated, then the keys a tracked read touched are
+//!    remembered (Redis's lazy expiry comes before the read it served);
+//! 3. propagation: the expiry DELs, then the command's own effect (before anything a
+//!    wake-up below serves, which Redis propagates after the write that fed it);
+//! 4. the change counter and memory: each changed key is re-measured, the dataset
+//!    published when maxmemory needs it;
+//! 5. WATCH and tracking invalidations, then blocked clients, for the keys changed;
+//!    BCAST invalidations go out with the command (a transaction's at its end);
+//! 6. stats: commandstats, errorstats, the latency histogram; the slowlog entry is
+//!    returned to the caller, who knows the client's name and address.
+//!
+//! What happens before (routing, key locks, maxmemory refusals) is the caller's: it
+//! may have to wait, and the executor never does.
+
+use std::cell::RefCell;
+
+use super::locks::KeyLocks;
+use super::ShardData;
+use crate::commands::table::flags;
+use crate::commands::{table, Args, ExecCtx, KeyedFn};
+use crate::observe::SlowRecord;
+use crate::protocol::reply::{Protocol, ReplyWriter};
+use crate::util::clock::Stamp;
+
+/// How blocked clients waiting on a written key are woken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Served now, in Redis's fairness order (`blocking::signal_key`).
+    Serve,
+    /// Marked ready and served when the caller's locks go: a script holds its keys
+    /// until it ends, and a popper must not see its intermediate states.
+    WhenReleased,
+}
+
+/// One command to execute, with what the executor needs to know about its caller.
+pub struct Call<'a, K> {
+    /// The command's index in the table.
+    pub cmd: u16,
+    pub run: KeyedFn,
+    pub db: usize,
+    pub args: Args<'a>,
+    /// The command's keys, in argument order (`ExecCtx::unchanged` indexes them).
+    pub keys: K,
+    pub proto: Protocol,
+    pub now: u64,
+    /// The client on whose behalf it runs (tracking's NOLOOP).
+    pub client: u64,
+    /// The transaction or script it is part of: its effects join that unit, and its
+    /// BCAST invalidations wait for the unit's end.
+    pub txn: Option<u64>,
+    /// Remember the keys read for `client`, whose home is this shard index.
+    pub track_home: Option<usize>,
+    pub wake: Wake,
+    /// When the previous command ended, if commands are timed.
+    pub clock: Option<Stamp>,
+    /// Whether it counts in the command statistics (a split command counts once).
+    pub counted: bool,
+    /// Its error reply was already counted in errorstats (by a script).
+    pub error_counted: bool,
+    /// Whether a slow run is a slowlog candidate (not for a part of a split command,
+    /// nor for a command a script runs: the script is what the slowlog shows).
+    pub slowlog: bool,
+}
+
+/// What the caller needs after the command ran.
+pub struct Executed {
+    pub failed: bool,
+    /// When it ended (the next command's start), if timed.
+    pub end: Option<Stamp>,
+    pub usec: u64,
+    /// The slowlog entry, when it was slow.
+    pub slow: Option<SlowRecord>,
+}
+
+/// Runs `call` on this shard's data and does its post-write steps (see the module
+/// comment); appends the reply to `out`.
+pub fn execute<'k, K>(
+    locks: &RefCell<KeyLocks>,
+    data: &mut ShardData,
+    call: Call<'_, K>,
+    out: &mut Vec<u8>,
+) -> Executed
+where
+    K: Iterator<Item = &'k [u8]> + Clone,
+{
+    let before = out.len();
+    let spec = &table().specs[call.cmd as usize];
+    data.tracking.writer = call.client;
+    let mut ctx = ExecCtx {
+        data,
+        db: call.db,
+        args: call.args,
+        out: ReplyWriter::new(out, call.proto),
+        now: call.now,
+        unchanged: 0,
+    };
+    (call.run)(&mut ctx);
+    let unchanged = ctx.unchanged;
+    let failed = out.get(before) == Some(&b'-');
+    // One branch while nobody tracks anything on this shard.
+    if call.track_home.is_some() | data.tracking.active() {
+        data.drain_lazy_expired();
+        if let Some(home) = call.track_home {
+            for k in call.keys.clone() {
+                data.tracking.remember(k, call.client, home);
+            }
+        }
+    }
+    if crate::replication::active() {
+        let reply = &out[before..];
+        crate::replication::after_keyed(data, call.txn, call.db, spec, &call.args, reply);
+    }
+    let wrote = !failed && spec.has(flags::WRITE);
+    if wrote {
+        account_write(data, call.db, call.keys.clone(), unchanged);
+    }
+    if !data.write_hooks_idle() {
+        if wrote {
+            signal_written(locks, data, &call, unchanged);
+        }
+        if data.tracking.has_pending() && call.txn.is_none() {
+            data.tracking.flush_bcast();
+        }
+    }
+    record_stats(data, &call, failed.then(|| &out[before..]))
+}
+
+/// The change counter (one per key changed) and the memory charge of the keys written.
+fn account_write<'k>(
+    data: &mut ShardData,
+    db: usize,
+    keys: impl Iterator<Item = &'k [u8]>,
+    unchanged: u64,
+) {
+    let mut n = 0;
+    for k in keys {
+        data.dbs[db].recharge(k);
+        n += 1;
+    }
+    data.dirty += crate::commands::changed_keys(unchanged, n);
+    data.publish_if_limited();
+}
+
+/// WATCH, tracking and blocked clients learn of each key the command changed.
+fn signal_written<'k, K>(
+    locks: &RefCell<KeyLocks>,
+    data: &mut ShardData,
+    call: &Call<'_, K>,
+    unchanged: u64,
+) where
+    K: Iterator<Item = &'k [u8]> + Clone,
+{
+    let written = call
+        .keys
+        .clone()
+        .enumerate()
+        .filter(|(n, _)| crate::commands::key_changed(unchanged, *n));
+    for (_, k) in written {
+        data.signal_modified(call.db, k);
+        match call.wake {
+            Wake::Serve => super::blocking::signal_key(locks, data, call.db, k),
+            Wake::WhenReleased => data.blocked.signal(call.db, k),
+        }
+    }
+}
+
+/// commandstats, errorstats and latency of the command that just ran; its slowlog
+/// entry if it was slow. `error` is its reply when it failed.
+fn record_stats<K>(data: &mut ShardData, call: &Call<'_, K>, error: Option<&[u8]>) -> Executed {
+    let t = table();
+    let stat = t.stat_id(call.cmd, &call.args);
+    let cmd_flags = t.stat_flags(stat);
+    let mut executed = Executed {
+        failed: error.is_some(),
+        end: None,
+        usec: 0,
+        slow: None,
+    };
+    if let Some(t0) = call.clock {
+        let t1 = Stamp::now();
+        let ns = t1.ns_since(t0);
+        executed.end = Some(t1);
+        executed.usec = ns / 1000;
+        if call.counted {
+            data.observe.record(stat, cmd_flags, ns);
+        }
+        let slow = call.slowlog
+            && data.observe.is_slow(executed.usec)
+            && cmd_flags & flags::SKIP_SLOWLOG == 0;
+        if slow {
+            executed.slow = Some(SlowRecord {
+                time: call.now / 1000,
+                usec: executed.usec,
+                argv: crate::observe::slow_argv(&call.args),
+            });
+        }
+    }
+    if call.counted {
+        data.stats
+            .record_timed(stat, executed.failed, executed.usec);
+    }
+    if let Some(reply) = error.filter(|_| !call.error_counted) {
+        data.stats.record_error(error_prefix(reply));
+    }
+    executed
+}
+
+/// The error code of an error reply ("-WRONGTYPE ..." → "WRONGTYPE"), as INFO
+/// errorstats names it.
+pub fn error_prefix(msg: &[u8]) -> &str {
+    let msg = msg.strip_prefix(b"-").unwrap_or(msg);
+    let end = msg
+        .iter()
+        .position(|&b| b == b' ' || b == b'\r')
+        .unwrap_or(msg.len());
+    std::str::from_utf8(&msg[..end]).unwrap_or("ERR")
+}

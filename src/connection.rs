@@ -29,6 +29,15 @@ use crate::storage::evict::OomCheck;
 use crate::storage::keyspace::PREFETCH_BATCH;
 use crate::util::clock::Stamp;
 
+/// The gate's verdict on a command (`Connection::gate`).
+enum Gate {
+    Pass,
+    /// Refused with this error, counted as a rejected call of this stat id.
+    Refuse(Option<u16>, String),
+    /// A script is running too long (BUSY): refused, and EXEC aborts its transaction.
+    Busy(&'static str),
+}
+
 /// Clients connected to the whole process (for maxclients and INFO clients).
 pub static CONNECTED_CLIENTS: AtomicUsize = AtomicUsize::new(0);
 
@@ -909,17 +918,15 @@ impl Connection {
                     && !spec.has(flags::ADMIN | flags::PUBSUB | flags::NO_AUTH) => {}
             _ => return false,
         }
+        // What would make the command wait, be queued or be reported elsewhere: the
+        // general path handles those.
         let session = &self.session;
         let shared = &session.shared;
         if session.reply_mode != ReplyMode::On
-            || !session.authenticated
             || session.multi.is_some()
-            || !spec.arity_ok(args.len())
-            || shared.pubsub.active()
             || shared.pubsub.has_pushes()
             || shared.tracking.on()
             || shared.tracking.caching_given()
-            || crate::scripting::busy_error().is_some()
             || crate::observe::monitoring()
             || self.pipe.locked
         {
@@ -927,7 +934,7 @@ impl Connection {
         }
         let t = commands::table();
         let stat = t.stat_id(idx, args);
-        if t.stat_sub(stat).is_some() || self.replication_gate(spec).is_some() {
+        if t.stat_sub(stat).is_some() || !matches!(self.gate(idx, spec, stat, args), Gate::Pass) {
             return false;
         }
         let cell = self.session.cell.clone();
@@ -1012,53 +1019,15 @@ impl Connection {
         let t = commands::table();
         let stat = t.stat_id(idx, &args);
         self.session.shared.last_cmd.set(t.stat_name(stat));
-        // A container's unknown subcommand is an unknown command to Redis: refused
-        // before arity, protection and authentication are looked at.
-        if stat == idx && args.len() >= 2 && !t.subcommands(idx).is_empty() {
-            let msg = unknown_subcommand_message(spec.name, args.get(1));
-            self.reject(None, &msg);
-            return;
-        }
-        if !spec.arity_ok(args.len()) {
-            self.reject(
-                Some(idx),
-                &format!("ERR wrong number of arguments for '{}' command", spec.name),
-            );
-            return;
-        }
-        if let Some(sub) = t.stat_sub(stat).filter(|s| !s.arity_ok(args.len())) {
-            self.reject(
-                Some(stat),
-                &format!("ERR wrong number of arguments for '{}' command", sub.name),
-            );
-            return;
-        }
-        if let Some(msg) = self.protected_command_refusal(spec, &args) {
-            self.reject(Some(idx), &msg);
-            return;
-        }
-        if !self.session.authenticated && !spec.has(flags::NO_AUTH) {
-            self.reject(Some(idx), "NOAUTH Authentication required.");
-            return;
-        }
-        if self.session.shared.pubsub.active()
-            && self.session.proto == Protocol::Resp2
-            && !commands::pubsub::allowed_while_subscribed(spec.name)
-        {
-            let msg = commands::pubsub::subscribed_context_error(spec.name);
-            self.reject(Some(idx), &msg);
-            return;
-        }
-        if let Some(busy) = crate::scripting::busy_error() {
-            if !spec.has(flags::ALLOW_BUSY) {
+        match self.gate(idx, spec, stat, &args) {
+            Gate::Pass => {}
+            Gate::Refuse(cmd, msg) => return self.reject(cmd, &msg),
+            Gate::Busy(busy) => {
                 if spec.name == "exec" && self.session.multi.is_some() {
                     return self.exec_abort(idx, &args, busy).await;
                 }
                 return self.reject(Some(idx), busy);
             }
-        }
-        if let Some(err) = self.replication_gate(spec) {
-            return self.reject(Some(idx), err);
         }
         // CLIENT PAUSE holds a command after every refusal and before MULTI queues
         // it, as Redis's processCommand; what EXEC or a script runs is never held.
@@ -1119,6 +1088,55 @@ impl Connection {
             }
             Kind::Keyed(run, cross) => self.route_keyed(idx, spec, run, cross, &args).await,
         }
+    }
+
+    /// The refusals, in Redis's processCommand order: the one predicate both the fast
+    /// path and `run_command` consult (the fast path runs a command only when this
+    /// passes, and leaves every other verdict to `run_command`). `stat` is the
+    /// command's stat id (its subcommand's, for a container).
+    fn gate(
+        &self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        stat: u16,
+        args: &Args<'_>,
+    ) -> Gate {
+        let t = commands::table();
+        // A container's unknown subcommand is an unknown command to Redis: refused
+        // before arity, protection and authentication are looked at.
+        if stat == idx && args.len() >= 2 && !t.subcommands(idx).is_empty() {
+            return Gate::Refuse(None, unknown_subcommand_message(spec.name, args.get(1)));
+        }
+        if !spec.arity_ok(args.len()) {
+            let msg = format!("ERR wrong number of arguments for '{}' command", spec.name);
+            return Gate::Refuse(Some(idx), msg);
+        }
+        if let Some(sub) = t.stat_sub(stat).filter(|s| !s.arity_ok(args.len())) {
+            let msg = format!("ERR wrong number of arguments for '{}' command", sub.name);
+            return Gate::Refuse(Some(stat), msg);
+        }
+        if let Some(msg) = self.protected_command_refusal(spec, args) {
+            return Gate::Refuse(Some(idx), msg);
+        }
+        if !self.session.authenticated && !spec.has(flags::NO_AUTH) {
+            return Gate::Refuse(Some(idx), "NOAUTH Authentication required.".into());
+        }
+        if self.session.shared.pubsub.active()
+            && self.session.proto == Protocol::Resp2
+            && !commands::pubsub::allowed_while_subscribed(spec.name)
+        {
+            let msg = commands::pubsub::subscribed_context_error(spec.name);
+            return Gate::Refuse(Some(idx), msg);
+        }
+        if let Some(busy) = crate::scripting::busy_error() {
+            if !spec.has(flags::ALLOW_BUSY) {
+                return Gate::Busy(busy);
+            }
+        }
+        if let Some(err) = self.replication_gate(spec) {
+            return Gate::Refuse(Some(idx), err.into());
+        }
+        Gate::Pass
     }
 
     /// DEBUG, and MODULE LOAD / LOADEX / UNLOAD, run only as `enable-debug-command` /

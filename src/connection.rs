@@ -1764,7 +1764,7 @@ impl Connection {
             return first;
         };
         self.flush().await;
-        crate::storage::evict::evict_on_peers(cell, bytes).await;
+        crate::shard::memory::evict_on_peers(cell, bytes).await;
         self.mark = None;
         let idle = cell.locks.borrow().is_idle();
         cell.data.borrow_mut().oom_check(denyoom, idle, false)

@@ -24,7 +24,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Poll, Waker};
 
@@ -71,9 +71,6 @@ impl SubKind {
 /* Process-wide counters and cached configuration.                          */
 /* ------------------------------------------------------------------------ */
 
-/// `notify-keyspace-events`, cached for the hot path.
-static NOTIFY_FLAGS: AtomicU32 = AtomicU32::new(0);
-
 /// Subscriptions per shard: index 0 channels + patterns (what PUBLISH and keyspace
 /// notifications reach), index 1 shard channels (SPUBLISH).
 struct Counts {
@@ -94,7 +91,8 @@ fn class_index(shard: bool) -> usize {
 /// Copies the pub/sub related configuration into the process-wide caches. Called at
 /// startup and after every CONFIG SET (the configuration is the same on all shards).
 pub fn sync_config(config: &Config) {
-    NOTIFY_FLAGS.store(config.notify_keyspace_events(), Ordering::Relaxed);
+    crate::storage::events::set_notify_mask(config.notify_keyspace_events());
+    crate::storage::events::set_sink(notify_enabled);
     crate::clients::sync_output_limits(config);
 }
 
@@ -634,14 +632,10 @@ pub fn local_patterns() -> Vec<Vec<u8>> {
 /// after the change. A no-op branch unless the class is enabled.
 #[inline]
 pub fn notify(class_bit: u32, event: &str, key: &[u8], db: usize) {
-    let flags = NOTIFY_FLAGS.load(Ordering::Relaxed);
-    if flags & class_bit != 0 {
-        notify_enabled(flags, event, key, db);
-    }
+    crate::storage::events::notify(class_bit, event, key, db);
 }
 
-#[cold]
-#[inline(never)]
+/// Publishes a keyspace event of an enabled class (storage's event sink).
 fn notify_enabled(flags: u32, event: &str, key: &[u8], db: usize) {
     if !anyone_listening(false) {
         return;

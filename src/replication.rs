@@ -15,7 +15,7 @@
 //! outcome become the deterministic command (SPOP → SREM, INCRBYFLOAT → SET KEEPTTL,
 //! BLPOP → LPOP ...), and writes that changed nothing are not propagated.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::task::{Poll, Waker};
 
@@ -24,8 +24,9 @@ use crate::commands::{Args, CommandSpec};
 use crate::shard::ShardData;
 use crate::storage::{Db, NO_EXPIRE};
 
-/// Attached replica links; zero keeps propagation off every hot path.
-static LINKS: AtomicUsize = AtomicUsize::new(0);
+/// Attached replica links; zero keeps propagation off every hot path. Storage's
+/// listener count: it logs expired and evicted keys for their DELs while non-zero.
+static LINKS: &crate::storage::events::Listeners = &crate::storage::events::REPLICA_LINKS;
 
 /// REPLICAOF host port is in force (this server is a replica whose link is down).
 static IS_REPLICA: AtomicBool = AtomicBool::new(false);
@@ -33,7 +34,7 @@ static IS_REPLICA: AtomicBool = AtomicBool::new(false);
 /// Whether any replica link is attached (checked once per command).
 #[inline]
 pub fn active() -> bool {
-    LINKS.load(Ordering::Relaxed) > 0
+    LINKS.any()
 }
 
 /// Whether REPLICAOF made this server a replica.
@@ -139,7 +140,7 @@ pub fn offset() -> u64 {
 }
 
 pub fn link_count() -> usize {
-    LINKS.load(Ordering::Relaxed)
+    LINKS.count()
 }
 
 /// Registers a replica link; its stream starts with the next propagated write.
@@ -156,7 +157,7 @@ pub fn attach(peer: ReplicaPeer) -> u64 {
         db: None,
         waker: None,
     });
-    LINKS.fetch_add(1, Ordering::Relaxed);
+    LINKS.join();
     id
 }
 
@@ -165,7 +166,7 @@ pub fn detach(id: u64) {
     let before = st.links.len();
     st.links.retain(|l| l.id != id);
     if st.links.len() < before {
-        LINKS.fetch_sub(1, Ordering::Relaxed);
+        LINKS.leave();
     }
 }
 

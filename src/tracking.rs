@@ -36,7 +36,9 @@ use crate::shard::ShardCell;
 /* Process-wide counters (INFO).                                            */
 /* ------------------------------------------------------------------------ */
 
-static CLIENTS: AtomicUsize = AtomicUsize::new(0);
+/// Clients with tracking on: storage's listener count (it logs lazily expired keys
+/// for invalidation while there are any).
+static CLIENTS: &crate::storage::events::Listeners = &crate::storage::events::TRACKING_CLIENTS;
 static TOTAL_KEYS: AtomicU64 = AtomicU64::new(0);
 static TOTAL_ITEMS: AtomicU64 = AtomicU64::new(0);
 /// Distinct BCAST prefixes (every shard holds them all; shard 0 counts).
@@ -45,13 +47,13 @@ static PREFIXES: AtomicUsize = AtomicUsize::new(0);
 /// Some client has tracking on (lazy expiry then records the keys it removes).
 #[inline]
 pub fn any_client() -> bool {
-    CLIENTS.load(Ordering::Relaxed) > 0
+    CLIENTS.any()
 }
 
 /// (tracking_clients, tracking_total_keys, tracking_total_items, tracking_total_prefixes)
 pub fn info_counts() -> (usize, u64, u64, usize) {
     (
-        CLIENTS.load(Ordering::Relaxed),
+        CLIENTS.count(),
         TOTAL_KEYS.load(Ordering::Relaxed),
         TOTAL_ITEMS.load(Ordering::Relaxed),
         PREFIXES.load(Ordering::Relaxed),
@@ -616,7 +618,7 @@ fn send_to(t: &ClientShared, keys: &Keys, redirected: bool) {
 /// After FLUSHALL / FLUSHDB: every tracking client gets a null invalidation (BCAST
 /// and NOLOOP ones included, as Redis).
 pub async fn notify_flush(cell: &Rc<ShardCell>) {
-    if CLIENTS.load(Ordering::Relaxed) == 0 {
+    if CLIENTS.count() == 0 {
         return;
     }
     cell.call_all(|c| {
@@ -796,7 +798,7 @@ pub async fn client_tracking(session: &Session, args: &[Vec<u8>]) -> Result<(), 
         check_prefixes(&old.prefixes, &o.prefixes)?;
     }
     if !t.on.get() {
-        CLIENTS.fetch_add(1, Ordering::Relaxed);
+        CLIENTS.join();
     }
     let mut prefixes = if t.on.get() { old.prefixes } else { Vec::new() };
     let mut added = Vec::new();
@@ -866,7 +868,7 @@ pub fn disable(session: &Session) {
     t.reads.set(false);
     t.caching.set(false);
     *t.mode.borrow_mut() = Mode::default();
-    CLIENTS.fetch_sub(1, Ordering::Relaxed);
+    CLIENTS.leave();
     if bcast {
         let id = session.id();
         let cell = &session.cell;

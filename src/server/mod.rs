@@ -196,7 +196,7 @@ pub fn run(config: Config) -> i32 {
                 }
                 runtime::spawn_detached(shard::run_active_expiry(cell.clone()));
                 runtime::spawn_detached(crate::clients::run_cron(cell.clone()));
-                runtime::spawn_detached(crate::storage::evict::run_memory_task(cell.clone()));
+                runtime::spawn_detached(crate::shard::memory::run_memory_task(cell.clone()));
                 let mut listeners = Vec::new();
                 for a in &addrs {
                     match runtime::bind_reuseport(a.addr) {

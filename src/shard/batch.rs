@@ -387,7 +387,7 @@ impl Stop {
                 (i, None)
             }
             Stop::Memory(i, bytes) => {
-                crate::storage::evict::evict_on_peers(cell, bytes).await;
+                crate::shard::memory::evict_on_peers(cell, bytes).await;
                 (i, Some(i))
             }
         }

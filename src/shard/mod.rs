@@ -6,6 +6,7 @@ pub mod exec;
 pub mod fabric;
 pub mod hops;
 pub mod locks;
+pub mod memory;
 pub mod multi;
 pub mod pause;
 pub mod watch;

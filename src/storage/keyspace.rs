@@ -8,10 +8,10 @@ use std::cell::Cell;
 use std::hash::BuildHasher;
 
 use super::entry::block_size;
+use super::events::{notify, REPLICA_LINKS, TRACKING_CLIENTS};
 use super::memory;
 use super::value::Value;
 use crate::config::notify as class;
-use crate::pubsub::notify;
 use crate::slot::key_slot;
 
 pub use super::entry::{Entry, NO_EXPIRE};
@@ -230,11 +230,11 @@ pub struct Db {
     pub expired_count: u64,
     /// The database number, for keyspace notifications.
     index: usize,
-    /// Keys expired while a replica is attached, for their propagated DEL
-    /// (drained by `replication::drain_expired`).
+    /// Keys expired while a replica is attached, for their propagated DEL (drained by
+    /// the shard after each command; see `events::REPLICA_LINKS`).
     pub expired_log: Vec<Vec<u8>>,
-    /// Keys expired on access while some client tracks keys, for their
-    /// invalidation (drained by `ShardData::drain_lazy_expired`).
+    /// Keys expired on access while some client tracks keys, for their invalidation
+    /// (drained by the shard after each command; see `events::TRACKING_CLIENTS`).
     pub tracking_expired: Vec<Vec<u8>>,
     /// lazyfree-lazy-server-del: big values that writes replaced go to the shard's
     /// lazy-free task (through `overwritten`) instead of being freed in the command.
@@ -501,7 +501,7 @@ impl Db {
         if self.expiry_held {
             return None;
         }
-        if crate::replication::active() {
+        if REPLICA_LINKS.any() {
             self.expired_log.push(occupied.get().key().to_vec());
         }
         let (gone, _) = occupied.remove();
@@ -510,7 +510,7 @@ impl Db {
         self.expires -= 1;
         self.keys -= 1;
         self.expired_count += 1;
-        if crate::tracking::any_client() {
+        if TRACKING_CLIENTS.any() {
             self.tracking_expired.push(key.to_vec());
         }
         notify(class::EXPIRED, "expired", key, self.index);
@@ -850,7 +850,7 @@ impl Db {
                 let hash = self.hasher.hash_one(&key[..]);
                 self.remove_at(idx, hash, &key);
                 self.expired_count += 1;
-                if crate::tracking::any_client() {
+                if TRACKING_CLIENTS.any() {
                     self.tracking_expired.push(key.clone());
                 }
                 notify(class::EXPIRED, "expired", &key, self.index);
@@ -896,7 +896,7 @@ impl Db {
             let mut removed = 0usize;
             let mut removed_ttl = 0u32;
             let db = self.index;
-            let log = crate::replication::active();
+            let log = REPLICA_LINKS.any();
             let expired_log = &mut self.expired_log;
             let mut freed = 0usize;
             for e in slot.table.extract_if(|e| {

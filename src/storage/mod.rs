@@ -1,6 +1,7 @@
 //! Keyspace, slot tables, value encodings, expiry and the DUMP/RESTORE format.
 pub mod dump;
 pub mod entry;
+pub mod events;
 pub mod evict;
 pub mod hash;
 pub mod hll;

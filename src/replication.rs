@@ -937,6 +937,51 @@ mod tests {
         assert_eq!(crc, crate::storage::dump::crc64(0, body));
     }
 
+    /// The exact bytes of a snapshot: records with and without an expiry, a string
+    /// key long enough for LZF, a collection, two shards sharing a database and a
+    /// database only one shard has. Pins the framing so moving it changes nothing.
+    #[test]
+    fn snapshot_bytes_are_stable() {
+        use crate::storage::limits::EncodingLimits;
+        use crate::storage::list::ListValue;
+        use crate::storage::{Entry, StrValue, Value};
+        let record = |e: Entry| {
+            let mut out = Vec::new();
+            assert!(rdb_record(&e, &mut out));
+            out
+        };
+        let s = |b: &[u8]| Value::Str(StrValue::from_bytes(b));
+        let mut list = ListValue::new(&EncodingLimits::default());
+        for item in [&b"a"[..], b"12", &[b'z'; 30]] {
+            list.push_back(item);
+        }
+        let shard0 = vec![
+            [
+                record(Entry::new(b"k1", s(b"v1"), NO_EXPIRE, 0, 0)),
+                record(Entry::new(b"n", s(b"-7"), 1_700_000_000_123, 0, 0)),
+            ]
+            .concat(),
+            Vec::new(),
+            record(Entry::new(&[b'q'; 40], s(&[b'x'; 50]), NO_EXPIRE, 0, 0)),
+        ];
+        let shard1 = vec![record(Entry::new(
+            b"l",
+            Value::List(Box::new(list)),
+            5,
+            0,
+            0,
+        ))];
+        let rdb = assemble_rdb(&[shard0, shard1]);
+        let hex: String = rdb.iter().map(|b| format!("{b:02x}")).collect();
+        let want = concat!(
+            "524544495330303130fa0972656469732d76657206372e302e3135fa0a72656469732d6269",
+            "7473023634fe0000026b31027631fc7b68e5cf8b01000000016ec0f9fc0500000000000000",
+            "12016c0102c3142c0c2c00000003008161020c019e7ae01400011ffffe0200c30928017171",
+            "e01b00017171c30932017878e02500017878ff8c48fbcbf17284d2",
+        );
+        assert_eq!(hex, want);
+    }
+
     #[test]
     fn parses_nested_replies() {
         let (r, rest) = parse(b"*2\r\n$1\r\nk\r\n*2\r\n$1\r\na\r\n:3\r\n").unwrap();

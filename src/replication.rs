@@ -259,20 +259,20 @@ fn write_len(out: &mut Vec<u8>, n: usize) {
 /// One key's RDB record: optional expiry, type, key, value (DUMP's own encoding, so
 /// the bytes match what DUMP/RESTORE use). Streams have no DUMP encoding yet: None.
 fn rdb_record(e: &crate::storage::Entry, out: &mut Vec<u8>) -> bool {
-    use crate::storage::{dump, Value};
+    use crate::storage::{rdb, Value};
     let mut payload = Vec::new();
     match e.value() {
         Value::Str(s) => {
             let mut b = [0u8; 24];
-            dump::dump_string(s.bytes(&mut b), &mut payload);
+            rdb::dump_string(s.bytes(&mut b), &mut payload);
         }
         other => match other.to_dump() {
-            Some(d) => payload = dump::dump(&d),
+            Some(d) => payload = rdb::dump(&d),
             None => return false,
         },
     }
     let mut key = Vec::new();
-    dump::dump_string(e.key(), &mut key);
+    rdb::dump_string(e.key(), &mut key);
     if payload.len() <= DUMP_FOOTER || key.len() <= DUMP_FOOTER {
         return false;
     }
@@ -333,7 +333,7 @@ pub fn assemble_rdb(parts: &[Vec<Vec<u8>>]) -> Vec<u8> {
         }
     }
     rdb.push(0xFF);
-    let crc = crate::storage::dump::crc64(0, &rdb);
+    let crc = crate::storage::rdb::crc64(0, &rdb);
     rdb.extend_from_slice(&crc.to_le_bytes());
     rdb
 }
@@ -934,7 +934,7 @@ mod tests {
         let body = &rdb[..rdb.len() - 8];
         assert_eq!(body.last(), Some(&0xFF));
         let crc = u64::from_le_bytes(rdb[rdb.len() - 8..].try_into().unwrap());
-        assert_eq!(crc, crate::storage::dump::crc64(0, body));
+        assert_eq!(crc, crate::storage::rdb::crc64(0, body));
     }
 
     /// The exact bytes of a snapshot: records with and without an expiry, a string

@@ -922,7 +922,7 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                             format!(
                                 "Value at:0x0 refcount:1 encoding:{} serializedlength:{} lru:{} lru_seconds_idle:{}",
                                 e.value().encoding(),
-                                e.value().to_dump().map_or(0, |d| crate::storage::dump::dump(&d).len()),
+                                e.value().to_dump().map_or(0, |d| crate::storage::rdb::dump(&d).len()),
                                 e.lru() & 0xFF_FFFF,
                                 crate::util::lru_clock().saturating_sub(e.lru())
                             )

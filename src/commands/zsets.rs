@@ -17,8 +17,8 @@ use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{format_double_g17, Protocol, ReplyWriter};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardData;
-use crate::storage::dump::DumpValue;
 use crate::storage::limits::EncodingLimits;
+use crate::storage::rdb::DumpValue;
 use crate::storage::zset::{
     cmp_entries, AddFlags, AddOutcome, LexBound, LexRange, Member, ScoreRange, ZSetValue,
 };

@@ -27,9 +27,9 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::{self, Entry};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use super::dump::DumpValue;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
+use super::rdb::DumpValue;
 
 use super::short_bytes::{heap_len, ShortBytes as Bytes};
 

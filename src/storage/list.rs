@@ -15,8 +15,8 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use super::dump::DumpValue;
 use super::limits::EncodingLimits;
+use super::rdb::DumpValue;
 
 /// quicklist.c's SIZE_SAFETY_LIMIT: a count-limited node never grows past this.
 const SIZE_SAFETY_LIMIT: usize = 8192;

@@ -25,9 +25,9 @@ use std::sync::OnceLock;
 use hashbrown::hash_table::{Entry, HashTable};
 use hashbrown::DefaultHashBuilder;
 
-use super::dump::DumpValue;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
+use super::rdb::DumpValue;
 use super::short_bytes::{heap_len, ShortBytes};
 use super::value::{format_i64, parse_canonical_i64};
 

@@ -3,10 +3,10 @@
 //! A `Value` is 16 bytes (a tag and one word), so the keyspace's per-key block stays
 //! in jemalloc's 48-byte class for typical cache keys (see `keyspace::Entry`).
 
-use super::dump::DumpValue;
 use super::hash::HashValue;
 use super::limits::EncodingLimits;
 use super::list::ListValue;
+use super::rdb::DumpValue;
 use super::set::SetValue;
 use super::stream::StreamValue;
 use super::zset::ZSetValue;
@@ -308,7 +308,7 @@ impl Value {
     }
 
     /// The DUMP representation of a value (a copy: DUMP itself writes streams
-    /// straight from the value with `dump::dump_stream`).
+    /// straight from the value with `rdb::dump_stream`).
     pub fn to_dump(&self) -> Option<DumpValue> {
         Some(match self {
             Value::Str(s) => DumpValue::Str(s.to_vec()),

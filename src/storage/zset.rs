@@ -15,8 +15,8 @@ use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use super::dump::DumpValue;
 use super::limits::EncodingLimits;
+use super::rdb::DumpValue;
 
 pub type Member = Box<[u8]>;
 

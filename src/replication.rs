@@ -259,18 +259,9 @@ fn write_len(out: &mut Vec<u8>, n: usize) {
 /// One key's RDB record: optional expiry, type, key, value (DUMP's own encoding, so
 /// the bytes match what DUMP/RESTORE use). Streams have no DUMP encoding yet: None.
 fn rdb_record(e: &crate::storage::Entry, out: &mut Vec<u8>) -> bool {
-    use crate::storage::{rdb, Value};
+    use crate::storage::rdb;
     let mut payload = Vec::new();
-    match e.value() {
-        Value::Str(s) => {
-            let mut b = [0u8; 24];
-            rdb::dump_string(s.bytes(&mut b), &mut payload);
-        }
-        other => match other.to_dump() {
-            Some(d) => payload = rdb::dump(&d),
-            None => return false,
-        },
-    }
+    rdb::dump_value(e.value(), &mut payload);
     let mut key = Vec::new();
     rdb::dump_string(e.key(), &mut key);
     if payload.len() <= DUMP_FOOTER || key.len() <= DUMP_FOOTER {

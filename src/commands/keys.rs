@@ -606,17 +606,7 @@ fn dump_cmd(ctx: &mut ExecCtx) {
         return out.null();
     };
     let mut payload = Vec::new();
-    match e.value() {
-        Value::Str(s) => {
-            let mut b = [0u8; 24];
-            rdb::dump_string(s.bytes(&mut b), &mut payload);
-        }
-        Value::Stream(s) => rdb::dump_stream(s, &mut payload),
-        other => match other.to_dump() {
-            Some(d) => payload = rdb::dump(&d),
-            None => return out.error("ERR DUMP is not supported for stream values"),
-        },
-    }
+    rdb::dump_value(e.value(), &mut payload);
     out.bulk(&payload);
 }
 
@@ -663,7 +653,7 @@ fn restore(ctx: &mut ExecCtx) {
         Some(t) => t,
     };
     let limits = ctx.data.limits;
-    let value = match rdb::restore(ctx.args.get(3)).map(|d| Value::from_dump(d, &limits)) {
+    let value = match rdb::restore(ctx.args.get(3)).map(|d| d.into_value(&limits)) {
         Ok(Some(v)) => v,
         Ok(None) => return ctx.error("ERR Bad data format"),
         Err(e) => return ctx.error(e.message()),

@@ -27,7 +27,6 @@ use hashbrown::DefaultHashBuilder;
 
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
-use super::rdb::DumpValue;
 use super::short_bytes::{heap_len, ShortBytes};
 use super::value::{format_i64, parse_canonical_i64};
 
@@ -637,26 +636,6 @@ impl SetValue {
             Repr::Hash(h) => h.scan(cursor, count.max(1), &mut |b| f(MemberRef::Bytes(b))),
         }
     }
-
-    /// The DUMP representation.
-    pub fn to_dump(&self) -> DumpValue {
-        DumpValue::Set(self.iter().map(|m| m.with_bytes(|b| b.to_vec())).collect())
-    }
-
-    /// Builds a value from a RESTOREd payload, choosing the encoding by `limits`.
-    /// Returns None if the decoded value is not of this type.
-    pub fn from_dump(v: DumpValue, limits: &EncodingLimits) -> Option<SetValue> {
-        match v {
-            DumpValue::Set(members) => {
-                let mut s = SetValue::default();
-                for m in &members {
-                    s.insert(m, limits);
-                }
-                Some(s)
-            }
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -850,7 +829,10 @@ mod tests {
             for m in &model {
                 prop_assert!(s.contains(m));
             }
-            let restored = SetValue::from_dump(s.to_dump(), &l).expect("a set");
+            let mut restored = SetValue::default();
+            for m in &model {
+                restored.insert(m, &l);
+            }
             prop_assert_eq!(members(&restored), model);
         }
 

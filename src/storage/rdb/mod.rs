@@ -44,10 +44,12 @@ mod intset;
 mod listpack;
 mod lzf;
 mod stream;
+mod value;
 mod ziplist;
 
 use decode::{read_value, Reader};
 use encode::{write_hash, write_list, write_set, write_string, write_zset};
+pub use value::dump_value;
 
 /// The RDB version written in (and the highest accepted from) payload footers.
 pub const RDB_VERSION: u16 = 10;
@@ -131,22 +133,28 @@ type Res<T> = Result<T, RestoreError>;
 /// Serializes `value` into a complete DUMP payload.
 pub fn dump(value: &DumpValue) -> Vec<u8> {
     let mut out = Vec::new();
-    match value {
-        DumpValue::Str(s) => {
-            dump_string(s, &mut out);
-            return out;
-        }
-        DumpValue::List(items) => write_list(&mut out, items),
-        DumpValue::Set(members) => write_set(&mut out, members),
-        DumpValue::Hash(pairs) => write_hash(&mut out, pairs),
-        DumpValue::ZSet(entries) => write_zset(&mut out, entries),
-        DumpValue::Stream(s) => {
-            dump_stream(s, &mut out);
-            return out;
-        }
-    }
+    write_dump_value(&mut out, value);
     finish_payload(&mut out, 0);
     out
+}
+
+/// Writes `value`'s type byte and serialized value (a payload without its footer).
+fn write_dump_value(out: &mut Vec<u8>, value: &DumpValue) {
+    match value {
+        DumpValue::Str(s) => {
+            out.reserve(s.len() + 16);
+            out.push(TYPE_STRING);
+            write_string(out, s);
+        }
+        DumpValue::List(items) => write_list(out, items),
+        DumpValue::Set(members) => write_set(out, members),
+        DumpValue::Hash(pairs) => write_hash(out, pairs),
+        DumpValue::ZSet(entries) => write_zset(out, entries),
+        DumpValue::Stream(s) => {
+            out.push(TYPE_STREAM_LISTPACKS_2);
+            stream::write(out, s);
+        }
+    }
 }
 
 /// Appends a complete DUMP payload for the stream `s` to `out`

@@ -1,4 +1,16 @@
-//! Redis 7.0 `DUMP` / `RESTORE` payload format (RDB version 10).
+//! The RDB format (version 10, as Redis 7.0 writes it): `DUMP` / `RESTORE` payloads
+//! and the snapshot files sent to replicas. This folder owns every byte of it; the
+//! value types in `storage` know nothing of it.
+//!
+//! * `mod.rs` (here): the payload API (`dump`, `dump_value`, `restore`, `crc64`), the
+//!   `DumpValue` a payload decodes to, the type and string-encoding constants and the
+//!   payload footer;
+//! * `value.rs`: keyspace values to `DumpValue` and back;
+//! * `encode.rs` / `decode.rs`: the value encodings, written and read;
+//! * `listpack.rs`, `ziplist.rs`, `intset.rs`, `stream.rs`: the packed and stream
+//!   encodings; `elem.rs`: the integer-as-text rules they share;
+//! * `lzf.rs`, `crc64.rs`: string compression and the checksum;
+//! * `file.rs`: RDB file framing (magic, AUX, SELECTDB, EXPIRETIME_MS, EOF + CRC64).
 //!
 //! A payload is `type byte | serialized value | RDB version (u16 LE) | CRC64 (u64 LE)`,
 //! where the CRC64 (Redis's "Jones" polynomial, reflected) covers every byte before it.
@@ -40,6 +52,7 @@ mod crc64;
 mod decode;
 mod elem;
 mod encode;
+pub mod file;
 mod intset;
 mod listpack;
 mod lzf;

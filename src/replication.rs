@@ -22,7 +22,7 @@ use std::task::{Poll, Waker};
 use crate::commands::table::flags;
 use crate::commands::{Args, CommandSpec};
 use crate::shard::ShardData;
-use crate::storage::{Db, NO_EXPIRE};
+use crate::storage::{rdb, Db, NO_EXPIRE};
 
 /// Attached replica links; zero keeps propagation off every hot path. Storage's
 /// listener count: it logs expired and evicted keys for their DELs while non-zero.
@@ -236,57 +236,6 @@ pub fn ping_link(id: u64) {
     }
 }
 
-/// An empty RDB file (version 10, no keys) with its CRC64.
-pub fn empty_rdb() -> Vec<u8> {
-    assemble_rdb(&[])
-}
-
-/// A DUMP payload's footer: RDB version (2 bytes) and CRC64 (8 bytes).
-const DUMP_FOOTER: usize = 10;
-
-/// RDB length encoding (6-bit, 14-bit or 32-bit forms).
-fn write_len(out: &mut Vec<u8>, n: usize) {
-    if n < 1 << 6 {
-        out.push(n as u8);
-    } else if n < 1 << 14 {
-        out.push(0x40 | (n >> 8) as u8);
-        out.push(n as u8);
-    } else {
-        out.push(0x80);
-        out.extend_from_slice(&(n as u32).to_be_bytes());
-    }
-}
-
-/// One key's RDB record: optional expiry, type, key, value (DUMP's own encoding, so
-/// the bytes match what DUMP/RESTORE use). Streams have no DUMP encoding yet: None.
-fn rdb_record(e: &crate::storage::Entry, out: &mut Vec<u8>) -> bool {
-    use crate::storage::{dump, Value};
-    let mut payload = Vec::new();
-    match e.value() {
-        Value::Str(s) => {
-            let mut b = [0u8; 24];
-            dump::dump_string(s.bytes(&mut b), &mut payload);
-        }
-        other => match other.to_dump() {
-            Some(d) => payload = dump::dump(&d),
-            None => return false,
-        },
-    }
-    let mut key = Vec::new();
-    dump::dump_string(e.key(), &mut key);
-    if payload.len() <= DUMP_FOOTER || key.len() <= DUMP_FOOTER {
-        return false;
-    }
-    if e.expire_at() != NO_EXPIRE {
-        out.push(0xFC);
-        out.extend_from_slice(&e.expire_at().to_le_bytes());
-    }
-    out.push(payload[0]);
-    out.extend_from_slice(&key[1..key.len() - DUMP_FOOTER]);
-    out.extend_from_slice(&payload[1..payload.len() - DUMP_FOOTER]);
-    true
-}
-
 /// One shard's live keys as RDB records, per database index.
 pub fn shard_records(data: &ShardData, now: u64) -> Vec<Vec<u8>> {
     data.dbs
@@ -298,45 +247,12 @@ pub fn shard_records(data: &ShardData, now: u64) -> Vec<Vec<u8>> {
             }
             for idx in 0..db.slot_count() {
                 db.for_each_in_slot(idx, now, |e| {
-                    if !rdb_record(e, &mut out) {
-                        tracing::warn!("a stream key is left out of the RDB snapshot");
-                    }
+                    rdb::file::write_record(&mut out, e.key(), e.value(), e.expire_at());
                 });
             }
             out
         })
         .collect()
-}
-
-/// A whole RDB file from every shard's records (`parts[shard][db]`).
-pub fn assemble_rdb(parts: &[Vec<Vec<u8>>]) -> Vec<u8> {
-    let mut rdb = b"REDIS0010".to_vec();
-    for (k, v) in [("redis-ver", "7.0.15"), ("redis-bits", "64")] {
-        rdb.push(0xFA);
-        rdb.push(k.len() as u8);
-        rdb.extend_from_slice(k.as_bytes());
-        rdb.push(v.len() as u8);
-        rdb.extend_from_slice(v.as_bytes());
-    }
-    let dbs = parts.iter().map(|p| p.len()).max().unwrap_or(0);
-    for db in 0..dbs {
-        let mut selected = false;
-        for shard in parts {
-            let Some(records) = shard.get(db).filter(|r| !r.is_empty()) else {
-                continue;
-            };
-            if !selected {
-                rdb.push(0xFE);
-                write_len(&mut rdb, db);
-                selected = true;
-            }
-            rdb.extend_from_slice(records);
-        }
-    }
-    rdb.push(0xFF);
-    let crc = crate::storage::dump::crc64(0, &rdb);
-    rdb.extend_from_slice(&crc.to_le_bytes());
-    rdb
 }
 
 /// A consistent RDB snapshot of every shard (all locked while it is taken); with
@@ -373,7 +289,7 @@ pub async fn snapshot(
     let id = attach_link.map(attach);
     op.release(cell).await;
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
-    (assemble_rdb(&parts), id, dirty)
+    (rdb::file::assemble(&parts), id, dirty)
 }
 
 fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {
@@ -927,16 +843,6 @@ fn xreadgroup_claims(args: &Args, reply: &[u8], out: &mut Vec<Argv>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn empty_rdb_has_header_eof_and_crc() {
-        let rdb = empty_rdb();
-        assert!(rdb.starts_with(b"REDIS0010"));
-        let body = &rdb[..rdb.len() - 8];
-        assert_eq!(body.last(), Some(&0xFF));
-        let crc = u64::from_le_bytes(rdb[rdb.len() - 8..].try_into().unwrap());
-        assert_eq!(crc, crate::storage::dump::crc64(0, body));
-    }
 
     #[test]
     fn parses_nested_replies() {

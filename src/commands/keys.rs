@@ -10,7 +10,7 @@ use super::{
     notify, parse_i64, ExecCtx, GlobalCtx, DB_INDEX_OUT_OF_RANGE, NOT_INT, NO_SUCH_KEY, SYNTAX_ERR,
 };
 use crate::shard::multi::MultiShardOp;
-use crate::storage::dump;
+use crate::storage::rdb;
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 use crate::util::glob::glob_match;
 
@@ -606,17 +606,7 @@ fn dump_cmd(ctx: &mut ExecCtx) {
         return out.null();
     };
     let mut payload = Vec::new();
-    match e.value() {
-        Value::Str(s) => {
-            let mut b = [0u8; 24];
-            dump::dump_string(s.bytes(&mut b), &mut payload);
-        }
-        Value::Stream(s) => dump::dump_stream(s, &mut payload),
-        other => match other.to_dump() {
-            Some(d) => payload = dump::dump(&d),
-            None => return out.error("ERR DUMP is not supported for stream values"),
-        },
-    }
+    rdb::dump_value(e.value(), &mut payload);
     out.bulk(&payload);
 }
 
@@ -663,7 +653,7 @@ fn restore(ctx: &mut ExecCtx) {
         Some(t) => t,
     };
     let limits = ctx.data.limits;
-    let value = match dump::restore(ctx.args.get(3)).map(|d| Value::from_dump(d, &limits)) {
+    let value = match rdb::restore(ctx.args.get(3)).map(|d| d.into_value(&limits)) {
         Ok(Some(v)) => v,
         Ok(None) => return ctx.error("ERR Bad data format"),
         Err(e) => return ctx.error(e.message()),

@@ -922,7 +922,11 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                             format!(
                                 "Value at:0x0 refcount:1 encoding:{} serializedlength:{} lru:{} lru_seconds_idle:{}",
                                 e.value().encoding(),
-                                e.value().to_dump().map_or(0, |d| crate::storage::dump::dump(&d).len()),
+                                {
+                                    let mut payload = Vec::new();
+                                    crate::storage::rdb::dump_value(e.value(), &mut payload);
+                                    payload.len()
+                                },
                                 e.lru() & 0xFF_FFFF,
                                 crate::util::lru_clock().saturating_sub(e.lru())
                             )

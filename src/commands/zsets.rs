@@ -17,8 +17,8 @@ use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{format_double_g17, Protocol, ReplyWriter};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardData;
-use crate::storage::dump::DumpValue;
 use crate::storage::limits::EncodingLimits;
+use crate::storage::set::SetValue;
 use crate::storage::zset::{
     cmp_entries, AddFlags, AddOutcome, LexBound, LexRange, Member, ScoreRange, ZSetValue,
 };
@@ -1463,17 +1463,14 @@ fn input_of(v: Option<&Value>) -> Result<Input<'_>, ()> {
     match v {
         None => Ok(Input::Empty),
         Some(Value::ZSet(z)) => Ok(Input::ZSet(z)),
-        Some(Value::Set(s)) => Ok(Input::Set(set_members(&s.to_dump()))),
+        Some(Value::Set(s)) => Ok(Input::Set(set_members(s))),
         Some(_) => Err(()),
     }
 }
 
-/// A set's members, read through its DUMP form so this file depends only on that.
-fn set_members(d: &DumpValue) -> HashSet<Vec<u8>> {
-    match d {
-        DumpValue::Set(m) => m.iter().cloned().collect(),
-        _ => HashSet::new(),
-    }
+/// A set's members, copied out: the combining code works on owned byte strings.
+fn set_members(s: &SetValue) -> HashSet<Vec<u8>> {
+    s.iter().map(|m| m.with_bytes(|b| b.to_vec())).collect()
 }
 
 fn aggregate(target: &mut f64, val: f64, how: Aggregate) {
@@ -1663,7 +1660,7 @@ async fn fetch_input(
         match read_counted(d, db, &k, now).map(|e| e.value()) {
             None => Fetched::Missing,
             Some(Value::ZSet(z)) => Fetched::ZSet(z.clone()),
-            Some(Value::Set(s)) => Fetched::Set(set_members(&s.to_dump())),
+            Some(Value::Set(s)) => Fetched::Set(set_members(s)),
             Some(_) => Fetched::WrongType,
         }
     })

@@ -190,7 +190,7 @@ pub fn dump() -> Vec<u8> {
         out.extend_from_slice(&lib.code);
     }
     out.extend_from_slice(&RDB_VERSION.to_le_bytes());
-    let crc = crate::storage::dump::crc64(0, &out);
+    let crc = crate::storage::rdb::crc64(0, &out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
@@ -204,7 +204,7 @@ pub fn parse_dump(p: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let (body, crc) = p.split_at(p.len() - 8);
     let mut c = [0u8; 8];
     c.copy_from_slice(crc);
-    if crate::storage::dump::crc64(0, body) != u64::from_le_bytes(c) {
+    if crate::storage::rdb::crc64(0, body) != u64::from_le_bytes(c) {
         return Err(bad());
     }
     let (mut rest, ver) = body.split_at(body.len() - 2);

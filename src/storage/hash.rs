@@ -27,7 +27,6 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::{self, Entry};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use super::dump::DumpValue;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
 
@@ -664,27 +663,18 @@ impl HashValue {
         }
     }
 
-    /// The DUMP representation.
-    pub fn to_dump(&self) -> DumpValue {
-        DumpValue::Hash(self.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
-    }
-
-    /// Builds a value from a RESTOREd payload, choosing the encoding by `limits`.
-    /// Returns None if the decoded value is not of this type.
-    pub fn from_dump(v: DumpValue, limits: &EncodingLimits) -> Option<HashValue> {
-        let DumpValue::Hash(pairs) = v else {
-            return None;
-        };
-        if pairs.is_empty() {
-            return None;
-        }
+    /// Builds a hash from `pairs`, choosing the encoding by `limits`, in one pass:
+    /// a listpack is filled as is and a table is sized for all pairs up front (what
+    /// RESTORE needs for a large hash). The fields must be distinct: a caller with
+    /// untrusted pairs checks that first (the RDB reader rejects duplicates).
+    pub fn from_pairs(pairs: &[(Vec<u8>, Vec<u8>)], limits: &EncodingLimits) -> HashValue {
         let small = pairs.len() as i64 <= limits.hash_max_listpack_entries
             && pairs
                 .iter()
                 .all(|(f, v)| !too_long(f, limits) && !too_long(v, limits));
         let mut h = HashValue::new();
         if small {
-            // The payload reader already rejected duplicate fields.
+            // Distinct fields are the caller's promise (see above).
             let packed: Vec<Pair> = pairs
                 .iter()
                 .map(|(f, v)| (Bytes::new(f), Bytes::new(v)))
@@ -693,11 +683,11 @@ impl HashValue {
             h.enc = Enc::Listpack(packed);
         } else {
             h.enc = Enc::Table(Table::for_len(pairs.len()));
-            for (f, v) in &pairs {
+            for (f, v) in pairs {
                 h.set(f, v, limits);
             }
         }
-        Some(h)
+        h
     }
 }
 
@@ -819,7 +809,7 @@ mod tests {
     #[test]
     fn conversion_and_restore_presize_the_directory() {
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..1000).map(|i| (field(i), field(i))).collect();
-        let h = HashValue::from_dump(DumpValue::Hash(pairs), &limits(128, 64)).expect("hash");
+        let h = HashValue::from_pairs(&pairs, &limits(128, 64));
         let t = table(&h);
         t.check();
         assert_eq!(t.len, 1000);
@@ -1009,9 +999,9 @@ mod tests {
                 let heap: usize = model.iter().map(|(f, v)| Bytes::new(f).heap_size() + Bytes::new(v).heap_size()).sum();
                 prop_assert_eq!(h.str_heap, heap);
             }
-            let restored = HashValue::from_dump(h.to_dump(), &l);
-            prop_assert_eq!(restored.is_some(), !model.is_empty());
-            if let Some(r) = restored {
+            let pairs: Vec<(Vec<u8>, Vec<u8>)> = h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect();
+            {
+                let r = HashValue::from_pairs(&pairs, &l);
                 let got: BTreeMap<Vec<u8>, Vec<u8>> = r.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect();
                 let want: BTreeMap<Vec<u8>, Vec<u8>> = model.iter().cloned().collect();
                 prop_assert_eq!(got, want);

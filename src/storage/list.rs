@@ -15,7 +15,6 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use super::dump::DumpValue;
 use super::limits::EncodingLimits;
 
 /// quicklist.c's SIZE_SAFETY_LIMIT: a count-limited node never grows past this.
@@ -344,28 +343,6 @@ impl ListValue {
     /// Counts `buf_bytes` again from the nodes.
     fn recount(&mut self) {
         self.buf_bytes = self.nodes.iter().map(|n| n.buf.capacity()).sum();
-    }
-
-    /// The DUMP representation.
-    pub fn to_dump(&self) -> DumpValue {
-        DumpValue::List(self.iter().map(|e| e.to_vec()).collect())
-    }
-
-    /// Builds a value from a RESTOREd payload, choosing the encoding by `limits`.
-    /// Returns None if the decoded value is not of this type (or is empty, which
-    /// Redis rejects as a bad payload).
-    pub fn from_dump(v: DumpValue, limits: &EncodingLimits) -> Option<ListValue> {
-        let DumpValue::List(items) = v else {
-            return None;
-        };
-        if items.is_empty() {
-            return None;
-        }
-        let mut l = ListValue::new(limits);
-        for item in &items {
-            l.push_back(item);
-        }
-        Some(l)
     }
 
     #[inline]
@@ -1070,8 +1047,11 @@ mod tests {
             let back: Vec<Vec<u8>> = l.scan(true).map(|e| e.to_vec()).collect();
             prop_assert_eq!(back, m.iter().rev().cloned().collect::<Vec<_>>());
             if !m.is_empty() {
-                let r = ListValue::from_dump(l.to_dump(), &EncodingLimits::default());
-                prop_assert_eq!(r.map(|r| items(&r)), Some(m));
+                let mut r = ListValue::new(&EncodingLimits::default());
+                for e in l.iter() {
+                    r.push_back(e);
+                }
+                prop_assert_eq!(items(&r), m);
             }
         }
     }

@@ -1,5 +1,5 @@
-//! Keyspace, slot tables, value encodings, expiry and the DUMP/RESTORE format.
-pub mod dump;
+//! Keyspace, slot tables, value encodings, expiry and the RDB format (DUMP/RESTORE
+//! payloads and snapshot files).
 pub mod entry;
 pub mod events;
 pub mod evict;
@@ -9,6 +9,7 @@ pub mod keyspace;
 pub mod limits;
 pub mod list;
 pub mod memory;
+pub mod rdb;
 pub mod set;
 pub mod short_bytes;
 pub mod stream;

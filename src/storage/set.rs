@@ -25,7 +25,6 @@ use std::sync::OnceLock;
 use hashbrown::hash_table::{Entry, HashTable};
 use hashbrown::DefaultHashBuilder;
 
-use super::dump::DumpValue;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
 use super::short_bytes::{heap_len, ShortBytes};
@@ -637,26 +636,6 @@ impl SetValue {
             Repr::Hash(h) => h.scan(cursor, count.max(1), &mut |b| f(MemberRef::Bytes(b))),
         }
     }
-
-    /// The DUMP representation.
-    pub fn to_dump(&self) -> DumpValue {
-        DumpValue::Set(self.iter().map(|m| m.with_bytes(|b| b.to_vec())).collect())
-    }
-
-    /// Builds a value from a RESTOREd payload, choosing the encoding by `limits`.
-    /// Returns None if the decoded value is not of this type.
-    pub fn from_dump(v: DumpValue, limits: &EncodingLimits) -> Option<SetValue> {
-        match v {
-            DumpValue::Set(members) => {
-                let mut s = SetValue::default();
-                for m in &members {
-                    s.insert(m, limits);
-                }
-                Some(s)
-            }
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -850,7 +829,10 @@ mod tests {
             for m in &model {
                 prop_assert!(s.contains(m));
             }
-            let restored = SetValue::from_dump(s.to_dump(), &l).expect("a set");
+            let mut restored = SetValue::default();
+            for m in &model {
+                restored.insert(m, &l);
+            }
             prop_assert_eq!(members(&restored), model);
         }
 

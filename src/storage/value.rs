@@ -3,9 +3,7 @@
 //! A `Value` is 16 bytes (a tag and one word), so the keyspace's per-key block stays
 //! in jemalloc's 48-byte class for typical cache keys (see `keyspace::Entry`).
 
-use super::dump::DumpValue;
 use super::hash::HashValue;
-use super::limits::EncodingLimits;
 use super::list::ListValue;
 use super::set::SetValue;
 use super::stream::StreamValue;
@@ -305,31 +303,6 @@ impl Value {
             Value::ZSet(v) => v.heap_size(),
             Value::Stream(v) => v.heap_size(),
         }
-    }
-
-    /// The DUMP representation of a value (a copy: DUMP itself writes streams
-    /// straight from the value with `dump::dump_stream`).
-    pub fn to_dump(&self) -> Option<DumpValue> {
-        Some(match self {
-            Value::Str(s) => DumpValue::Str(s.to_vec()),
-            Value::List(v) => v.to_dump(),
-            Value::Hash(v) => v.to_dump(),
-            Value::Set(v) => v.to_dump(),
-            Value::ZSet(v) => v.to_dump(),
-            Value::Stream(s) => DumpValue::Stream(s.clone()),
-        })
-    }
-
-    /// A value from a RESTOREd payload, in the encoding `limits` call for.
-    pub fn from_dump(d: DumpValue, limits: &EncodingLimits) -> Option<Value> {
-        Some(match d {
-            DumpValue::Str(s) => Value::Str(StrValue::from_vec(s)),
-            d @ DumpValue::List(_) => Value::List(Box::new(ListValue::from_dump(d, limits)?)),
-            d @ DumpValue::Hash(_) => Value::Hash(Box::new(HashValue::from_dump(d, limits)?)),
-            d @ DumpValue::Set(_) => Value::Set(Box::new(SetValue::from_dump(d, limits)?)),
-            d @ DumpValue::ZSet(_) => Value::ZSet(Box::new(ZSetValue::from_dump(d, limits)?)),
-            DumpValue::Stream(s) => Value::Stream(s),
-        })
     }
 }
 

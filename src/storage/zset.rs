@@ -15,7 +15,6 @@ use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use super::dump::DumpValue;
 use super::limits::EncodingLimits;
 
 pub type Member = Box<[u8]>;
@@ -436,23 +435,13 @@ impl ZSetValue {
         out
     }
 
-    /// The DUMP representation: highest score first, the order Redis writes a
-    /// skiplist-encoded set in (a listpack payload is sorted by the writer anyway).
-    pub fn to_dump(&self) -> DumpValue {
-        let top = self.len().saturating_sub(1);
-        DumpValue::ZSet(
-            self.iter_from(top, true)
-                .map(|(m, s)| (m.to_vec(), s))
-                .collect(),
-        )
-    }
-
-    /// Builds a value from a RESTOREd payload, choosing the encoding by `limits`.
-    /// Returns None if the decoded value is not of this type.
-    pub fn from_dump(v: DumpValue, limits: &EncodingLimits) -> Option<ZSetValue> {
-        let DumpValue::ZSet(entries) = v else {
-            return None;
-        };
+    /// Builds a set from (member, score) entries in any order, choosing the encoding
+    /// by `limits`. None if a score is NaN or a member repeats: entries from outside
+    /// (a RESTOREd payload) are not trusted to be a valid set.
+    pub fn from_entries(
+        entries: Vec<(Vec<u8>, f64)>,
+        limits: &EncodingLimits,
+    ) -> Option<ZSetValue> {
         let mut items: Vec<(Member, f64)> = Vec::with_capacity(entries.len());
         for (m, s) in entries {
             if s.is_nan() {
@@ -461,7 +450,7 @@ impl ZSetValue {
             items.push((m.into_boxed_slice(), s));
         }
         items.sort_by(|a, b| cmp_entries(a.1, &a.0, b.1, &b.0));
-        // A payload with a repeated member is corrupt.
+        // A repeated member makes the entries no set at all.
         let mut seen: hashbrown::HashSet<&[u8]> = hashbrown::HashSet::with_capacity(items.len());
         if !items.iter().all(|(m, _)| seen.insert(m)) {
             return None;
@@ -1479,23 +1468,28 @@ mod tests {
     }
 
     #[test]
-    fn dump_round_trip() {
+    fn from_entries_round_trip() {
         let lim = limits(128);
         let mut z = ZSetValue::default();
         for (i, m) in ["c", "a", "b"].iter().enumerate() {
             z.add(m.as_bytes(), i as f64, AddFlags::default(), &lim);
         }
-        let d = z.to_dump();
-        let back = ZSetValue::from_dump(d.clone(), &limits(0)).expect("restores");
+        let entries = |z: &ZSetValue| -> Vec<(Vec<u8>, f64)> {
+            z.iter_from(z.len().saturating_sub(1), true)
+                .map(|(m, s)| (m.to_vec(), s))
+                .collect()
+        };
+        let d = entries(&z);
+        let back = ZSetValue::from_entries(d.clone(), &limits(0)).expect("restores");
         assert_eq!(back.encoding(), "skiplist");
-        assert_eq!(back.to_dump(), d);
-        let dup = DumpValue::ZSet(vec![
+        assert_eq!(entries(&back), d);
+        let dup = vec![
             (b"a".to_vec(), 1.0),
             (b"b".to_vec(), 0.0),
             (b"a".to_vec(), 2.0),
-        ]);
-        assert!(ZSetValue::from_dump(dup, &lim).is_none());
-        assert!(ZSetValue::from_dump(DumpValue::List(vec![]), &lim).is_none());
+        ];
+        assert!(ZSetValue::from_entries(dup, &lim).is_none());
+        assert!(ZSetValue::from_entries(vec![(b"n".to_vec(), f64::NAN)], &lim).is_none());
     }
 
     #[test]

@@ -1,0 +1,278 @@
+//! Reading every value encoding Redis 7.0 can load (and Redis 7.2's streams),
+//! validating as it goes and never allocating more than a small multiple of the
+//! input's size.
+
+use std::collections::HashSet;
+
+use super::elem::{int_to_bytes, parse_score, Elem};
+use super::{
+    intset, listpack, lzf, stream, ziplist, DumpValue, Res, RestoreError, ENC_INT16, ENC_INT32,
+    ENC_INT8, ENC_LZF, QUICKLIST_NODE_PACKED, QUICKLIST_NODE_PLAIN, TYPE_HASH, TYPE_HASH_LISTPACK,
+    TYPE_HASH_ZIPLIST, TYPE_LIST, TYPE_LIST_QUICKLIST, TYPE_LIST_QUICKLIST_2, TYPE_LIST_ZIPLIST,
+    TYPE_SET, TYPE_SET_INTSET, TYPE_STREAM_LISTPACKS, TYPE_STREAM_LISTPACKS_2,
+    TYPE_STREAM_LISTPACKS_3, TYPE_STRING, TYPE_ZSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK,
+    TYPE_ZSET_ZIPLIST,
+};
+
+pub(super) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+enum Len {
+    Plain(usize),
+    Encoded(u8),
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    pub(super) fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub(super) fn take(&mut self, n: usize) -> Res<&'a [u8]> {
+        let end = self.pos.checked_add(n).ok_or(RestoreError::Corrupt)?;
+        let slice = self.buf.get(self.pos..end).ok_or(RestoreError::Corrupt)?;
+        self.pos = end;
+        Ok(slice)
+    }
+
+    pub(super) fn array<const N: usize>(&mut self) -> Res<[u8; N]> {
+        let mut arr = [0u8; N];
+        arr.copy_from_slice(self.take(N)?);
+        Ok(arr)
+    }
+
+    pub(super) fn byte(&mut self) -> Res<u8> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn len_or_enc(&mut self) -> Res<Len> {
+        let first = self.byte()?;
+        let len: u64 = match first >> 6 {
+            0 => u64::from(first & 0x3f),
+            1 => (u64::from(first & 0x3f) << 8) | u64::from(self.byte()?),
+            3 => return Ok(Len::Encoded(first & 0x3f)),
+            _ => match first {
+                0x80 => u64::from(u32::from_be_bytes(self.array()?)),
+                0x81 => u64::from_be_bytes(self.array()?),
+                _ => return Err(RestoreError::Corrupt),
+            },
+        };
+        usize::try_from(len)
+            .map(Len::Plain)
+            .map_err(|_| RestoreError::Corrupt)
+    }
+
+    pub(super) fn len(&mut self) -> Res<usize> {
+        match self.len_or_enc()? {
+            Len::Plain(n) => Ok(n),
+            Len::Encoded(_) => Err(RestoreError::Corrupt),
+        }
+    }
+
+    /// A collection count, also bounding a safe preallocation.
+    pub(super) fn count(&mut self) -> Res<(usize, usize)> {
+        let n = self.len()?;
+        Ok((n, n.min(self.remaining())))
+    }
+
+    pub(super) fn string(&mut self) -> Res<Vec<u8>> {
+        match self.len_or_enc()? {
+            Len::Plain(n) => Ok(self.take(n)?.to_vec()),
+            Len::Encoded(ENC_INT8) => Ok(int_to_bytes(i8::from_le_bytes(self.array()?).into())),
+            Len::Encoded(ENC_INT16) => Ok(int_to_bytes(i16::from_le_bytes(self.array()?).into())),
+            Len::Encoded(ENC_INT32) => Ok(int_to_bytes(i32::from_le_bytes(self.array()?).into())),
+            Len::Encoded(ENC_LZF) => self.lzf_string(),
+            Len::Encoded(_) => Err(RestoreError::Corrupt),
+        }
+    }
+
+    fn lzf_string(&mut self) -> Res<Vec<u8>> {
+        let compressed_len = self.len()?;
+        let len = self.len()?;
+        let data = self.take(compressed_len)?;
+        lzf::decompress(data, len).ok_or(RestoreError::Corrupt)
+    }
+
+    fn binary_double(&mut self) -> Res<f64> {
+        let score = f64::from_le_bytes(self.array()?);
+        if score.is_nan() {
+            return Err(RestoreError::Corrupt);
+        }
+        Ok(score)
+    }
+
+    /// `rdbLoadDoubleValue`: length byte with 253/254/255 for nan/+inf/-inf.
+    fn text_double(&mut self) -> Res<f64> {
+        match self.byte()? {
+            253 => Err(RestoreError::Corrupt),
+            254 => Ok(f64::INFINITY),
+            255 => Ok(f64::NEG_INFINITY),
+            n => parse_score(self.take(usize::from(n))?),
+        }
+    }
+}
+
+pub(super) fn read_value(ty: u8, r: &mut Reader<'_>) -> Res<DumpValue> {
+    match ty {
+        TYPE_STRING => r.string().map(DumpValue::Str),
+        TYPE_LIST => read_linked_list(r),
+        TYPE_SET => read_set(r),
+        TYPE_ZSET => read_zset_generic(r, Reader::text_double),
+        TYPE_HASH => read_hash(r),
+        TYPE_ZSET_2 => read_zset_generic(r, Reader::binary_double),
+        TYPE_LIST_ZIPLIST => read_ziplist_list(r),
+        TYPE_SET_INTSET => read_intset(r),
+        TYPE_ZSET_ZIPLIST => read_zset_packed(&ziplist::decode(&r.string()?)?),
+        TYPE_HASH_ZIPLIST => read_hash_packed(&ziplist::decode(&r.string()?)?),
+        TYPE_LIST_QUICKLIST => read_quicklist(r),
+        TYPE_HASH_LISTPACK => read_hash_packed(&listpack::decode(&r.string()?)?),
+        TYPE_ZSET_LISTPACK => read_zset_packed(&listpack::decode(&r.string()?)?),
+        TYPE_LIST_QUICKLIST_2 => read_quicklist_2(r),
+        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 | TYPE_STREAM_LISTPACKS_3 => {
+            stream::read(r, ty).map(|s| DumpValue::Stream(Box::new(s)))
+        }
+        _ => Err(RestoreError::Corrupt),
+    }
+}
+
+fn read_strings(r: &mut Reader<'_>) -> Res<Vec<Vec<u8>>> {
+    let (n, cap) = r.count()?;
+    ensure_non_empty(n)?;
+    let mut items = Vec::with_capacity(cap);
+    for _ in 0..n {
+        items.push(r.string()?);
+    }
+    Ok(items)
+}
+
+fn read_linked_list(r: &mut Reader<'_>) -> Res<DumpValue> {
+    read_strings(r).map(DumpValue::List)
+}
+
+fn read_set(r: &mut Reader<'_>) -> Res<DumpValue> {
+    let members = read_strings(r)?;
+    ensure_unique(members.iter().map(Vec::as_slice), members.len())?;
+    Ok(DumpValue::Set(members))
+}
+
+fn read_hash(r: &mut Reader<'_>) -> Res<DumpValue> {
+    let (n, cap) = r.count()?;
+    ensure_non_empty(n)?;
+    let mut pairs = Vec::with_capacity(cap);
+    for _ in 0..n {
+        let field = r.string()?;
+        let value = r.string()?;
+        pairs.push((field, value));
+    }
+    ensure_unique(pairs.iter().map(|(f, _)| f.as_slice()), pairs.len())?;
+    Ok(DumpValue::Hash(pairs))
+}
+
+fn read_zset_generic<'a>(
+    r: &mut Reader<'a>,
+    read_score: fn(&mut Reader<'a>) -> Res<f64>,
+) -> Res<DumpValue> {
+    let (n, cap) = r.count()?;
+    ensure_non_empty(n)?;
+    let mut entries = Vec::with_capacity(cap);
+    for _ in 0..n {
+        let member = r.string()?;
+        let score = read_score(r)?;
+        entries.push((member, score));
+    }
+    ensure_unique(entries.iter().map(|(m, _)| m.as_slice()), entries.len())?;
+    Ok(DumpValue::ZSet(entries))
+}
+
+fn read_intset(r: &mut Reader<'_>) -> Res<DumpValue> {
+    let members = intset::decode(&r.string()?)?;
+    ensure_non_empty(members.len())?;
+    Ok(DumpValue::Set(members))
+}
+
+fn pairs<'e, 'a>(elems: &'e [Elem<'a>]) -> Res<std::slice::ChunksExact<'e, Elem<'a>>> {
+    if elems.is_empty() || !elems.len().is_multiple_of(2) {
+        return Err(RestoreError::Corrupt);
+    }
+    Ok(elems.chunks_exact(2))
+}
+
+fn read_hash_packed(elems: &[Elem<'_>]) -> Res<DumpValue> {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = pairs(elems)?
+        .map(|p| (p[0].to_vec(), p[1].to_vec()))
+        .collect();
+    ensure_unique(pairs.iter().map(|(f, _)| f.as_slice()), pairs.len())?;
+    Ok(DumpValue::Hash(pairs))
+}
+
+fn read_zset_packed(elems: &[Elem<'_>]) -> Res<DumpValue> {
+    let mut entries = Vec::with_capacity(elems.len() / 2);
+    for p in pairs(elems)? {
+        entries.push((p[0].to_vec(), p[1].to_score()?));
+    }
+    ensure_unique(entries.iter().map(|(m, _)| m.as_slice()), entries.len())?;
+    Ok(DumpValue::ZSet(entries))
+}
+
+fn read_ziplist_list(r: &mut Reader<'_>) -> Res<DumpValue> {
+    let items: Vec<Vec<u8>> = ziplist::decode(&r.string()?)?
+        .into_iter()
+        .map(Elem::to_vec)
+        .collect();
+    ensure_non_empty(items.len())?;
+    Ok(DumpValue::List(items))
+}
+
+/// Type 14: quicklist whose nodes are ziplists.
+fn read_quicklist(r: &mut Reader<'_>) -> Res<DumpValue> {
+    let (nodes, _) = r.count()?;
+    let mut items = Vec::new();
+    for _ in 0..nodes {
+        let blob = r.string()?;
+        items.extend(ziplist::decode(&blob)?.into_iter().map(Elem::to_vec));
+    }
+    ensure_non_empty(items.len())?;
+    Ok(DumpValue::List(items))
+}
+
+/// Type 18: quicklist whose nodes are plain elements or listpacks.
+fn read_quicklist_2(r: &mut Reader<'_>) -> Res<DumpValue> {
+    let (nodes, _) = r.count()?;
+    let mut items = Vec::new();
+    for _ in 0..nodes {
+        let container = r.len()?;
+        let blob = r.string()?;
+        match container {
+            QUICKLIST_NODE_PLAIN => items.push(blob),
+            QUICKLIST_NODE_PACKED => {
+                items.extend(listpack::decode(&blob)?.into_iter().map(Elem::to_vec));
+            }
+            _ => return Err(RestoreError::Corrupt),
+        }
+    }
+    ensure_non_empty(items.len())?;
+    Ok(DumpValue::List(items))
+}
+
+fn ensure_unique<'a>(keys: impl Iterator<Item = &'a [u8]>, count: usize) -> Res<()> {
+    let mut seen: HashSet<&[u8]> = HashSet::with_capacity(count);
+    for key in keys {
+        if !seen.insert(key) {
+            return Err(RestoreError::Corrupt);
+        }
+    }
+    Ok(())
+}
+
+fn ensure_non_empty(count: usize) -> Res<()> {
+    if count == 0 {
+        Err(RestoreError::Corrupt)
+    } else {
+        Ok(())
+    }
+}

@@ -399,7 +399,7 @@ pub fn parse_scan_opts<'a>(args: &Args<'a>) -> Result<(usize, Option<&'a [u8]>),
 /// decimal form of an i64 ("01", "+1", "-0" and spaces are rejected).
 #[inline]
 pub fn parse_i64(b: &[u8]) -> Option<i64> {
-    crate::storage::value::parse_canonical_i64(b)
+    crate::util::string2ll(b)
 }
 
 /// Parses a float the way Redis's getLongDoubleFromObject / strtold do: leading and

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{ArgAction, CommandFactory, Parser, ValueEnum};
 
+use crate::util::cstr::{memtoull, repr, split_args_lossy, string2ll, strtoll};
 use crate::util::glob::glob_match;
 
 mod rewrite;
@@ -843,7 +844,7 @@ fn parse_bool(s: &str) -> Result<Value, String> {
 }
 
 fn parse_int(s: &str, min: i64, max: i64) -> Result<Value, String> {
-    let v = string2ll(s).ok_or("argument couldn't be parsed into an integer")?;
+    let v = string2ll(s.as_bytes()).ok_or("argument couldn't be parsed into an integer")?;
     if v < min || v > max {
         return Err(format!(
             "argument must be between {min} and {max} inclusive"
@@ -853,7 +854,7 @@ fn parse_int(s: &str, min: i64, max: i64) -> Result<Value, String> {
 }
 
 fn parse_memory(s: &str, min: u64, max: u64, percent: bool) -> Result<Value, String> {
-    if let Some(v) = memtoull(s) {
+    if let Some(v) = memtoull(s.as_bytes()) {
         if v < min || v > max {
             return Err(format!(
                 "argument must be between {min} and {max} inclusive"
@@ -876,7 +877,7 @@ fn parse_memory(s: &str, min: u64, max: u64, percent: bool) -> Result<Value, Str
 /// `N%` with N a non-negative string2ll integer.
 fn parse_percent(s: &str) -> Option<u64> {
     let digits = s.strip_suffix('%')?;
-    let v = string2ll(digits)?;
+    let v = string2ll(digits.as_bytes())?;
     u64::try_from(v).ok()
 }
 
@@ -971,7 +972,7 @@ fn parse_oom_values(args: &[String]) -> Result<Value, String> {
     };
     let mut out = Vec::with_capacity(3);
     for v in [a, b, c] {
-        match string2ll(v) {
+        match string2ll(v.as_bytes()) {
             Some(n) if (-2000..=2000).contains(&n) => out.push(n.to_string()),
             _ => {
                 return Err(
@@ -1097,8 +1098,8 @@ fn parse_save(args: &[String]) -> Result<Vec<SavePoint>, String> {
     }
     let mut points = Vec::with_capacity(args.len() / 2);
     for pair in args.chunks(2) {
-        let (seconds, seconds_ok) = c_strtoll(&pair[0]);
-        let (changes, changes_ok) = c_strtoll(&pair[1]);
+        let (seconds, seconds_ok) = strtoll(pair[0].as_bytes());
+        let (changes, changes_ok) = strtoll(pair[1].as_bytes());
         if !seconds_ok || !changes_ok || seconds < 1 || changes < 0 {
             return Err(ERR.to_string());
         }
@@ -1137,10 +1138,10 @@ fn parse_obuf(args: &[String], current: Option<&Value>) -> Result<Value, String>
 
 fn parse_obuf_limit(hard: &str, soft: &str, secs: &str) -> Result<ObufLimit, String> {
     const ERR: &str = "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
-    let (seconds, full) = c_strtoll(secs);
+    let (seconds, full) = strtoll(secs.as_bytes());
     // Redis stores soft_seconds in a C int before the sign check.
     let seconds = seconds as i32;
-    match (memtoull(hard), memtoull(soft)) {
+    match (memtoull(hard.as_bytes()), memtoull(soft.as_bytes())) {
         (Some(h), Some(s)) if full && seconds >= 0 => Ok(ObufLimit {
             hard_limit_bytes: h,
             soft_limit_bytes: s,
@@ -1403,98 +1404,6 @@ fn default_value(p: &ConfigParam) -> Value {
 /* Low-level parsers mirroring Redis's C helpers.                           */
 /* ------------------------------------------------------------------------ */
 
-/// Redis's `string2ll`: optional `-`, no leading zeros / spaces / `+`,
-/// overflow rejected.
-fn string2ll(s: &str) -> Option<i64> {
-    let b = s.as_bytes();
-    if b == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match b.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, b),
-    };
-    match digits.first() {
-        Some(d) if (b'1'..=b'9').contains(d) => {}
-        _ => return None,
-    }
-    let mut acc: u64 = 0;
-    for d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        acc = acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-    }
-    if negative {
-        i64::try_from(-i128::from(acc)).ok()
-    } else {
-        i64::try_from(acc).ok()
-    }
-}
-
-/// C `strtoll(s, &end, 10)` followed by Redis's `*end == '\0'` check:
-/// returns (value, whole string consumed).  Leading whitespace and a sign are
-/// accepted, overflow saturates, and no digits yields (0, s.is_empty()).
-fn c_strtoll(s: &str) -> (i64, bool) {
-    let b = s.as_bytes();
-    let mut i = b.iter().take_while(|c| is_c_space(**c)).count();
-    let negative = match b.get(i) {
-        Some(b'-') => {
-            i += 1;
-            true
-        }
-        Some(b'+') => {
-            i += 1;
-            false
-        }
-        _ => false,
-    };
-    let digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
-    if digits == 0 {
-        return (0, b.is_empty());
-    }
-    let mut acc: i128 = 0;
-    for d in &b[i..i + digits] {
-        acc = (acc * 10 + i128::from(d - b'0')).min(i128::from(i64::MAX) + 1);
-    }
-    let signed = if negative { -acc } else { acc };
-    let clamped = signed.clamp(i128::from(i64::MIN), i128::from(i64::MAX));
-    (clamped as i64, i + digits == b.len())
-}
-
-/// Redis's `memtoull`: digits plus an optional case-insensitive unit
-/// (b, k=1000, kb=1024, m, mb, g, gb).  Quirks kept: an empty digit string
-/// is 0 (so "" and "kb" are 0), and digit overflow saturates like strtoull
-/// (only the unit multiplication is overflow-checked).
-pub fn memtoull(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    let ndigits = b.iter().take_while(|c| c.is_ascii_digit()).count();
-    let unit = &b[ndigits..];
-    let mul: u64 = [
-        (&b""[..], 1),
-        (b"b", 1),
-        (b"k", 1000),
-        (b"kb", 1024),
-        (b"m", 1000 * 1000),
-        (b"mb", 1024 * 1024),
-        (b"g", 1000 * 1000 * 1000),
-        (b"gb", 1024 * 1024 * 1024),
-    ]
-    .iter()
-    .find(|(u, _)| u.eq_ignore_ascii_case(unit))
-    .map(|(_, m)| *m)?;
-    if ndigits >= 128 {
-        return None;
-    }
-    let digits = &s[..ndigits];
-    let val = if digits.is_empty() {
-        0
-    } else {
-        digits.parse::<u64>().unwrap_or(u64::MAX)
-    };
-    val.checked_mul(mul)
-}
-
 /// Redis's `string2d` (strtod that must consume everything, no leading
 /// space, no NaN).  Rust's float grammar differs only in exotic corners
 /// (hex floats), which the 0..100 range check rejects anyway.
@@ -1503,140 +1412,6 @@ fn string2d(s: &str) -> Option<f64> {
         return None;
     }
     s.parse::<f64>().ok().filter(|v| !v.is_nan())
-}
-
-/// C `isspace` in the C locale.
-fn is_c_space(c: u8) -> bool {
-    matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
-}
-
-/// Redis's `sdssplitargs`: splits a config / inline-command line into
-/// arguments, honouring "double quotes" (with \n \r \t \b \a \\ \" \xHH
-/// escapes) and 'single quotes' (with \' only).  A closing quote must be
-/// followed by a space or the end.  Returns None on unbalanced quotes.  A NUL
-/// byte ends the input, as it does for the C string Redis works on.
-pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let at = |i: usize| line.get(i).copied().unwrap_or(0);
-    let mut out = Vec::new();
-    let mut i = 0;
-    loop {
-        while at(i) != 0 && is_c_space(at(i)) {
-            i += 1;
-        }
-        if at(i) == 0 {
-            return Some(out);
-        }
-        let (token, next) = split_token(line, i)?;
-        out.push(token);
-        i = next;
-    }
-}
-
-/// Reads one argument starting at `i`; returns it and the index to resume at.
-fn split_token(line: &[u8], mut i: usize) -> Option<(Vec<u8>, usize)> {
-    let at = |i: usize| line.get(i).copied().unwrap_or(0);
-    let mut cur = Vec::new();
-    let (mut in_dq, mut in_sq) = (false, false);
-    loop {
-        let c = at(i);
-        if in_dq {
-            if c == b'\\'
-                && at(i + 1) == b'x'
-                && hex(at(i + 2)).is_some()
-                && hex(at(i + 3)).is_some()
-            {
-                let hi = hex(at(i + 2)).unwrap_or(0);
-                let lo = hex(at(i + 3)).unwrap_or(0);
-                cur.push(hi * 16 + lo);
-                i += 3;
-            } else if c == b'\\' && at(i + 1) != 0 {
-                i += 1;
-                cur.push(unescape(at(i)));
-            } else if c == b'"' {
-                return closing_quote(line, i).map(|next| (cur, next));
-            } else if c == 0 {
-                return None;
-            } else {
-                cur.push(c);
-            }
-        } else if in_sq {
-            if c == b'\\' && at(i + 1) == b'\'' {
-                i += 1;
-                cur.push(b'\'');
-            } else if c == b'\'' {
-                return closing_quote(line, i).map(|next| (cur, next));
-            } else if c == 0 {
-                return None;
-            } else {
-                cur.push(c);
-            }
-        } else {
-            match c {
-                0 => return Some((cur, i)),
-                b' ' | b'\n' | b'\r' | b'\t' => return Some((cur, i + 1)),
-                b'"' => in_dq = true,
-                b'\'' => in_sq = true,
-                _ => cur.push(c),
-            }
-        }
-        if at(i) != 0 {
-            i += 1;
-        }
-    }
-}
-
-/// A closing quote at `i` must be followed by whitespace or the end.
-fn closing_quote(line: &[u8], i: usize) -> Option<usize> {
-    match line.get(i + 1).copied().unwrap_or(0) {
-        0 => Some(i + 1),
-        c if is_c_space(c) => Some(i + 1),
-        _ => None,
-    }
-}
-
-fn unescape(c: u8) -> u8 {
-    match c {
-        b'n' => b'\n',
-        b'r' => b'\r',
-        b't' => b'\t',
-        b'b' => 0x08,
-        b'a' => 0x07,
-        other => other,
-    }
-}
-
-fn hex(c: u8) -> Option<u8> {
-    (c as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
-}
-
-/// `split_args` with arguments converted to (lossy) UTF-8 strings.
-fn split_args_lossy(line: &str) -> Option<Vec<String>> {
-    split_args(line.as_bytes()).map(|args| {
-        args.into_iter()
-            .map(|a| String::from_utf8_lossy(&a).into_owned())
-            .collect()
-    })
-}
-
-/// Redis's `sdscatrepr`: a double-quoted form that `split_args` reads back.
-pub fn repr(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() + 2);
-    out.push('"');
-    for &b in bytes {
-        match b {
-            b'\\' => out.push_str("\\\\"),
-            b'"' => out.push_str("\\\""),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            0x07 => out.push_str("\\a"),
-            0x08 => out.push_str("\\b"),
-            0x20..=0x7e => out.push(b as char),
-            _ => out.push_str(&format!("\\x{b:02x}")),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// Redis's `sdssplitlen(value, " ")` as used by CONFIG SET for multi-arg
@@ -2836,99 +2611,6 @@ mod tests {
         assert_eq!(c.bool_param("lazyfree-lazy-user-del"), Some(false));
         assert_eq!(c.int_param("hash-max-ziplist-entries"), Some(128));
         assert_eq!(c.version(), 0);
-    }
-
-    #[test]
-    fn memory_units() {
-        assert_eq!(memtoull("0"), Some(0));
-        assert_eq!(memtoull("100"), Some(100));
-        assert_eq!(memtoull("100b"), Some(100));
-        assert_eq!(memtoull("1k"), Some(1000));
-        assert_eq!(memtoull("1K"), Some(1000));
-        assert_eq!(memtoull("1kb"), Some(1024));
-        assert_eq!(memtoull("1KB"), Some(1024));
-        assert_eq!(memtoull("2m"), Some(2_000_000));
-        assert_eq!(memtoull("2mb"), Some(2 * 1024 * 1024));
-        assert_eq!(memtoull("3g"), Some(3_000_000_000));
-        assert_eq!(memtoull("3Gb"), Some(3 * 1024 * 1024 * 1024));
-        assert_eq!(memtoull(""), Some(0), "Redis quirk: no digits is 0");
-        assert_eq!(memtoull("-1"), None);
-        assert_eq!(memtoull("1t"), None);
-        assert_eq!(memtoull("1 mb"), None);
-        assert_eq!(memtoull(" 1"), None);
-        assert_eq!(memtoull("1.5mb"), None);
-        assert_eq!(memtoull("18446744073709551615"), Some(u64::MAX));
-        assert_eq!(memtoull("18446744073709551615kb"), None);
-        assert_eq!(memtoull("99999999999999999999999"), Some(u64::MAX));
-    }
-
-    #[test]
-    fn string2ll_is_strict() {
-        assert_eq!(string2ll("0"), Some(0));
-        assert_eq!(string2ll("-5"), Some(-5));
-        assert_eq!(string2ll("9223372036854775807"), Some(i64::MAX));
-        assert_eq!(string2ll("-9223372036854775808"), Some(i64::MIN));
-        for bad in [
-            "",
-            "-",
-            "-0",
-            "01",
-            "+1",
-            " 1",
-            "1 ",
-            "1k",
-            "9223372036854775808",
-        ] {
-            assert_eq!(string2ll(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn c_strtoll_matches_libc() {
-        assert_eq!(c_strtoll("42"), (42, true));
-        assert_eq!(c_strtoll(" +7"), (7, true));
-        assert_eq!(c_strtoll("-3"), (-3, true));
-        assert_eq!(c_strtoll(""), (0, true));
-        assert_eq!(c_strtoll(" "), (0, false));
-        assert_eq!(c_strtoll("1k"), (1, false));
-        assert_eq!(c_strtoll("99999999999999999999"), (i64::MAX, true));
-    }
-
-    #[test]
-    fn split_args_rules() {
-        let split = |s: &str| -> Vec<String> {
-            split_args_lossy(s).unwrap_or_else(|| vec!["<unbalanced>".to_string()])
-        };
-        assert_eq!(split("  port   6379  "), ["port", "6379"]);
-        assert_eq!(split("save \"\""), ["save", ""]);
-        assert_eq!(split(r#"a "b c" 'd e'"#), ["a", "b c", "d e"]);
-        assert_eq!(split(r#""\n\r\t\\\"\x41\x4a""#), ["\n\r\t\\\"AJ"]);
-        assert_eq!(split(r#""\b\a\q""#), ["\u{8}\u{7}q"]);
-        assert_eq!(split(r"'it\'s'"), ["it's"]);
-        assert_eq!(split(r"'a\nb'"), ["a\\nb"]);
-        assert_eq!(split(r#"foo"bar baz""#), ["foobar baz"]);
-        assert_eq!(split(r#""x\xzz""#), ["xxzz"]);
-        assert_eq!(split(""), Vec::<String>::new());
-        assert!(split_args(b"\"abc").is_none());
-        assert!(split_args(b"'abc").is_none());
-        assert!(split_args(b"\"a\"b").is_none());
-        assert!(split_args(b"'a'b").is_none());
-        assert_eq!(split_args(b"a\0b"), Some(vec![b"a".to_vec()]));
-    }
-
-    #[test]
-    fn repr_round_trips() {
-        for s in [
-            &b"plain"[..],
-            b"",
-            b"sp ace",
-            b"q\"uo\\te",
-            b"\n\r\t\x07\x08\x00\xff\x7f",
-        ] {
-            let r = repr(s);
-            assert_eq!(split_args(r.as_bytes()), Some(vec![s.to_vec()]), "{r}");
-        }
-        assert_eq!(repr(b"a\x01"), "\"a\\x01\"");
     }
 
     #[test]

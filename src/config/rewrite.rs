@@ -192,7 +192,7 @@ impl RewriteState {
             }
             // A line that does not split, or names no parameter (include, user,
             // rename-command...), is kept as it is.
-            let Some(argv) = super::split_args(line.as_bytes()) else {
+            let Some(argv) = crate::util::split_args(line.as_bytes()) else {
                 continue;
             };
             let Some(first) = argv.first() else {

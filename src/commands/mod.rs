@@ -111,6 +111,37 @@ impl<'a> Args<'a> {
     }
 }
 
+/// Owned arguments gathered into one buffer and spans, so that code holding a
+/// `Vec<Vec<u8>>` (a queued MULTI command, a script's `redis.call`, a global
+/// command's `GlobalCtx.args` carried to another shard) can run the code written
+/// for a handler's borrowed [`Args`].
+pub struct OwnedArgs {
+    buf: Vec<u8>,
+    spans: Vec<ArgSpan>,
+}
+
+impl OwnedArgs {
+    pub fn new(argv: &[Vec<u8>]) -> OwnedArgs {
+        let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
+        let mut spans = Vec::with_capacity(argv.len());
+        for a in argv {
+            // A command's arguments are within what the parser accepted, and its
+            // spans are 32-bit too.
+            let start = buf.len() as u32;
+            buf.extend_from_slice(a);
+            spans.push(ArgSpan {
+                start,
+                end: buf.len() as u32,
+            });
+        }
+        OwnedArgs { buf, spans }
+    }
+
+    pub fn args(&self) -> Args<'_> {
+        Args::new(&self.buf, &self.spans)
+    }
+}
+
 /// Context of a keyed command, on the shard that owns its keys.
 pub struct ExecCtx<'a> {
     pub data: &'a mut ShardData,

@@ -1732,7 +1732,7 @@ impl Config {
     fn render_at(&self, idx: usize) -> String {
         if idx == IDX_REPLICAOF {
             // REPLICAOF changes the master at run time without touching the config.
-            return crate::commands::replication::master()
+            return crate::replication::master()
                 .map(|(host, port)| format!("{host} {port}"))
                 .unwrap_or_default();
         }

@@ -59,7 +59,7 @@ impl Config {
         let name = p.name;
         if idx == IDX_REPLICAOF {
             // A master drops every replicaof line; a replica states its master.
-            return match crate::commands::replication::master() {
+            return match crate::replication::master() {
                 Some((host, port)) => (name, vec![format!("{name} {host} {port}")], true),
                 None => (name, Vec::new(), false),
             };

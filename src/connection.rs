@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::clients::{ClientShared, ReplyMode, Session};
 use crate::commands::{
-    self, table::flags, Args, ClientCtx, Cross, GlobalCtx, KeyedFn, Kind, Merge,
+    self, table::flags, Args, ClientCtx, Cross, GlobalCtx, KeyedFn, Kind, Merge, OwnedArgs,
 };
 use crate::protocol::parser::{scan_first_args, ArgSpan, ParseLimits, RequestParser};
 use crate::protocol::reply::{Protocol, ReplyWriter};
@@ -1229,10 +1229,9 @@ impl Connection {
             return may_write_or_propagate(idx, args);
         }
         self.session.multi.as_ref().is_some_and(|m| {
-            m.queue.iter().any(|(i, argv)| {
-                let (buf, spans) = owned_args(argv);
-                may_write_or_propagate(*i, &Args::new(&buf, &spans))
-            })
+            m.queue
+                .iter()
+                .any(|(i, argv)| may_write_or_propagate(*i, &OwnedArgs::new(argv).args()))
         })
     }
 
@@ -1403,11 +1402,11 @@ impl Connection {
         }
         .array_len(state.queue.len());
         for (_, argv) in &state.queue {
-            let (buf, spans) = owned_args(argv);
+            let owned = OwnedArgs::new(argv);
             // Every command takes the locked path under the transaction's owner, which
             // already holds every shard; each completes before the next starts.
             self.pipe.locked = true;
-            Box::pin(self.run_command(Args::new(&buf, &spans))).await;
+            Box::pin(self.run_command(owned.args())).await;
             self.flush().await;
             self.take_pushes();
         }
@@ -2192,19 +2191,4 @@ fn unknown_command_message(args: &Args) -> String {
         tail.push_str("' ");
     }
     format!("ERR unknown command '{name}', with args beginning with: {tail}")
-}
-
-/// Lays owned arguments out as a buffer and spans, for running a queued command.
-fn owned_args(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<ArgSpan>) {
-    let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
-    let mut spans = Vec::with_capacity(argv.len());
-    for a in argv {
-        let start = buf.len() as u32;
-        buf.extend_from_slice(a);
-        spans.push(ArgSpan {
-            start,
-            end: buf.len() as u32,
-        });
-    }
-    (buf, spans)
 }

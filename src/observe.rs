@@ -341,7 +341,7 @@ pub fn monitor_feed(db: usize, peer: Option<&str>, args: &Args) {
         if is_redacted(args, j) {
             line.push_str("\"(redacted)\"");
         } else {
-            line.push_str(&crate::config::repr(args.get(j)));
+            line.push_str(&crate::util::repr(args.get(j)));
         }
     }
     line.push_str("\r\n");

@@ -47,6 +47,21 @@ pub fn set_replica(on: bool) {
     IS_REPLICA.store(on, Ordering::Relaxed);
 }
 
+/// The master REPLICAOF (or the config file's `replicaof`) named, while one is
+/// set. It lives here, below the commands, because the config (CONFIG GET and
+/// CONFIG REWRITE of `replicaof`) and the server read it as well as REPLICAOF.
+static MASTER: Mutex<Option<(String, u16)>> = Mutex::new(None);
+
+/// The master REPLICAOF set, if any (for ROLE, INFO replication and the config).
+pub fn master() -> Option<(String, u16)> {
+    master_slot().clone()
+}
+
+/// The master, locked, for REPLICAOF's compare-and-change.
+pub fn master_slot() -> std::sync::MutexGuard<'static, Option<(String, u16)>> {
+    MASTER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The error a command with these traits gets under the replication settings.
 pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Option<&'static str> {
     let replica = is_replica();

@@ -12,9 +12,9 @@ use std::pin::Pin;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1, K12};
 use super::WRONGTYPE;
 use super::{
-    notify, parse_f64, parse_i64, Args, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, SYNTAX_ERR,
+    notify, parse_f64, parse_i64, Args, ExecCtx, GlobalCtx, OwnedArgs, NOT_FLOAT, NOT_INT,
+    SYNTAX_ERR,
 };
-use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::shard::multi::MultiShardOp;
 use crate::storage::limits::EncodingLimits;
@@ -681,32 +681,6 @@ fn search_local(ctx: &mut ExecCtx, mode: Mode) {
             ctx.out.integer(n as i64);
         }
         None => ctx.nothing_changed(),
-    }
-}
-
-/// Owned arguments a search can carry to the source's shard.
-struct OwnedArgs {
-    buf: Vec<u8>,
-    spans: Vec<ArgSpan>,
-}
-
-impl OwnedArgs {
-    fn new(argv: &[Vec<u8>]) -> OwnedArgs {
-        let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
-        let mut spans = Vec::with_capacity(argv.len());
-        for a in argv {
-            let start = buf.len() as u32;
-            buf.extend_from_slice(a);
-            spans.push(ArgSpan {
-                start,
-                end: buf.len() as u32,
-            });
-        }
-        OwnedArgs { buf, spans }
-    }
-
-    fn args(&self) -> Args<'_> {
-        Args::new(&self.buf, &self.spans)
     }
 }
 

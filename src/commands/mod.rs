@@ -111,6 +111,37 @@ impl<'a> Args<'a> {
     }
 }
 
+/// Owned arguments gathered into one buffer and spans, so that code holding a
+/// `Vec<Vec<u8>>` (a queued MULTI command, a script's `redis.call`, a global
+/// command's `GlobalCtx.args` carried to another shard) can run the code written
+/// for a handler's borrowed [`Args`].
+pub struct OwnedArgs {
+    buf: Vec<u8>,
+    spans: Vec<ArgSpan>,
+}
+
+impl OwnedArgs {
+    pub fn new(argv: &[Vec<u8>]) -> OwnedArgs {
+        let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
+        let mut spans = Vec::with_capacity(argv.len());
+        for a in argv {
+            // A command's arguments are within what the parser accepted, and its
+            // spans are 32-bit too.
+            let start = buf.len() as u32;
+            buf.extend_from_slice(a);
+            spans.push(ArgSpan {
+                start,
+                end: buf.len() as u32,
+            });
+        }
+        OwnedArgs { buf, spans }
+    }
+
+    pub fn args(&self) -> Args<'_> {
+        Args::new(&self.buf, &self.spans)
+    }
+}
+
 /// Context of a keyed command, on the shard that owns its keys.
 pub struct ExecCtx<'a> {
     pub data: &'a mut ShardData,
@@ -399,7 +430,7 @@ pub fn parse_scan_opts<'a>(args: &Args<'a>) -> Result<(usize, Option<&'a [u8]>),
 /// decimal form of an i64 ("01", "+1", "-0" and spaces are rejected).
 #[inline]
 pub fn parse_i64(b: &[u8]) -> Option<i64> {
-    crate::storage::value::parse_canonical_i64(b)
+    crate::util::string2ll(b)
 }
 
 /// Parses a float the way Redis's getLongDoubleFromObject / strtold do: leading and

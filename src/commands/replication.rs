@@ -100,11 +100,8 @@ fn replconf(ctx: &mut ClientCtx) {
     ctx.out.ok();
 }
 
-/// The master REPLICAOF named, while one is set.
-static MASTER: std::sync::Mutex<Option<(String, u16)>> = std::sync::Mutex::new(None);
-
 fn replicaof(ctx: &mut ClientCtx) {
-    let mut master = MASTER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut master = replication::master_slot();
     if ctx.args.is(1, "no") && ctx.args.is(2, "one") {
         if master.take().is_some() {
             replication::set_replica(false);
@@ -132,17 +129,12 @@ fn replicaof(ctx: &mut ClientCtx) {
 /// `replicaof host port` in the config file: the same role REPLICAOF records.
 pub fn follow_at_start(host: String, port: u16) {
     tracing::info!("REPLICAOF {host}:{port} enabled (config file)");
-    *MASTER.lock().unwrap_or_else(|e| e.into_inner()) = Some((host, port));
+    *replication::master_slot() = Some((host, port));
     replication::set_replica(true);
 }
 
-/// The master REPLICAOF set, if any (for ROLE and INFO replication).
-pub fn master() -> Option<(String, u16)> {
-    MASTER.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
 fn role(ctx: &mut ClientCtx) {
-    match master() {
+    match replication::master() {
         Some((host, port)) => {
             ctx.out.array_len(5);
             ctx.out.bulk(b"slave");

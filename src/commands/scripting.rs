@@ -15,9 +15,8 @@ use std::rc::Rc;
 use super::keys::reply_help;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
-use super::{Args, ClientCtx, Cross, GlobalCtx, KeyedFn};
+use super::{ClientCtx, Cross, GlobalCtx, KeyedFn, OwnedArgs};
 use crate::clients::{ClientShared, ReplyMode, Session};
-use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::scripting::functions::{self, Policy};
 use crate::scripting::vm::{self, Job, RunJob, Target};
@@ -288,20 +287,6 @@ fn error_reply(proto: Protocol, msg: &str) -> Vec<u8> {
     out
 }
 
-fn owned_args(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<ArgSpan>) {
-    let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
-    let mut spans = Vec::with_capacity(argv.len());
-    for a in argv {
-        let start = buf.len() as u32;
-        buf.extend_from_slice(a);
-        spans.push(ArgSpan {
-            start,
-            end: buf.len() as u32,
-        });
-    }
-    (buf, spans)
-}
-
 /// Runs one `redis.call` for the script and returns its reply. `read` is set once
 /// the script calls a read-only command (client tracking then remembers its keys).
 async fn call(
@@ -372,17 +357,16 @@ async fn call(
         }
     }
     if crate::observe::monitoring() && !spec.has(ADMIN) {
-        let (buf, spans) = owned_args(&argv);
-        crate::observe::monitor_feed(fake.db, None, &Args::new(&buf, &spans));
+        crate::observe::monitor_feed(fake.db, None, &OwnedArgs::new(&argv).args());
     }
     let cell = fake.cell.clone();
     let mut out = Vec::new();
     match spec.kind {
         Kind::Client(f) => {
-            let (buf, spans) = owned_args(&argv);
+            let owned = OwnedArgs::new(&argv);
             f(&mut ClientCtx {
                 session: fake,
-                args: Args::new(&buf, &spans),
+                args: owned.args(),
                 out: ReplyWriter::new(&mut out, proto),
             });
             record(&cell, idx, &out);
@@ -392,8 +376,8 @@ async fn call(
             record(&cell, idx, &out);
         }
         Kind::Keyed(run, cross) => {
-            let (buf, spans) = owned_args(&argv);
-            let args = Args::new(&buf, &spans);
+            let owned = OwnedArgs::new(&argv);
+            let args = owned.args();
             let mut shards = spec
                 .keys
                 .positions(&args)
@@ -406,8 +390,7 @@ async fn call(
                     run,
                     db: fake.db,
                     proto,
-                    buf,
-                    spans,
+                    argv: owned,
                     keys,
                     now,
                     counted: true,
@@ -455,9 +438,8 @@ async fn run_global(
     if let Some(argv) = propagated {
         if let Some((idx, spec)) = super::lookup(&argv[0]) {
             let _ = idx;
-            let (buf, spans) = owned_args(&argv);
-            let args = Args::new(&buf, &spans);
-            crate::replication::after_global(txn, db, spec, &args, &out[before..]);
+            let args = OwnedArgs::new(&argv);
+            crate::replication::after_global(txn, db, spec, &args.args(), &out[before..]);
         }
     }
 }
@@ -477,8 +459,7 @@ struct KeyedJob {
     run: KeyedFn,
     db: usize,
     proto: Protocol,
-    buf: Vec<u8>,
-    spans: Vec<ArgSpan>,
+    argv: OwnedArgs,
     keys: Vec<usize>,
     now: u64,
     /// Whether it counts in commandstats (a split command counts once).
@@ -492,7 +473,7 @@ struct KeyedJob {
 impl KeyedJob {
     fn run(self, cell: &Rc<ShardCell>) -> Vec<u8> {
         let mut out = Vec::new();
-        let args = Args::new(&self.buf, &self.spans);
+        let args = self.argv.args();
         let call = Call {
             cmd: self.idx,
             run: self.run,
@@ -542,14 +523,13 @@ async fn split(
         let mut part = Vec::with_capacity(stride + 1);
         part.push(argv[0].clone());
         part.extend(group.iter().cloned());
-        let (buf, spans) = owned_args(&part);
+        let argv = OwnedArgs::new(&part);
         let job = KeyedJob {
             idx,
             run: one,
             db: fake.db,
             proto,
-            buf,
-            spans,
+            argv,
             keys: vec![1],
             now,
             counted: n == 0,

@@ -1289,7 +1289,7 @@ async fn memory_stats(g: &mut GlobalCtx<'_>) {
 fn info_replication(out: &mut String) {
     let offset = crate::replication::offset();
     out.push_str("# Replication\r\n");
-    match super::replication::master() {
+    match crate::replication::master() {
         Some((host, port)) => {
             let _ = write!(
                 out,

@@ -11,9 +11,9 @@ use hashbrown::{HashMap, HashSet};
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind};
 use super::table::{K1, K12};
 use super::{
-    notify, parse_i64, Args, ExecCtx, GlobalCtx, NOT_FLOAT, NOT_INT, SYNTAX_ERR, WRONGTYPE,
+    notify, parse_i64, Args, ExecCtx, GlobalCtx, OwnedArgs, NOT_FLOAT, NOT_INT, SYNTAX_ERR,
+    WRONGTYPE,
 };
-use crate::protocol::parser::ArgSpan;
 use crate::protocol::reply::{format_double_g17, Protocol, ReplyWriter};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::ShardData;
@@ -220,33 +220,6 @@ fn parse_in_range(b: &[u8], min: i64, msg: &'static str) -> Result<i64, &'static
     match parse_i64(b) {
         Some(n) if n >= min => Ok(n),
         _ => Err(msg),
-    }
-}
-
-/// Arguments gathered into one buffer, so coordinators can reuse the parsers written
-/// for a handler's borrowed `Args`.
-struct OwnedArgs {
-    buf: Vec<u8>,
-    spans: Vec<ArgSpan>,
-}
-
-impl OwnedArgs {
-    fn new(argv: &[Vec<u8>]) -> OwnedArgs {
-        let mut buf = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
-        let mut spans = Vec::with_capacity(argv.len());
-        for a in argv {
-            let start = buf.len() as u32;
-            buf.extend_from_slice(a);
-            spans.push(ArgSpan {
-                start,
-                end: buf.len() as u32,
-            });
-        }
-        OwnedArgs { buf, spans }
-    }
-
-    fn args(&self) -> Args<'_> {
-        Args::new(&self.buf, &self.spans)
     }
 }
 

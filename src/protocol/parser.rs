@@ -51,6 +51,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
+use crate::util::cstr::{self, string2ll};
+
 /// Payloads at least this large are worth pre-reserving buffer space for
 /// (Redis's `PROTO_MBULK_BIG_ARG`); see [`RequestParser::pending_bulk_bytes`].
 pub const PROTO_MBULK_BIG_ARG: usize = 32 * 1024;
@@ -555,7 +557,7 @@ impl RequestParser {
             return Ok(Step::Wait);
         };
         let digits = buf.get(self.line_start + 1..cr).unwrap_or_default();
-        let n = parse_i64_strict(digits).ok_or(INVALID_MULTIBULK)?;
+        let n = string2ll(digits).ok_or(INVALID_MULTIBULK)?;
         let next = cr + 2;
         // Redis treats any count <= 0 as an empty command, not an error.
         let Ok(count) = usize::try_from(n) else {
@@ -585,7 +587,7 @@ impl RequestParser {
             return Err(expected_dollar(first));
         }
         let digits = buf.get(self.line_start + 1..cr).unwrap_or_default();
-        let n = parse_i64_strict(digits).ok_or(INVALID_BULK)?;
+        let n = string2ll(digits).ok_or(INVALID_BULK)?;
         let len = usize::try_from(n).map_err(|_| INVALID_BULK)?;
         if len > limits.max_bulk_len {
             return Err(INVALID_BULK);
@@ -638,36 +640,6 @@ impl RequestParser {
     }
 }
 
-/// Redis's `string2ll`: optional `-`, no `+`, no leading zeros (so "-0" and
-/// "01" are rejected), no whitespace, must fit in an i64.
-fn parse_i64_strict(s: &[u8]) -> Option<i64> {
-    if s == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match s.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, s),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut magnitude: u64 = 0;
-    for &b in digits {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        magnitude = magnitude
-            .checked_mul(10)?
-            .checked_add(u64::from(b - b'0'))?;
-    }
-    if negative {
-        0i64.checked_sub_unsigned(magnitude)
-    } else {
-        i64::try_from(magnitude).ok()
-    }
-}
-
 /// Splits an inline command line the way Redis's `sdssplitargs` does,
 /// appending decoded arguments to `out` and their spans to `spans`.
 fn split_inline(
@@ -675,148 +647,15 @@ fn split_inline(
     out: &mut Vec<u8>,
     spans: &mut Vec<ArgSpan>,
 ) -> Result<(), ProtocolError> {
-    // sdssplitargs works on a C string: a NUL ends the input.
-    let line = line.split(|&b| b == 0).next().unwrap_or_default();
-    let mut cur = Cursor { line, pos: 0 };
+    let mut pos = 0;
     loop {
-        while is_c_space(cur.peek(0)) {
-            cur.pos += 1;
-        }
-        if cur.peek(0) == 0 {
-            return Ok(());
-        }
         let start = out.len();
-        read_token(&mut cur, out)?;
+        match cstr::next_arg(line, pos, out) {
+            Ok(Some(next)) => pos = next,
+            Ok(None) => return Ok(()),
+            Err(cstr::UnbalancedQuotes) => return Err(UNBALANCED_QUOTES),
+        }
         spans.push(ArgSpan::new(start, out.len()).ok_or(TOO_BIG_INLINE)?);
-    }
-}
-
-/// C's `isspace` in the "C" locale. Note that a bare token is ended by a
-/// narrower set (see `read_plain`), which is why `a\vb` is one argument.
-fn is_c_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
-}
-
-/// Byte cursor that reads 0 past the end, mirroring the NUL terminator the
-/// C splitter relies on.
-struct Cursor<'a> {
-    line: &'a [u8],
-    pos: usize,
-}
-
-impl Cursor<'_> {
-    fn peek(&self, ahead: usize) -> u8 {
-        self.line.get(self.pos + ahead).copied().unwrap_or(0)
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Quoting {
-    None,
-    Double,
-    Single,
-}
-
-/// Reads one argument. Quotes may open mid-token (`a"b c"` is `ab c`), so
-/// the quoting mode is per character, not per token.
-fn read_token(cur: &mut Cursor<'_>, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
-    let mut quoting = Quoting::None;
-    loop {
-        let done = match quoting {
-            Quoting::None => read_plain(cur, &mut quoting, out),
-            Quoting::Double => read_double_quoted(cur, out)?,
-            Quoting::Single => read_single_quoted(cur, out)?,
-        };
-        if cur.peek(0) != 0 {
-            cur.pos += 1;
-        }
-        if done {
-            return Ok(());
-        }
-    }
-}
-
-/// Handles one unquoted byte; returns true when the token ends here.
-fn read_plain(cur: &Cursor<'_>, quoting: &mut Quoting, out: &mut Vec<u8>) -> bool {
-    match cur.peek(0) {
-        b' ' | b'\n' | b'\r' | b'\t' | 0 => return true,
-        b'"' => *quoting = Quoting::Double,
-        b'\'' => *quoting = Quoting::Single,
-        other => out.push(other),
-    }
-    false
-}
-
-/// Handles one byte inside double quotes; returns true on the closing quote.
-fn read_double_quoted(cur: &mut Cursor<'_>, out: &mut Vec<u8>) -> Result<bool, ProtocolError> {
-    let c = cur.peek(0);
-    if c == b'\\' && cur.peek(1) == b'x' {
-        if let (Some(hi), Some(lo)) = (hex_value(cur.peek(2)), hex_value(cur.peek(3))) {
-            out.push(hi * 16 + lo);
-            cur.pos += 3;
-            return Ok(false);
-        }
-    }
-    if c == b'\\' && cur.peek(1) != 0 {
-        cur.pos += 1;
-        out.push(unescape(cur.peek(0)));
-        return Ok(false);
-    }
-    match c {
-        b'"' => closing_quote(cur).map(|()| true),
-        0 => Err(UNBALANCED_QUOTES),
-        _ => {
-            out.push(c);
-            Ok(false)
-        }
-    }
-}
-
-/// Handles one byte inside single quotes, where only `\'` is an escape.
-fn read_single_quoted(cur: &mut Cursor<'_>, out: &mut Vec<u8>) -> Result<bool, ProtocolError> {
-    let c = cur.peek(0);
-    if c == b'\\' && cur.peek(1) == b'\'' {
-        cur.pos += 1;
-        out.push(b'\'');
-        return Ok(false);
-    }
-    match c {
-        b'\'' => closing_quote(cur).map(|()| true),
-        0 => Err(UNBALANCED_QUOTES),
-        _ => {
-            out.push(c);
-            Ok(false)
-        }
-    }
-}
-
-/// Redis requires a closing quote to be followed by whitespace or the end,
-/// so `"a"b` is an error rather than silently becoming `ab`.
-fn closing_quote(cur: &Cursor<'_>) -> Result<(), ProtocolError> {
-    let next = cur.peek(1);
-    if next != 0 && !is_c_space(next) {
-        return Err(UNBALANCED_QUOTES);
-    }
-    Ok(())
-}
-
-fn unescape(c: u8) -> u8 {
-    match c {
-        b'n' => b'\n',
-        b'r' => b'\r',
-        b't' => b'\t',
-        b'b' => 0x08,
-        b'a' => 0x07,
-        other => other,
-    }
-}
-
-fn hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
     }
 }
 
@@ -1498,26 +1337,6 @@ mod tests {
         assert_eq!(parser.parse(b"*2\r\n", &limits, &mut args), Ok(None));
         parser.reset();
         assert_eq!(parser.parse(ok, &limits, &mut args), Ok(Some(ok.len())));
-    }
-
-    #[test]
-    fn parse_i64_strict_matches_string2ll() {
-        assert_eq!(parse_i64_strict(b"0"), Some(0));
-        assert_eq!(parse_i64_strict(b"-1"), Some(-1));
-        assert_eq!(parse_i64_strict(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(parse_i64_strict(b"-9223372036854775808"), Some(i64::MIN));
-        for bad in [
-            &b""[..],
-            b"-",
-            b"-0",
-            b"00",
-            b"+1",
-            b"1a",
-            b"9223372036854775808",
-            b"-9223372036854775809",
-        ] {
-            assert_eq!(parse_i64_strict(bad), None, "{bad:?}");
-        }
     }
 
     // ---- properties -----------------------------------------------------

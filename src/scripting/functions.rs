@@ -121,7 +121,7 @@ pub fn parse_metadata(code: &[u8]) -> Result<(String, usize), String> {
         return Err(format!("ERR Engine '{engine}' not found"));
     }
     let mut name = None;
-    for p in split_args(params).iter() {
+    for p in split_shebang_words(params).iter() {
         if let Some(v) = p.strip_prefix("name=") {
             if name.is_some() {
                 return Err(
@@ -146,8 +146,13 @@ pub fn valid_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
-/// Splits a shebang line into words, honouring double quotes (sdssplitargs-like).
-pub fn split_args(line: &str) -> Vec<String> {
+/// Splits a shebang line into words, honouring double quotes. Not Redis's
+/// `sdssplitargs` (`util::split_args`), which Redis uses here: a quote toggles
+/// anywhere, there are no escapes, an unclosed quote is accepted and any Unicode
+/// space separates. Kept apart so that moving the C-string helpers into
+/// `util::cstr` changed no behaviour; adopting `split_args` here would change
+/// what odd shebangs mean, and wants its own change and tests.
+pub fn split_shebang_words(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut in_word = false;

@@ -303,7 +303,7 @@ pub fn parse_shebang(body: &[u8]) -> Result<(u32, usize), String> {
     }
     let end = body.iter().position(|&c| c == b'\n').unwrap_or(body.len());
     let line = String::from_utf8_lossy(&body[2..end]).into_owned();
-    let parts = functions::split_args(&line);
+    let parts = functions::split_shebang_words(&line);
     let engine = parts.first().cloned().unwrap_or_default();
     if !engine.eq_ignore_ascii_case("lua") {
         return Err(format!("ERR Unexpected engine in script shebang: {engine}"));

@@ -321,7 +321,7 @@ pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
 /// The server became a master or a replica: the log's role letter and the OOM score
 /// follow (Redis's oom-score-adj-values has a value per role).
 pub fn role_changed(config: &Config) {
-    log::set_role(crate::commands::replication::master().is_some());
+    log::set_role(crate::replication::master().is_some());
     let _ = process::apply_oom_score_adj(config);
 }
 

@@ -47,7 +47,7 @@ const OOM_SCORE_ADJ_PATH: &str = "/proc/self/oom_score_adj";
 pub fn apply_oom_score_adj(config: &Config) -> Result<(), String> {
     let (mode, values) = config.oom_score_adj();
     // The role in force (REPLICAOF changes it at run time), not the config file's.
-    let role = usize::from(crate::commands::replication::master().is_some());
+    let role = usize::from(crate::replication::master().is_some());
     let mut base = OOM_BASE.lock().unwrap_or_else(|e| e.into_inner());
     let mode = crate::config::OOM_SCORE_ADJ_NAMES
         .get(mode)

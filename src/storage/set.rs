@@ -28,7 +28,8 @@ use hashbrown::DefaultHashBuilder;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
 use super::short_bytes::{heap_len, ShortBytes};
-use super::value::{format_i64, parse_canonical_i64};
+use super::value::format_i64;
+use crate::util::string2ll;
 
 /// A segment splits once it holds more members than this: 7/8 of 512 buckets, so a
 /// full segment never grows its table past 512 buckets.
@@ -516,9 +517,7 @@ impl SetValue {
 
     pub fn contains(&self, member: &[u8]) -> bool {
         match &self.repr {
-            Repr::Ints(v) => {
-                parse_canonical_i64(member).is_some_and(|n| v.binary_search(&n).is_ok())
-            }
+            Repr::Ints(v) => string2ll(member).is_some_and(|n| v.binary_search(&n).is_ok()),
             Repr::Hash(h) => h.contains(member),
         }
     }
@@ -534,7 +533,7 @@ impl SetValue {
     /// Adds a member; false if it was already there.
     pub fn insert(&mut self, member: &[u8], limits: &EncodingLimits) -> bool {
         if let Repr::Ints(_) = self.repr {
-            match parse_canonical_i64(member) {
+            match string2ll(member) {
                 Some(n) => return self.insert_int(n, limits),
                 None => self.convert(),
             }
@@ -590,7 +589,7 @@ impl SetValue {
     /// Removes a member; false if it was not there.
     pub fn remove(&mut self, member: &[u8]) -> bool {
         match &mut self.repr {
-            Repr::Ints(v) => match parse_canonical_i64(member).map(|n| v.binary_search(&n)) {
+            Repr::Ints(v) => match string2ll(member).map(|n| v.binary_search(&n)) {
                 Some(Ok(at)) => {
                     v.remove(at);
                     true
@@ -820,7 +819,7 @@ mod tests {
                     Op::Add(m) => prop_assert_eq!(s.insert(&m, &l), model.insert(m.clone())),
                     Op::Rem(m) => prop_assert_eq!(s.remove(&m), model.remove(&m)),
                 }
-                let all_ints = model.iter().all(|m| parse_canonical_i64(m).is_some());
+                let all_ints = model.iter().all(|m| string2ll(m).is_some());
                 converted |= !all_ints || model.len() > max as usize;
                 prop_assert_eq!(s.encoding(), if converted { "hashtable" } else { "intset" });
                 prop_assert_eq!(s.len(), model.len());

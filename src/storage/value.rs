@@ -8,6 +8,7 @@ use super::list::ListValue;
 use super::set::SetValue;
 use super::stream::StreamValue;
 use super::zset::ZSetValue;
+use crate::util::string2ll;
 
 /// Longest string kept inline in the value itself (no heap allocation).
 pub const INLINE_CAP: usize = 14;
@@ -96,34 +97,6 @@ impl std::fmt::Debug for StrValue {
     }
 }
 
-/// Parses `b` as Redis's string2ll does: the canonical decimal form of an i64
-/// (no leading zeros or '+', no spaces, "-0" rejected).
-pub fn parse_canonical_i64(b: &[u8]) -> Option<i64> {
-    if b.is_empty() || b.len() > 20 {
-        return None;
-    }
-    let (neg, digits) = match b[0] {
-        b'-' => (true, &b[1..]),
-        _ => (false, b),
-    };
-    if digits.is_empty() || (digits[0] == b'0' && (digits.len() > 1 || neg)) {
-        return None;
-    }
-    let mut v: i64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        let d = (c - b'0') as i64;
-        v = if neg {
-            v.checked_mul(10)?.checked_sub(d)?
-        } else {
-            v.checked_mul(10)?.checked_add(d)?
-        };
-    }
-    Some(v)
-}
-
 /// Formats `n` into the tail of `buf`, returning the digits.
 pub fn format_i64(n: i64, buf: &mut [u8; 24]) -> &[u8] {
     let mut i = buf.len();
@@ -146,7 +119,7 @@ pub fn format_i64(n: i64, buf: &mut [u8; 24]) -> &[u8] {
 impl StrValue {
     /// Chooses the most compact encoding for `b`.
     pub fn from_bytes(b: &[u8]) -> StrValue {
-        if let Some(n) = parse_canonical_i64(b) {
+        if let Some(n) = string2ll(b) {
             return StrValue::Int(n);
         }
         Self::from_bytes_no_int(b)
@@ -179,7 +152,7 @@ impl StrValue {
     }
 
     pub fn from_vec(v: Vec<u8>) -> StrValue {
-        if v.len() <= INLINE_CAP || parse_canonical_i64(&v).is_some() {
+        if v.len() <= INLINE_CAP || string2ll(&v).is_some() {
             return Self::from_bytes(&v);
         }
         Self::boxed(v.into_boxed_slice())
@@ -223,7 +196,7 @@ impl StrValue {
             StrValue::Int(n) => Some(*n),
             other => {
                 let mut scratch = [0u8; 24];
-                parse_canonical_i64(other.bytes(&mut scratch))
+                string2ll(other.bytes(&mut scratch))
             }
         }
     }
@@ -309,18 +282,6 @@ impl Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn canonical_integers() {
-        assert_eq!(parse_canonical_i64(b"0"), Some(0));
-        assert_eq!(parse_canonical_i64(b"-1"), Some(-1));
-        assert_eq!(parse_canonical_i64(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(parse_canonical_i64(b"-9223372036854775808"), Some(i64::MIN));
-        assert_eq!(parse_canonical_i64(b"9223372036854775808"), None);
-        for bad in [&b""[..], b"01", b"-0", b"+1", b" 1", b"1 ", b"1a", b"-"] {
-            assert_eq!(parse_canonical_i64(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn encodings_round_trip() {

@@ -1,9 +1,12 @@
 //! Small shared helpers.
 pub mod clock;
 pub mod crc16;
+pub mod cstr;
 pub mod geohash;
 pub mod glob;
 pub mod prefetch;
+
+pub use cstr::{memtoull, repr, split_args, string2ll};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -4,39 +4,6 @@
 
 use super::{Res, RestoreError};
 
-/// Parses `s` as Redis's `string2ll` does: optional `-`, no leading zeros, no `+`,
-/// no `-0`, no whitespace, must fit in an `i64`.
-pub(super) fn parse_canonical_i64(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match s.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, s),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut magnitude: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        magnitude = magnitude
-            .checked_mul(10)?
-            .checked_add(u64::from(d - b'0'))?;
-    }
-    if negative {
-        0i64.checked_sub_unsigned(magnitude)
-    } else {
-        i64::try_from(magnitude).ok()
-    }
-}
-
 pub(super) fn int_to_bytes(v: i64) -> Vec<u8> {
     v.to_string().into_bytes()
 }
@@ -70,32 +37,6 @@ impl Elem<'_> {
         match self {
             Elem::Int(v) => Ok(v as f64),
             Elem::Bytes(b) => parse_score(b),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn canonical_integers() {
-        for (s, v) in [
-            ("0", Some(0)),
-            ("-1", Some(-1)),
-            ("9223372036854775807", Some(i64::MAX)),
-            ("-9223372036854775808", Some(i64::MIN)),
-            ("9223372036854775808", None),
-            ("-9223372036854775809", None),
-            ("-0", None),
-            ("+1", None),
-            ("01", None),
-            ("", None),
-            ("-", None),
-            (" 1", None),
-            ("1a", None),
-        ] {
-            assert_eq!(parse_canonical_i64(s.as_bytes()), v, "{s:?}");
         }
     }
 }

@@ -1,12 +1,12 @@
 //! Writing values in the encodings Redis 7.0's `rdb.c` chooses for them (the
 //! choices are listed in the `rdb` module comment).
 
-use super::elem::parse_canonical_i64;
 use super::{
     intset, listpack, lzf, ENC_INT16, ENC_INT32, ENC_INT8, ENC_LZF, QUICKLIST_NODE_PACKED,
     QUICKLIST_NODE_PLAIN, TYPE_HASH, TYPE_HASH_LISTPACK, TYPE_LIST_QUICKLIST_2, TYPE_SET,
     TYPE_SET_INTSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK,
 };
+use crate::util::string2ll;
 
 /// Largest listpack (in bytes) written per quicklist node (`list-max-listpack-size -2`).
 pub(super) const LIST_NODE_MAX_BYTES: usize = 8192;
@@ -57,7 +57,7 @@ fn write_int_encoded(out: &mut Vec<u8>, v: i64) -> bool {
 /// Writes a string as `rdbSaveRawString` does.
 pub(super) fn write_string(out: &mut Vec<u8>, s: &[u8]) {
     if s.len() <= 11 {
-        if let Some(v) = parse_canonical_i64(s) {
+        if let Some(v) = string2ll(s) {
             if write_int_encoded(out, v) {
                 return;
             }

@@ -1,8 +1,9 @@
 //! Intsets (`RDB_TYPE_SET_INTSET`): a width, a count and the sorted integers,
 //! little-endian, all of that width.
 
-use super::elem::{int_to_bytes, parse_canonical_i64};
+use super::elem::int_to_bytes;
 use super::{Res, RestoreError};
+use crate::util::string2ll;
 
 const HEADER_LEN: usize = 8;
 
@@ -14,7 +15,7 @@ pub(super) fn encode(members: &[Vec<u8>], max_entries: usize) -> Option<Vec<u8>>
     }
     let mut values = members
         .iter()
-        .map(|m| parse_canonical_i64(m))
+        .map(|m| string2ll(m))
         .collect::<Option<Vec<i64>>>()?;
     values.sort_unstable();
     if values.windows(2).any(|w| w[0] == w[1]) {

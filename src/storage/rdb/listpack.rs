@@ -2,8 +2,9 @@
 //! sets and stream nodes into. Written byte for byte as Redis's `lpAppend` would,
 //! decoded with every check of Redis's deep integrity validation.
 
-use super::elem::{parse_canonical_i64, Elem};
+use super::elem::Elem;
 use super::{Res, RestoreError};
+use crate::util::string2ll;
 
 const HEADER_LEN: usize = 6;
 const EOF: u8 = 0xFF;
@@ -19,7 +20,7 @@ pub(super) enum Entry<'a> {
 impl<'a> Entry<'a> {
     /// Stores canonical integers with integer encodings, as `lpAppend` does.
     pub(super) fn from_bytes(s: &'a [u8]) -> Self {
-        match parse_canonical_i64(s) {
+        match string2ll(s) {
             Some(v) => Entry::Int(v),
             None => Entry::Str(s),
         }

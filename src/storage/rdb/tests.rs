@@ -4,9 +4,9 @@
 use std::collections::HashSet;
 
 use super::decode::Reader;
-use super::elem::parse_canonical_i64;
 use super::encode::{build_list_nodes, write_len, ListNode, LIST_NODE_MAX_BYTES};
 use super::*;
+use crate::util::string2ll;
 use proptest::prelude::*;
 
 // Payloads captured with `DUMP` from redis-server 7.0.15 (default config unless
@@ -498,7 +498,7 @@ fn ziplist(entries: &[&[u8]]) -> Vec<u8> {
 }
 
 fn zip_payload(out: &mut Vec<u8>, e: &[u8]) {
-    match parse_canonical_i64(e) {
+    match string2ll(e) {
         Some(v @ 0..=12) => out.push(0xF1 + v as u8),
         Some(v) if i8::try_from(v).is_ok() => {
             out.push(0xFE);

@@ -153,6 +153,10 @@ pub struct ExecCtx<'a> {
     /// hooks skip it: Redis signals WATCH, tracking and blocked clients only for keys a
     /// write changed (an SADD of members already there aborts nobody's EXEC).
     pub unchanged: u64,
+    /// How much the command adds to the change counter (`rdb_changes_since_last_save`,
+    /// Redis's server.dirty) when it says so (`dirty`): Redis counts per element for
+    /// many commands (SADD s a b c is 3). None: one per key changed.
+    pub dirty: Option<u64>,
 }
 
 /// How many of a command's `keys` keys it changed, given its handler's `unchanged`.
@@ -174,6 +178,13 @@ pub fn key_changed(unchanged: u64, nth: usize) -> bool {
 }
 
 impl<'a> ExecCtx<'a> {
+    /// The command changed `n` things as Redis's server.dirty counts them (elements
+    /// added or removed, fields set ...), instead of one per key changed.
+    #[inline]
+    pub fn dirty(&mut self, n: u64) {
+        self.dirty = Some(self.dirty.unwrap_or(0) + n);
+    }
+
     /// The command's `nth` key (in argument order) was left as it was.
     #[inline]
     pub fn key_unchanged(&mut self, nth: usize) {

@@ -99,9 +99,10 @@ where
         out: ReplyWriter::new(out, call.proto),
         now: call.now,
         unchanged: 0,
+        dirty: None,
     };
     (call.run)(&mut ctx);
-    let unchanged = ctx.unchanged;
+    let (unchanged, dirty) = (ctx.unchanged, ctx.dirty);
     let failed = out.get(before) == Some(&b'-');
     // One branch while nobody tracks anything on this shard.
     if call.track_home.is_some() | data.tracking.active() {
@@ -118,7 +119,7 @@ where
     }
     let wrote = !failed && spec.has(flags::WRITE);
     if wrote {
-        account_write(data, call.db, call.keys.clone(), unchanged);
+        account_write(data, call.db, call.keys.clone(), unchanged, dirty);
     }
     if !data.write_hooks_idle() {
         if wrote {
@@ -131,19 +132,21 @@ where
     record_stats(data, &call, failed.then(|| &out[before..]))
 }
 
-/// The change counter (one per key changed) and the memory charge of the keys written.
+/// The change counter (what the handler counted, else one per key changed) and the
+/// memory charge of the keys written.
 fn account_write<'k>(
     data: &mut ShardData,
     db: usize,
     keys: impl Iterator<Item = &'k [u8]>,
     unchanged: u64,
+    dirty: Option<u64>,
 ) {
     let mut n = 0;
     for k in keys {
         data.dbs[db].recharge(k);
         n += 1;
     }
-    data.dirty += crate::commands::changed_keys(unchanged, n);
+    data.dirty += dirty.unwrap_or_else(|| crate::commands::changed_keys(unchanged, n));
     data.publish_if_limited();
 }
 

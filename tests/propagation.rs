@@ -1,0 +1,1330 @@
+//! Propagation, black-box: a real redis-server replicates from `tessera --threads 2`
+//! while a seeded random mix of write commands from every family runs on the master
+//! (keys colliding on a small keyspace on both shards, short TTLs expiring actively and
+//! lazily, scripts, functions, MULTI/EXEC, served blocking pops, evictions under
+//! maxmemory). Afterwards both datasets must be the same, key by key: type, value,
+//! stream groups and pending entries, TTL presence and the absolute expiry time.
+//!
+//! The seed is printed; `PROPAGATION_SEED=<n>` replays a run.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use redis::Value;
+
+// ---------------------------------------------------------------------------------
+// Plumbing
+
+macro_rules! c {
+    ($($x:expr),* $(,)?) => { vec![$($x.to_string()),*] };
+}
+
+/// splitmix64: small, seedable, good enough to pick commands.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+    fn chance(&mut self, pct: u64) -> bool {
+        self.below(100) < pct
+    }
+    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize].clone()
+    }
+}
+
+fn connect(port: u16) -> redis::Connection {
+    let c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(10)))
+        .expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+    c
+}
+
+/// Runs a command; a reply error is `None` (wrong type and the like are part of the
+/// mix), a broken connection a panic.
+fn run(c: &mut redis::Connection, args: &[String], seed: u64) -> Option<Value> {
+    let mut cmd = redis::cmd(&args[0]);
+    for a in &args[1..] {
+        cmd.arg(a.as_str());
+    }
+    match cmd.query::<Value>(c) {
+        Ok(v) => Some(v),
+        Err(e) if e.is_io_error() || e.kind() == redis::ErrorKind::ParseError => {
+            panic!("{args:?}: {e} (PROPAGATION_SEED={seed})")
+        }
+        Err(_) => None,
+    }
+}
+
+fn must(c: &mut redis::Connection, args: &[&str]) -> Value {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let mut cmd = redis::cmd(&args[0]);
+    for a in &args[1..] {
+        cmd.arg(a.as_str());
+    }
+    cmd.query::<Value>(c)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(c).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+}
+
+fn info_u64(c: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    info_field(c, section, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no numeric {field} in INFO {section}"))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A reply as one canonical line, whatever the RESP flavour.
+fn canon(v: &Value) -> String {
+    match v {
+        Value::Nil => "nil".into(),
+        Value::Int(i) => i.to_string(),
+        Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(b)),
+        Value::SimpleString(s) => format!("{s:?}"),
+        Value::Okay => "\"OK\"".into(),
+        Value::Double(d) => format!("{d:?}"),
+        Value::Boolean(b) => b.to_string(),
+        Value::Array(xs) | Value::Set(xs) => {
+            format!("[{}]", xs.iter().map(canon).collect::<Vec<_>>().join(", "))
+        }
+        Value::Map(kv) => format!(
+            "{{{}}}",
+            kv.iter()
+                .map(|(k, v)| format!("{}: {}", canon(k), canon(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Okay => "OK".into(),
+        Value::Int(i) => i.to_string(),
+        other => canon(other),
+    }
+}
+
+fn items(v: &Value) -> Vec<Value> {
+    match v {
+        Value::Array(xs) | Value::Set(xs) => xs.clone(),
+        Value::Map(kv) => kv
+            .iter()
+            .flat_map(|(k, v)| [k.clone(), v.clone()])
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A flat `[field, value, ...]` reply (or a map), as (field, value) pairs.
+fn pairs(v: &Value) -> Vec<(String, Value)> {
+    items(v)
+        .chunks(2)
+        .filter(|p| p.len() == 2)
+        .map(|p| (text(&p[0]), p[1].clone()))
+        .collect()
+}
+
+fn field(v: &Value, name: &str) -> String {
+    pairs(v)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| canon(&v))
+        .unwrap_or_else(|| "<absent>".into())
+}
+
+// ---------------------------------------------------------------------------------
+// The replica: a real redis-server
+
+struct RedisReplica {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisReplica {
+    fn start(master_port: u16) -> RedisReplica {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("tessera-propagation-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--replicaof", "127.0.0.1", &master_port.to_string()])
+            .stdout(Stdio::from(
+                std::fs::File::create(dir.join("redis.log")).expect("log"),
+            ))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (is it installed?)");
+        let r = RedisReplica { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+            {
+                if let Ok(info) = redis::cmd("INFO")
+                    .arg("replication")
+                    .query::<String>(&mut c)
+                {
+                    if info.contains("master_link_status:up") {
+                        return r;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server replica never got its link up; log: {}",
+                std::fs::read_to_string(r.dir.join("redis.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisReplica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The command mix
+
+/// Hash tags of the two shards of a 2-shard server (see KEY_SHARD0/KEY_SHARD1).
+const TAGS: [&str; 2] = [KEY_SHARD0, KEY_SHARD1];
+
+const LIBRARY: &str = "#!lua name=proplib
+redis.register_function('pf_hmove', function(keys, args)
+  local v = redis.call('HGET', keys[1], args[1])
+  if not v then return 0 end
+  redis.call('HDEL', keys[1], args[1])
+  redis.call('HSET', keys[2], args[1], v)
+  return 1
+end)
+redis.register_function('pf_zsum', function(keys, args)
+  local r = redis.call('ZRANGE', keys[1], 0, -1, 'WITHSCORES')
+  local s = 0
+  for i = 2, #r, 2 do s = s + tonumber(r[i]) end
+  redis.call('SET', keys[2], tostring(s))
+  redis.call('PEXPIRE', keys[2], args[1])
+  return #r
+end)
+";
+
+const SCRIPTS: [&str; 6] = [
+    // Data-dependent, may fail half-way (INCR on a non-number): the first write stays.
+    "local v = redis.call('GET', KEYS[1])
+     if v then redis.call('APPEND', KEYS[2], v) else redis.call('SET', KEYS[2], ARGV[1]) end
+     return redis.call('INCR', KEYS[3])",
+    "local n = redis.call('LLEN', KEYS[1])
+     redis.call('HSET', KEYS[2], 'len', n)
+     if n > 1 then redis.call('LMOVE', KEYS[1], KEYS[3], 'LEFT', 'RIGHT') end
+     return n",
+    // A random pick inside a script: replicas must get its effect.
+    "local m = redis.call('SPOP', KEYS[1])
+     if m then redis.call('ZINCRBY', KEYS[2], 1, m) end
+     return m",
+    "redis.pcall('INCR', KEYS[1])
+     redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+     return redis.call('EXISTS', KEYS[1], KEYS[2])",
+    "local id = redis.call('XADD', KEYS[1], '*', 'from', 'script')
+     redis.call('HSET', KEYS[2], 'last', id)
+     return id",
+    "if redis.call('EXISTS', KEYS[1]) == 1 then
+       redis.call('SADD', KEYS[2], 'hit')
+     else
+       redis.call('SADD', KEYS[2], 'miss')
+     end
+     return redis.call('SCARD', KEYS[2])",
+];
+
+enum Op {
+    One(Vec<String>),
+    Multi(Vec<Vec<String>>),
+    /// `block` runs on the second connection; once it is blocked (or answered), the
+    /// main connection runs `push`.
+    Block {
+        pre: Vec<Vec<String>>,
+        block: Vec<String>,
+        push: Vec<String>,
+    },
+}
+
+struct Gen {
+    r: Rng,
+    /// Recent ids XADD returned, per stream key.
+    ids: HashMap<String, Vec<String>>,
+    big: u64,
+}
+
+const KINDS: [&str; 6] = ["str", "list", "hash", "set", "zset", "strm"];
+
+impl Gen {
+    fn key(&mut self, kind: &str) -> String {
+        let n = if kind == "strm" { 60 } else { 200 };
+        let i = self.r.below(n);
+        match i % 3 {
+            0 => format!("{kind}:{i}"),
+            t => format!("{kind}:{{{}}}:{i}", TAGS[t as usize - 1]),
+        }
+    }
+
+    /// Mostly a key of `kind`, sometimes one of any kind (wrong types, renames across).
+    fn key_or_any(&mut self, kind: &str) -> String {
+        if self.r.chance(4) {
+            self.any_key()
+        } else {
+            self.key(kind)
+        }
+    }
+
+    fn any_key(&mut self) -> String {
+        let k = self.r.pick(&KINDS);
+        self.key(k)
+    }
+
+    fn value(&mut self) -> String {
+        match self.r.below(10) {
+            0..=3 => self.r.range(-10, 100).to_string(),
+            4 => self.r.pick(&["1.5", "0.1", "-3.25", "1e2"]).to_string(),
+            _ => format!("v{}", self.r.below(50)),
+        }
+    }
+
+    fn elem(&mut self) -> String {
+        format!("e{}", self.r.below(10))
+    }
+
+    fn member(&mut self) -> String {
+        format!("m{}", self.r.below(20))
+    }
+
+    fn short_ms(&mut self) -> String {
+        self.r.range(1, 50).to_string()
+    }
+
+    fn long_s(&mut self) -> String {
+        self.r.range(100, 10_000).to_string()
+    }
+
+    fn long_ms(&mut self) -> String {
+        self.r.range(100_000, 10_000_000).to_string()
+    }
+
+    fn float(&mut self) -> String {
+        self.r
+            .pick(&["0.1", "1.5", "-2.25", "3", "1e3", "0.3333", "-0.7"])
+            .to_string()
+    }
+
+    fn score(&mut self) -> String {
+        if self.r.chance(20) {
+            self.r.pick(&["1.5", "-0.5", "2.25", "0.1"]).to_string()
+        } else {
+            self.r.range(-20, 20).to_string()
+        }
+    }
+
+    fn expire_opt(&mut self, a: &mut Vec<String>) {
+        if self.r.chance(50) {
+            a.push(self.r.pick(&["NX", "XX", "GT", "LT"]).to_string());
+        }
+    }
+
+    fn string_cmd(&mut self) -> Vec<String> {
+        let k = self.key_or_any("str");
+        match self.r.below(17) {
+            0..=2 => {
+                let mut a = c!["SET", k, self.value()];
+                match self.r.below(6) {
+                    0 => a.extend(c!["EX", self.long_s()]),
+                    1 | 2 => a.extend(c!["PX", self.short_ms()]),
+                    3 => a.push("KEEPTTL".into()),
+                    4 => a.extend(c!["PX", self.long_ms()]),
+                    _ => {}
+                }
+                match self.r.below(4) {
+                    0 => a.push("NX".into()),
+                    1 => a.push("XX".into()),
+                    _ => {}
+                }
+                if self.r.chance(30) {
+                    a.push("GET".into());
+                }
+                a
+            }
+            3 => c!["SETEX", k, self.long_s(), self.value()],
+            4 => c!["INCR", k],
+            5 => c!["INCRBYFLOAT", k, self.float()],
+            6 => c!["APPEND", k, self.value()],
+            7 => c!["SETRANGE", k, self.r.range(0, 30), self.value()],
+            8 => c!["GETDEL", k],
+            9 => match self.r.below(3) {
+                0 => c!["GETEX", k, "EX", self.long_s()],
+                1 => c!["GETEX", k, "PX", self.short_ms()],
+                _ => c!["GETEX", k, "PERSIST"],
+            },
+            10 => {
+                let mut a = c!["MSET", k, self.value()];
+                for _ in 0..self.r.range(1, 3) {
+                    a.extend(c![self.key("str"), self.value()]);
+                }
+                a
+            }
+            11 => c!["MSETNX", k, self.value(), self.key("str"), self.value()],
+            12 => c!["PSETEX", k, self.short_ms(), self.value()],
+            13 => c!["INCRBY", k, self.r.range(-5, 5)],
+            // Reads: lazily expire what has a short TTL.
+            _ => c!["GET", k],
+        }
+    }
+
+    fn keys_cmd(&mut self) -> Vec<String> {
+        let k = self.any_key();
+        match self.r.below(12) {
+            0 => {
+                let mut a = c!["DEL", k];
+                for _ in 0..self.r.range(1, 3) {
+                    a.push(self.any_key());
+                }
+                a
+            }
+            1 => {
+                let mut a = c!["EXPIRE", k, self.long_s()];
+                self.expire_opt(&mut a);
+                a
+            }
+            2 => {
+                let ms = if self.r.chance(50) {
+                    self.short_ms()
+                } else {
+                    self.long_ms()
+                };
+                let mut a = c!["PEXPIRE", k, ms];
+                self.expire_opt(&mut a);
+                a
+            }
+            3 => {
+                let now = now_ms() / 1000;
+                let at = if self.r.chance(20) {
+                    now - 10
+                } else {
+                    now + self.r.range(100, 10_000) as u64
+                };
+                let mut a = c!["EXPIREAT", k, at];
+                self.expire_opt(&mut a);
+                a
+            }
+            4 => c!["PEXPIREAT", k, now_ms() + self.r.range(1, 50) as u64],
+            5 => c!["PERSIST", k],
+            6 => {
+                let kind = k.split(':').next().unwrap().to_string();
+                let dst = self.key_or_any(&kind);
+                c![self.r.pick(&["RENAME", "RENAME", "RENAMENX"]), k, dst]
+            }
+            7 => {
+                let kind = k.split(':').next().unwrap().to_string();
+                let mut a = c!["COPY", k, self.key_or_any(&kind)];
+                if self.r.chance(50) {
+                    a.push("REPLACE".into());
+                }
+                a
+            }
+            8 => c!["UNLINK", k, self.any_key()],
+            9 => c!["TYPE", k],
+            _ => c!["EXISTS", k],
+        }
+    }
+
+    fn list_cmd(&mut self) -> Vec<String> {
+        let k = self.key_or_any("list");
+        match self.r.below(13) {
+            0..=2 => {
+                let mut a = c![self.r.pick(&["LPUSH", "RPUSH"]), k];
+                for _ in 0..self.r.range(1, 4) {
+                    a.push(self.elem());
+                }
+                a
+            }
+            3 => c!["RPOP", k, self.r.range(1, 4)],
+            4 => c!["LPOP", k],
+            5 => c![
+                "LMOVE",
+                k,
+                self.key_or_any("list"),
+                self.r.pick(&["LEFT", "RIGHT"]),
+                self.r.pick(&["LEFT", "RIGHT"])
+            ],
+            6 => c![
+                "LINSERT",
+                k,
+                self.r.pick(&["BEFORE", "AFTER"]),
+                self.elem(),
+                self.elem()
+            ],
+            7 => c!["LSET", k, self.r.range(-3, 3), self.elem()],
+            8 => c!["LTRIM", k, self.r.range(0, 2), self.r.range(-3, 8)],
+            9 => c!["LREM", k, self.r.range(-2, 2), self.elem()],
+            10 => c!["RPOPLPUSH", k, self.key("list")],
+            11 => c!["LPUSHX", k, self.elem()],
+            _ => c!["LLEN", k],
+        }
+    }
+
+    fn hash_cmd(&mut self) -> Vec<String> {
+        let k = self.key_or_any("hash");
+        let f = format!("f{}", self.r.below(10));
+        match self.r.below(9) {
+            0..=2 => {
+                let mut a = c!["HSET", k, f, self.value()];
+                for _ in 0..self.r.range(0, 2) {
+                    a.extend(c![format!("f{}", self.r.below(10)), self.value()]);
+                }
+                a
+            }
+            3 => c!["HINCRBYFLOAT", k, f, self.float()],
+            4 => c!["HINCRBY", k, f, self.r.range(-3, 3)],
+            5 | 6 => {
+                let mut a = c!["HDEL", k, f];
+                if self.r.chance(40) {
+                    a.push(format!("f{}", self.r.below(10)));
+                }
+                a
+            }
+            7 => c!["HSETNX", k, f, self.value()],
+            _ => c!["HGET", k, f],
+        }
+    }
+
+    fn set_cmd(&mut self) -> Vec<String> {
+        let k = self.key_or_any("set");
+        match self.r.below(10) {
+            0..=2 => {
+                let mut a = c!["SADD", k];
+                for _ in 0..self.r.range(1, 4) {
+                    a.push(self.member());
+                }
+                a
+            }
+            3 => c!["SPOP", k],
+            4 => c!["SPOP", k, self.r.range(1, 5)],
+            5 => c!["SREM", k, self.member(), self.member()],
+            6 => c!["SMOVE", k, self.key_or_any("set"), self.member()],
+            7 => c!["SINTERSTORE", k, self.key("set"), self.key("set")],
+            8 => c![
+                self.r.pick(&["SUNIONSTORE", "SDIFFSTORE"]),
+                k,
+                self.key("set"),
+                self.key("set")
+            ],
+            _ => c!["SCARD", k],
+        }
+    }
+
+    fn zset_cmd(&mut self) -> Vec<String> {
+        let k = self.key_or_any("zset");
+        match self.r.below(10) {
+            0..=2 => {
+                let mut a = c!["ZADD", k];
+                match self.r.below(4) {
+                    0 => a.push("NX".into()),
+                    1 => a.push("XX".into()),
+                    _ => {}
+                }
+                if self.r.chance(25) {
+                    a.push(self.r.pick(&["GT", "LT"]).to_string());
+                }
+                if self.r.chance(25) {
+                    a.push("CH".into());
+                }
+                if self.r.chance(15) {
+                    a.extend(c!["INCR", self.score(), self.member()]);
+                } else {
+                    for _ in 0..self.r.range(1, 3) {
+                        a.extend(c![self.score(), self.member()]);
+                    }
+                }
+                a
+            }
+            3 => c!["ZINCRBY", k, self.score(), self.member()],
+            4 => c![self.r.pick(&["ZPOPMIN", "ZPOPMAX"]), k, self.r.range(1, 3)],
+            5 => c!["ZPOPMIN", k],
+            6 => {
+                let lo = self.r.range(-20, 15);
+                c!["ZREMRANGEBYSCORE", k, lo, lo + self.r.range(0, 5)]
+            }
+            7 => {
+                let mut a = c!["ZUNIONSTORE", k, 2, self.key("zset"), self.key("zset")];
+                if self.r.chance(40) {
+                    a.extend(c!["WEIGHTS", self.r.range(1, 3), self.score()]);
+                }
+                if self.r.chance(40) {
+                    a.extend(c!["AGGREGATE", self.r.pick(&["SUM", "MIN", "MAX"])]);
+                }
+                a
+            }
+            8 => c!["ZREM", k, self.member()],
+            _ => c!["ZSCORE", k, self.member()],
+        }
+    }
+
+    fn stream_id(&mut self, k: &str) -> String {
+        match self.ids.get(k) {
+            Some(ids) if !ids.is_empty() && self.r.chance(90) => {
+                let i = self.r.below(ids.len() as u64) as usize;
+                ids[i].clone()
+            }
+            _ => format!("{}-0", self.r.range(1, 5)),
+        }
+    }
+
+    fn stream_cmd(&mut self) -> Vec<String> {
+        let k = self.key_or_any("strm");
+        let g = format!("g{}", self.r.below(2));
+        let cons = format!("c{}", self.r.below(3));
+        match self.r.below(16) {
+            0..=4 => {
+                let mut a = c!["XADD", k];
+                match self.r.below(6) {
+                    0 | 1 => a.extend(c!["MAXLEN", "~", self.r.range(5, 20)]),
+                    2 => a.extend(c!["MAXLEN", self.r.range(5, 30)]),
+                    3 => a.push("NOMKSTREAM".into()),
+                    _ => {}
+                }
+                a.extend(c!["*", "f", self.value()]);
+                a
+            }
+            5 => c!["XDEL", k, self.stream_id(&k)],
+            6 => match self.r.below(3) {
+                0 => c!["XTRIM", k, "MAXLEN", "~", self.r.range(3, 20)],
+                1 => c!["XTRIM", k, "MAXLEN", self.r.range(3, 20)],
+                _ => c!["XTRIM", k, "MINID", self.stream_id(&k)],
+            },
+            7 => {
+                let mut a = c!["XGROUP", "CREATE", k, g, self.r.pick(&["$", "0"])];
+                if self.r.chance(50) {
+                    a.push("MKSTREAM".into());
+                }
+                a
+            }
+            8..=10 => {
+                let mut a = c!["XREADGROUP", "GROUP", g, cons, "COUNT", self.r.range(1, 4)];
+                if self.r.chance(15) {
+                    a.push("NOACK".into());
+                }
+                a.extend(c!["STREAMS", k, ">"]);
+                a
+            }
+            11 => c!["XACK", k, g, self.stream_id(&k), self.stream_id(&k)],
+            12 => {
+                let mut a = c!["XCLAIM", k, g, cons, 0, self.stream_id(&k)];
+                if self.r.chance(30) {
+                    a.push("JUSTID".into());
+                }
+                a
+            }
+            13 => c![
+                "XAUTOCLAIM",
+                k,
+                g,
+                cons,
+                0,
+                "0-0",
+                "COUNT",
+                self.r.range(1, 5)
+            ],
+            14 => match self.r.below(3) {
+                0 => c!["XGROUP", "SETID", k, g, self.r.pick(&["$", "0"])],
+                1 => c!["XGROUP", "DELCONSUMER", k, g, cons],
+                _ => c!["XGROUP", "CREATECONSUMER", k, g, cons],
+            },
+            _ => c!["XLEN", k],
+        }
+    }
+
+    fn script_cmd(&mut self) -> Vec<String> {
+        let i = self.r.below(SCRIPTS.len() as u64) as usize;
+        let keys: Vec<String> = match i {
+            0 => vec![self.key("str"), self.key("str"), self.key("str")],
+            1 => vec![self.key("list"), self.key("hash"), self.key("list")],
+            2 => vec![self.key("set"), self.key("zset")],
+            3 => vec![self.key("str"), self.key("str")],
+            4 => vec![self.key("strm"), self.key("hash")],
+            _ => vec![self.key("str"), self.key("set")],
+        };
+        let mut a = c!["EVAL", SCRIPTS[i], keys.len()];
+        a.extend(keys);
+        let ttl = if self.r.chance(50) {
+            self.short_ms()
+        } else {
+            self.long_ms()
+        };
+        a.extend(c![self.value(), ttl]);
+        a
+    }
+
+    fn fcall_cmd(&mut self) -> Vec<String> {
+        if self.r.chance(50) {
+            c![
+                "FCALL",
+                "pf_hmove",
+                2,
+                self.key("hash"),
+                self.key("hash"),
+                format!("f{}", self.r.below(10))
+            ]
+        } else {
+            let ttl = if self.r.chance(30) {
+                self.short_ms()
+            } else {
+                self.long_ms()
+            };
+            c![
+                "FCALL",
+                "pf_zsum",
+                2,
+                self.key("zset"),
+                self.key("str"),
+                ttl
+            ]
+        }
+    }
+
+    fn simple(&mut self) -> Vec<String> {
+        match self.r.below(7) {
+            0 => self.string_cmd(),
+            1 => self.keys_cmd(),
+            2 => self.list_cmd(),
+            3 => self.hash_cmd(),
+            4 => self.set_cmd(),
+            5 => self.zset_cmd(),
+            _ => self.stream_cmd(),
+        }
+    }
+
+    fn blocking(&mut self) -> Op {
+        match self.r.below(3) {
+            0 => {
+                let k = self.key("list");
+                let mut pre = vec![];
+                if self.r.chance(80) {
+                    pre.push(c!["DEL", k]);
+                }
+                let mut block = c!["BLPOP", k];
+                if self.r.chance(30) {
+                    block.insert(1, self.key("list"));
+                }
+                block.push("5".into());
+                Op::Block {
+                    pre,
+                    block,
+                    push: c!["RPUSH", k, self.elem(), self.elem()],
+                }
+            }
+            1 => {
+                let k = self.key("list");
+                let mut pre = vec![];
+                if self.r.chance(80) {
+                    pre.push(c!["DEL", k]);
+                }
+                Op::Block {
+                    pre,
+                    block: c!["BLMOVE", k, self.key("list"), "LEFT", "RIGHT", "5"],
+                    push: c!["LPUSH", k, self.elem()],
+                }
+            }
+            _ => {
+                let k = self.key("zset");
+                let mut pre = vec![];
+                if self.r.chance(80) {
+                    pre.push(c!["DEL", k]);
+                }
+                Op::Block {
+                    pre,
+                    block: c!["BZPOPMIN", k, "5"],
+                    push: c![
+                        "ZADD",
+                        k,
+                        self.score(),
+                        self.member(),
+                        self.score(),
+                        self.member()
+                    ],
+                }
+            }
+        }
+    }
+
+    fn op(&mut self) -> Op {
+        let w = self.r.below(1000);
+        match w {
+            0..=199 => Op::One(self.string_cmd()),
+            200..=319 => Op::One(self.keys_cmd()),
+            320..=439 => Op::One(self.list_cmd()),
+            440..=529 => Op::One(self.hash_cmd()),
+            530..=629 => Op::One(self.set_cmd()),
+            630..=729 => Op::One(self.zset_cmd()),
+            730..=859 => Op::One(self.stream_cmd()),
+            860..=909 => Op::One(self.script_cmd()),
+            910..=939 => Op::One(self.fcall_cmd()),
+            940..=993 => {
+                let n = self.r.range(2, 4);
+                Op::Multi((0..n).map(|_| self.simple()).collect())
+            }
+            _ => self.blocking(),
+        }
+    }
+
+    fn big_set(&mut self, ttl: bool) -> Vec<String> {
+        self.big += 1;
+        let k = format!("big:{}", self.big % 3000);
+        let v = "x".repeat(self.r.range(2000, 4000) as usize);
+        if ttl {
+            c!["SET", k, v, "EX", self.long_s()]
+        } else {
+            c!["SET", k, v]
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Running it
+
+struct Runner {
+    main: redis::Connection,
+    /// The blocking client, handed to a thread while it blocks.
+    side: Option<redis::Connection>,
+    seed: u64,
+    commands: u64,
+    errors: HashMap<String, (u64, u64)>,
+    trace: Option<String>,
+}
+
+impl Runner {
+    fn one(&mut self, args: &[String]) -> Option<Value> {
+        self.commands += 1;
+        let reply = run(&mut self.main, args, self.seed);
+        self.trace(args, &reply);
+        let e = self.errors.entry(args[0].to_ascii_uppercase()).or_default();
+        e.0 += 1;
+        if reply.is_none() {
+            e.1 += 1;
+        }
+        reply
+    }
+
+    /// `PROPAGATION_TRACE=<key>,<key>...` prints each command naming one of those keys,
+    /// with its reply (and MULTI/EXEC around them).
+    fn trace(&self, args: &[String], reply: &Option<Value>) {
+        if let Some(keys) = &self.trace {
+            if args.iter().any(|a| keys.split(',').any(|k| a == k))
+                || args[0] == "MULTI"
+                || args[0] == "EXEC"
+            {
+                eprintln!(
+                    "TRACE {} {args:?} -> {}",
+                    now_ms(),
+                    reply.as_ref().map(canon).unwrap_or("(error)".into())
+                );
+            }
+        }
+    }
+
+    fn exec(&mut self, g: &mut Gen, op: Op) {
+        match op {
+            Op::One(args) => {
+                let reply = self.one(&args);
+                if args[0] == "XADD" || args[0] == "EVAL" && args[1].contains("XADD") {
+                    if let Some(Value::BulkString(id)) = reply {
+                        let k = if args[0] == "XADD" {
+                            &args[1]
+                        } else {
+                            &args[3]
+                        };
+                        let ids = g.ids.entry(k.clone()).or_default();
+                        ids.push(String::from_utf8_lossy(&id).into_owned());
+                        if ids.len() > 30 {
+                            ids.remove(0);
+                        }
+                    }
+                }
+            }
+            Op::Multi(cmds) => {
+                self.one(&c!["MULTI"]);
+                for a in &cmds {
+                    self.one(a);
+                }
+                self.one(&c!["EXEC"]);
+            }
+            Op::Block { pre, block, push } => {
+                for a in &pre {
+                    self.one(a);
+                }
+                let mut side = self.side.take().expect("side connection");
+                let seed = self.seed;
+                let b = block.clone();
+                let h = std::thread::spawn(move || {
+                    let reply = run(&mut side, &b, seed);
+                    (side, reply)
+                });
+                // Wait until it blocks (or answered at once: the key had elements).
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while !h.is_finished() {
+                    let blocked = info_u64(&mut self.main, "clients", "blocked_clients");
+                    if blocked >= 1 {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "{block:?} neither answered nor blocked (PROPAGATION_SEED={seed})"
+                    );
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                self.one(&push);
+                let (side, reply) = h.join().expect("blocking client thread");
+                self.commands += 1;
+                self.trace(&block, &reply);
+                self.side = Some(side);
+            }
+        }
+    }
+
+    fn mix(&mut self, g: &mut Gen, n: usize, big_every: u64, big_ttl: bool) {
+        for _ in 0..n {
+            if big_every > 0 && g.r.below(big_every) == 0 {
+                let a = g.big_set(big_ttl);
+                self.one(&a);
+                continue;
+            }
+            let op = g.op();
+            self.exec(g, op);
+        }
+    }
+
+    fn evicted(&mut self) -> u64 {
+        info_u64(&mut self.main, "stats", "evicted_keys")
+    }
+
+    fn config(&mut self, k: &str, v: &str) {
+        must(&mut self.main, &["CONFIG", "SET", k, v]);
+    }
+}
+
+/// What one side holds under one key, each part in a comparable form.
+#[derive(Debug, PartialEq)]
+struct Snap {
+    kind: String,
+    value: String,
+    pttl: i64,
+    expire_at: Option<i64>,
+}
+
+fn snap(c: &mut redis::Connection, key: &str) -> Snap {
+    let kind = text(&must(c, &["TYPE", key]));
+    let pttl = match must(c, &["PTTL", key]) {
+        Value::Int(i) => i,
+        v => panic!("PTTL {key}: {v:?}"),
+    };
+    let expire_at = match redis::cmd("PEXPIRETIME").arg(key).query::<Value>(c) {
+        Ok(Value::Int(i)) => Some(i),
+        _ => None,
+    };
+    let value = match kind.as_str() {
+        "string" => canon(&must(c, &["GET", key])),
+        "list" => canon(&must(c, &["LRANGE", key, "0", "-1"])),
+        "hash" => {
+            let mut kv: Vec<String> = pairs(&must(c, &["HGETALL", key]))
+                .into_iter()
+                .map(|(k, v)| format!("{k:?}={}", canon(&v)))
+                .collect();
+            kv.sort();
+            kv.join(", ")
+        }
+        "set" => {
+            let mut ms: Vec<String> = items(&must(c, &["SMEMBERS", key]))
+                .iter()
+                .map(canon)
+                .collect();
+            ms.sort();
+            ms.join(", ")
+        }
+        "zset" => {
+            // Scores as numbers: how each server prints a double is not replication.
+            items(&must(c, &["ZRANGE", key, "0", "-1", "WITHSCORES"]))
+                .chunks(2)
+                .map(|p| {
+                    let s: f64 = text(&p[1]).parse().unwrap_or(f64::NAN);
+                    format!("{}={s:?}", canon(&p[0]))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+        "stream" => stream_snap(c, key),
+        "none" => String::new(),
+        other => format!("<type {other}>"),
+    };
+    Snap {
+        kind,
+        value,
+        pttl,
+        expire_at,
+    }
+}
+
+fn stream_snap(c: &mut redis::Connection, key: &str) -> String {
+    let mut out = Vec::new();
+    out.push(format!(
+        "entries {}",
+        canon(&must(c, &["XRANGE", key, "-", "+"]))
+    ));
+    let info = must(c, &["XINFO", "STREAM", key]);
+    for f in [
+        "length",
+        "last-generated-id",
+        "max-deleted-entry-id",
+        "entries-added",
+        "recorded-first-entry-id",
+        "groups",
+    ] {
+        out.push(format!("{f} {}", field(&info, f)));
+    }
+    let groups = items(&must(c, &["XINFO", "GROUPS", key]));
+    for g in &groups {
+        let name = pairs(g)
+            .into_iter()
+            .find(|(k, _)| k == "name")
+            .map(|(_, v)| text(&v))
+            .unwrap_or_default();
+        let mut line = format!("group {name}:");
+        // Not entries-read nor lag: redis-server's own replicas of a redis-server
+        // master disagree on them (XREADGROUP propagates as XCLAIM + XGROUP SETID
+        // without the read counter), so they are no property of the stream.
+        for f in ["consumers", "pending", "last-delivered-id"] {
+            line += &format!(" {f}={}", field(g, f));
+        }
+        out.push(line);
+        let mut consumers: Vec<String> = items(&must(c, &["XINFO", "CONSUMERS", key, &name]))
+            .iter()
+            .map(|cv| format!("{}/{}", field(cv, "name"), field(cv, "pending")))
+            .collect();
+        consumers.sort();
+        out.push(format!("  consumers {}", consumers.join(" ")));
+        // Pending entries: id, owner, delivery count (idle times differ by nature).
+        let pending = items(&must(c, &["XPENDING", key, &name, "-", "+", "100000"]));
+        let pel: Vec<String> = pending
+            .iter()
+            .map(|p| {
+                let p = items(p);
+                format!(
+                    "{}@{}x{}",
+                    text(&p[0]),
+                    text(&p[1]),
+                    p.get(3).map(text).unwrap_or_default()
+                )
+            })
+            .collect();
+        out.push(format!("  pending {}", pel.join(" ")));
+    }
+    out.join("\n    ")
+}
+
+fn scan_all(c: &mut redis::Connection) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    let mut cursor = "0".to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = items(&must(c, &["SCAN", &cursor, "COUNT", "1000"]));
+        assert_eq!(reply.len(), 2, "SCAN reply {reply:?}");
+        cursor = text(&reply[0]);
+        keys.extend(items(&reply[1]).iter().map(text));
+        if cursor == "0" {
+            return keys;
+        }
+        assert!(Instant::now() < deadline, "SCAN does not end");
+    }
+}
+
+/// Library names and code, as FUNCTION LIST WITHCODE reports them.
+fn libraries(c: &mut redis::Connection) -> Vec<String> {
+    let mut libs: Vec<String> = items(&must(c, &["FUNCTION", "LIST", "WITHCODE"]))
+        .iter()
+        .map(|l| format!("{} {}", field(l, "library_name"), field(l, "library_code")))
+        .collect();
+    libs.sort();
+    libs
+}
+
+/// Time left on a key this close to its expiry may legitimately be seen on one side
+/// and not the other.
+const NEAR_EXPIRY_MS: i64 = 2_000;
+
+fn near_expiry(s: &Snap) -> bool {
+    (0..NEAR_EXPIRY_MS).contains(&s.pttl)
+}
+
+fn compare(
+    master: &mut redis::Connection,
+    replica: &mut redis::Connection,
+    seed: u64,
+) -> (usize, Vec<String>) {
+    let mut problems = Vec::new();
+    let mk = scan_all(master);
+    let rk = scan_all(replica);
+    let all: BTreeSet<&String> = mk.iter().chain(rk.iter()).collect();
+    for key in &all {
+        let m = snap(master, key);
+        let r = snap(replica, key);
+        if m.kind == "none" && r.kind == "none" {
+            continue;
+        }
+        if (m.kind == "none" && near_expiry(&r)) || (r.kind == "none" && near_expiry(&m)) {
+            continue;
+        }
+        let mut diffs = Vec::new();
+        if m.kind != r.kind {
+            diffs.push("type");
+        } else if m.value != r.value {
+            diffs.push("value");
+        }
+        if (m.pttl < 0) != (r.pttl < 0) && !near_expiry(&m) && !near_expiry(&r) {
+            diffs.push("TTL presence");
+        }
+        // Replicas get absolute expiry times (PXAT / PEXPIREAT): the same instant.
+        if m.kind == r.kind && m.pttl >= 0 && r.pttl >= 0 && m.expire_at != r.expire_at {
+            diffs.push("expiry time");
+        }
+        if !diffs.is_empty() {
+            problems.push(format!(
+                "key {key:?} differs in {diffs:?} (in master SCAN: {}, in replica SCAN: {})\n  \
+                 tessera: {} ttl={} at={:?}\n    {}\n  \
+                 replica: {} ttl={} at={:?}\n    {}\n  (PROPAGATION_SEED={seed})",
+                mk.contains(*key),
+                rk.contains(*key),
+                m.kind,
+                m.pttl,
+                m.expire_at,
+                m.value,
+                r.kind,
+                r.pttl,
+                r.expire_at,
+                r.value,
+            ));
+        }
+    }
+    let (ml, rl) = (libraries(master), libraries(replica));
+    if ml != rl {
+        problems.push(format!(
+            "FUNCTION LIST differs:\n  tessera: {ml:?}\n  replica: {rl:?}"
+        ));
+    }
+    (all.len(), problems)
+}
+
+fn seed() -> u64 {
+    match std::env::var("PROPAGATION_SEED") {
+        Ok(s) => s.trim().parse().expect("PROPAGATION_SEED must be a u64"),
+        Err(_) => {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                ^ (std::process::id() as u64) << 32
+        }
+    }
+}
+
+/// Drives the whole scenario against the master on `port`.
+fn scenario(port: u16) {
+    let seed = seed();
+    eprintln!("PROPAGATION_SEED={seed}");
+    let started = Instant::now();
+    let replica = RedisReplica::start(port);
+    let mut rc = connect(replica.port);
+    let mut run = Runner {
+        main: connect(port),
+        side: Some(connect(port)),
+        seed,
+        commands: 0,
+        errors: HashMap::new(),
+        trace: std::env::var("PROPAGATION_TRACE").ok(),
+    };
+    let mut g = Gen {
+        r: Rng(seed),
+        ids: HashMap::new(),
+        big: 0,
+    };
+    // Small stream nodes so that `MAXLEN ~` trims streams of a few dozen entries.
+    let _ = run.one(&c!["CONFIG", "SET", "stream-node-max-entries", "8"]);
+    must(&mut run.main, &["FUNCTION", "LOAD", "REPLACE", LIBRARY]);
+
+    // 1: the mix.
+    run.mix(&mut g, 12_000, 0, false);
+    eprintln!("mix 1: {} commands, {:?}", run.commands, started.elapsed());
+
+    // 2: evictions under allkeys-random, then volatile-lru (the master only: the
+    // replica ignores maxmemory).
+    let evicted0 = run.evicted();
+    let used = info_u64(&mut run.main, "memory", "used_memory");
+    run.config("maxmemory-policy", "allkeys-random");
+    run.config("maxmemory", &(used + 2 * 1024 * 1024).to_string());
+    run.mix(&mut g, 3_000, 3, false);
+    let evicted1 = run.evicted();
+    run.config("maxmemory", "0");
+    let used = info_u64(&mut run.main, "memory", "used_memory");
+    run.config("maxmemory-policy", "volatile-lru");
+    run.config("maxmemory", &(used + 1024 * 1024).to_string());
+    run.mix(&mut g, 3_000, 3, true);
+    let evicted2 = run.evicted();
+    run.config("maxmemory", "0");
+    run.config("maxmemory-policy", "noeviction");
+    eprintln!(
+        "evictions: {} allkeys-random, {} volatile-lru; {} commands, {:?}",
+        evicted1 - evicted0,
+        evicted2 - evicted1,
+        run.commands,
+        started.elapsed()
+    );
+
+    // 3: more of the mix on what eviction left.
+    run.mix(&mut g, 4_000, 0, false);
+    eprintln!("mix 2: {} commands, {:?}", run.commands, started.elapsed());
+
+    let mut summary: Vec<_> = run.errors.iter().collect();
+    summary.sort();
+    eprintln!(
+        "per command (sent, error replies): {}",
+        summary
+            .iter()
+            .map(|(k, (n, e))| format!("{k} {n}/{e}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // Catch up: one marker per shard, written last, must show on the replica; then
+    // the replication offsets must meet.
+    let marker = format!("{seed}-{}", run.commands);
+    let markers: Vec<String> = TAGS.iter().map(|t| format!("marker:{{{t}}}")).collect();
+    for m in &markers {
+        must(&mut run.main, &["SET", m, &marker]);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = markers.iter().all(|m| {
+            matches!(must(&mut rc, &["GET", m]), Value::BulkString(b) if b == marker.as_bytes())
+        });
+        if seen {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica did not catch up in 30 s (PROPAGATION_SEED={seed}); replica log:\n{}",
+            replica.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Short TTLs (at most 50 ms) run out; the expiries may still propagate.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut problems = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut mo, mut ro);
+    loop {
+        mo = info_u64(&mut run.main, "replication", "master_repl_offset");
+        ro = info_u64(&mut rc, "replication", "slave_repl_offset");
+        if mo == ro || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if mo != ro {
+        problems.push(format!(
+            "replication offsets never met: tessera master_repl_offset:{mo}, \
+             replica slave_repl_offset:{ro}"
+        ));
+    }
+
+    let (keys, mut diffs) = compare(&mut run.main, &mut rc, seed);
+    problems.append(&mut diffs);
+    assert_eq!(
+        info_field(&mut rc, "replication", "master_link_status").as_deref(),
+        Some("up"),
+        "the replica lost its link; log:\n{}",
+        replica.log()
+    );
+    eprintln!(
+        "compared {keys} keys; {} commands in {:?}",
+        run.commands,
+        started.elapsed()
+    );
+    assert!(run.commands >= 20_000, "only {} commands ran", run.commands);
+    assert!(
+        problems.is_empty(),
+        "{} mismatches between tessera and its redis-server replica \
+         (PROPAGATION_SEED={seed}):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+    assert!(evicted1 > evicted0, "no eviction under allkeys-random");
+    assert!(evicted2 > evicted1, "no eviction under volatile-lru");
+}
+
+#[test]
+fn a_redis_replica_of_tessera_holds_the_same_data() {
+    let server = Server::start(2);
+    scenario(server.port);
+}
+
+/// The same scenario with redis-server as the master: checks the test itself (what it
+/// compares must agree between two real Redis servers). Run with `--ignored`.
+#[test]
+#[ignore]
+fn reference_a_redis_replica_of_redis_holds_the_same_data() {
+    let Some(master) = ReferenceRedis::start() else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    scenario(master.port);
+}

@@ -10,6 +10,18 @@ use super::locks::{self, LockOwner, LockSet, TxnId};
 use super::{ShardCell, ShardData};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 
+/// After each step on a shard: the keys it found expired are propagated (their DELs
+/// go before the operation's own effect, which its coordinator propagates at the end,
+/// and into its transaction's block when it has one) and invalidated for tracking.
+fn after_step(d: &mut ShardData, txn: TxnId) {
+    if crate::replication::active() {
+        crate::replication::drain_expired(d, Some(txn));
+    }
+    if d.tracking.active() {
+        d.drain_lazy_expired();
+    }
+}
+
 /// A key and its string value.
 type KeyValue = (Vec<u8>, Vec<u8>);
 
@@ -135,7 +147,14 @@ impl MultiShardOp {
         R: Send + 'static,
         F: FnOnce(&mut ShardData) -> R + Send + 'static,
     {
-        cell.call(shard, move |c| f(&mut c.data.borrow_mut())).await
+        let txn = self.txn;
+        cell.call(shard, move |c| {
+            let d = &mut c.data.borrow_mut();
+            let r = f(d);
+            after_step(d, txn);
+            r
+        })
+        .await
     }
 
     /// Runs `f` on every locked shard, concurrently; results in ascending shard order.
@@ -153,15 +172,22 @@ impl MultiShardOp {
             }
             let (tx, rx) = futures_channel::oneshot::channel();
             let g = f.clone();
+            let txn = self.txn;
             cell.tell(s, move |c| {
-                let _ = tx.send(g(&mut c.data.borrow_mut()));
+                let d = &mut c.data.borrow_mut();
+                let r = g(d);
+                after_step(d, txn);
+                let _ = tx.send(r);
             })
             .await;
             waits.push((s, rx));
         }
         let mut out: Vec<(usize, R)> = Vec::with_capacity(self.shards.len());
         if let Some(s) = local {
-            out.push((s, f(&mut cell.data.borrow_mut())));
+            let d = &mut cell.data.borrow_mut();
+            let r = f(d);
+            after_step(d, self.txn);
+            out.push((s, r));
         }
         for (s, rx) in waits {
             if let Ok(r) = rx.await {

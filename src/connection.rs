@@ -462,7 +462,7 @@ impl Connection {
             };
             let due = std::time::Duration::from_secs(period).saturating_sub(last_ping.elapsed());
             if due.is_zero() {
-                crate::replication::ping_link(id);
+                crate::replication::ping_links(period * 1000);
                 last_ping = std::time::Instant::now();
                 continue;
             }

@@ -102,8 +102,6 @@ struct Link {
     ack_offset: u64,
     ack_ms: u64,
     out: Vec<u8>,
-    /// The database the link's stream last selected (None: SELECT before anything).
-    db: Option<usize>,
     waker: Option<Waker>,
 }
 
@@ -116,8 +114,14 @@ struct State {
     links: Vec<Link>,
     captures: Vec<Capture>,
     next_id: u64,
-    /// master_repl_offset: bytes of stream produced so far.
+    /// master_repl_offset: bytes of stream produced so far, SELECTs and PINGs
+    /// included (what a replica counts in its own offset).
     offset: u64,
+    /// The database the stream last selected (Redis's slaveseldb); None after a
+    /// replica attached, whose stream must begin with a SELECT.
+    selected: Option<usize>,
+    /// When the stream last carried a keep-alive PING (unix ms).
+    last_ping_ms: u64,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
@@ -125,6 +129,8 @@ static STATE: Mutex<State> = Mutex::new(State {
     captures: Vec::new(),
     next_id: 1,
     offset: 0,
+    selected: None,
+    last_ping_ms: 0,
 });
 
 fn state() -> std::sync::MutexGuard<'static, State> {
@@ -169,9 +175,11 @@ pub fn attach(peer: ReplicaPeer) -> u64 {
         ack_offset: 0,
         ack_ms: crate::util::now_ms(),
         out: Vec::new(),
-        db: None,
         waker: None,
     });
+    // Every link reads one stream: the new one's starts with a SELECT, so the next
+    // write selects again for all (Redis resets slaveseldb on a full resync).
+    st.selected = None;
     LINKS.join();
     id
 }
@@ -238,13 +246,24 @@ pub fn poll_output(id: u64, waker: &Waker) -> Poll<Option<Vec<u8>>> {
     }
 }
 
-/// A master's keep-alive PING on one link (every repl-ping-replica-period seconds).
-pub fn ping_link(id: u64) {
+/// The master's keep-alive PING, into the stream every link reads (each link's task
+/// asks every repl-ping-replica-period): one per half period at most however many
+/// links ask, and never skipped for a link whose timer runs a little early.
+pub fn ping_links(period_ms: u64) {
     let mut st = state();
-    let ping = b"*1\r\n$4\r\nPING\r\n";
-    st.offset += ping.len() as u64;
-    if let Some(l) = st.links.iter_mut().find(|l| l.id == id) {
-        l.out.extend_from_slice(ping);
+    let now = crate::util::now_ms();
+    if now.saturating_sub(st.last_ping_ms) < period_ms / 2 {
+        return;
+    }
+    st.last_ping_ms = now;
+    append(&mut st, b"*1\r\n$4\r\nPING\r\n");
+}
+
+/// Appends bytes of the stream to every link and counts them in the offset.
+fn append(st: &mut State, bytes: &[u8]) {
+    st.offset += bytes.len() as u64;
+    for l in &mut st.links {
+        l.out.extend_from_slice(bytes);
         if let Some(w) = l.waker.take() {
             w.wake();
         }
@@ -304,7 +323,9 @@ pub async fn snapshot(
     let id = attach_link.map(attach);
     op.release(cell).await;
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
-    (rdb::file::assemble(&parts), id, dirty)
+    let (_, libraries) = crate::scripting::functions::snapshot();
+    let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
+    (rdb::file::assemble(&parts, &codes), id, dirty)
 }
 
 fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {
@@ -318,21 +339,15 @@ fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {
 
 fn emit(st: &mut State, db: usize, argv: &[Vec<u8>]) {
     let mut bytes = Vec::with_capacity(64);
-    encode(&mut bytes, argv);
-    st.offset += bytes.len() as u64;
-    for l in &mut st.links {
-        if l.db != Some(db) {
-            encode(
-                &mut l.out,
-                &[b"SELECT".to_vec(), db.to_string().into_bytes()],
-            );
-            l.db = Some(db);
-        }
-        l.out.extend_from_slice(&bytes);
-        if let Some(w) = l.waker.take() {
-            w.wake();
-        }
+    if st.selected != Some(db) {
+        encode(
+            &mut bytes,
+            &[b"SELECT".to_vec(), db.to_string().into_bytes()],
+        );
+        st.selected = Some(db);
     }
+    encode(&mut bytes, argv);
+    append(st, &bytes);
 }
 
 /// A transaction's effects: one alone goes out as is, several inside MULTI/EXEC
@@ -398,16 +413,21 @@ pub fn end_capture(txn: u64) {
 
 /// After a keyed command ran on its shard (only called while `active()`): propagates
 /// the keys it found expired, then its own effect.
+/// `changed`: the handler said it changed something (see `ExecCtx::unchanged`).
 pub fn after_keyed(
     data: &mut ShardData,
-    txn: Option<u64>,
-    db: usize,
+    (txn, db): (Option<u64>, usize),
     spec: &CommandSpec,
     args: &Args,
     reply: &[u8],
+    changed: bool,
 ) {
     drain_expired(data, txn);
     if !spec.has(flags::WRITE) || reply.first() == Some(&b'-') {
+        return;
+    }
+    // SET's reply does not say whether it wrote (NX / XX with GET): its handler does.
+    if spec.name == "set" && !changed {
         return;
     }
     let mut out = Vec::new();
@@ -419,7 +439,12 @@ pub fn after_keyed(
 
 /// After a keyless or multi-shard (coordinator) command ran at home.
 pub fn after_global(txn: Option<u64>, db: usize, spec: &CommandSpec, args: &Args, reply: &[u8]) {
-    let replicates = spec.has(flags::WRITE) || spec.has(flags::MAY_REPLICATE);
+    // A container's flags are its subcommand's (FUNCTION LOAD writes, FUNCTION LIST
+    // does not).
+    let t = crate::commands::table();
+    let cmd_flags = crate::commands::lookup(spec.name.as_bytes())
+        .map_or(spec.flags, |(idx, _)| t.stat_flags(t.stat_id(idx, args)));
+    let replicates = cmd_flags & (flags::WRITE | flags::MAY_REPLICATE) != 0;
     if !replicates || reply.first() == Some(&b'-') || self_propagating(spec.name) {
         return;
     }
@@ -632,9 +657,7 @@ fn effects(name: &str, args: &Args, reply: &[u8], db: Option<&mut Db>, out: &mut
                     return;
                 }
             }
-            if !is_noop(reply) || has_word(args, 3, &["get"]).is_some() {
-                out.push(args.to_vecs());
-            }
+            out.push(args.to_vecs());
         }
         "setex" | "psetex" => match deadline(&db, key) {
             Some(at) => out.push(vec![
@@ -751,7 +774,16 @@ fn effects(name: &str, args: &Args, reply: &[u8], db: Option<&mut Db>, out: &mut
             }
             out.push(argv);
         }
-        "xadd" => out.push(xadd_with_id(args, reply)),
+        "xadd" => {
+            let mut argv = xadd_with_id(args, reply);
+            exact_trim(&mut argv, 2..xadd_id_pos(args), &db, key);
+            out.push(argv);
+        }
+        "xtrim" => {
+            let mut argv = args.to_vecs();
+            exact_trim(&mut argv, 2..3, &db, key);
+            out.push(argv);
+        }
         "xreadgroup" => xreadgroup_claims(args, reply, out),
         "sort" => {
             if has_word(args, 2, &["store"]).is_some() {
@@ -762,13 +794,48 @@ fn effects(name: &str, args: &Args, reply: &[u8], db: Option<&mut Db>, out: &mut
     }
 }
 
+/// XADD / XTRIM with `MAXLEN ~ n` or `MINID ~ id` trimmed as far as whole nodes
+/// allowed: replicas must trim to the same entry, so the approximation is
+/// propagated as `= <length left>` / `= <first id left>` (Redis's
+/// streamRewriteApproxSpecifier and streamRewriteTrimArgument).
+/// `options`: where the trim strategy may be (XADD's field names may be anything).
+fn exact_trim(argv: &mut Argv, options: std::ops::Range<usize>, db: &Option<&mut Db>, key: &[u8]) {
+    let Some(i) = options.filter(|&i| i < argv.len()).find(|&i| {
+        argv[i].eq_ignore_ascii_case(b"maxlen") || argv[i].eq_ignore_ascii_case(b"minid")
+    }) else {
+        return;
+    };
+    if argv.get(i + 1).map(Vec::as_slice) != Some(b"~") || i + 2 >= argv.len() {
+        return;
+    }
+    let Some(crate::storage::Value::Stream(s)) =
+        db.as_ref().and_then(|d| d.peek(key)).map(|e| e.value())
+    else {
+        return;
+    };
+    argv[i + 1] = b"=".to_vec();
+    argv[i + 2] = if argv[i].eq_ignore_ascii_case(b"maxlen") {
+        s.len().to_string().into_bytes()
+    } else {
+        s.first_valid_id().to_string().into_bytes()
+    };
+}
+
 /// XADD with `*` (or a partial id) propagates the id it generated.
 fn xadd_with_id(args: &Args, reply: &[u8]) -> Argv {
     let mut argv = args.to_vecs();
     let Some(id) = parsed(reply).bytes().map(word) else {
         return argv;
     };
-    // Skip the options between the key and the id.
+    let i = xadd_id_pos(args);
+    if i < argv.len() {
+        argv[i] = id;
+    }
+    argv
+}
+
+/// Where XADD's ID is: after the options that follow the key.
+fn xadd_id_pos(args: &Args) -> usize {
     let mut i = 2;
     while i < args.len() {
         if args.is(i, "nomkstream") {
@@ -784,10 +851,7 @@ fn xadd_with_id(args: &Args, reply: &[u8]) -> Argv {
             break;
         }
     }
-    if i < argv.len() {
-        argv[i] = id;
-    }
-    argv
+    i
 }
 
 /// XREADGROUP ... > delivers new entries: each becomes an XCLAIM that records it in the
@@ -825,6 +889,15 @@ fn xreadgroup_claims(args: &Args, reply: &[u8], out: &mut Vec<Argv>) {
             .collect();
         let Some(last) = ids.last() else { continue };
         if noack {
+            // Nothing else would create the consumer on the replica (Redis's
+            // streamPropagateConsumerCreation); for one that exists it is a no-op.
+            out.push(vec![
+                b"XGROUP".to_vec(),
+                b"CREATECONSUMER".to_vec(),
+                word(key),
+                group.clone(),
+                consumer.clone(),
+            ]);
             out.push(vec![
                 b"XGROUP".to_vec(),
                 b"SETID".to_vec(),

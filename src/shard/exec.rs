@@ -115,7 +115,12 @@ where
     }
     if crate::replication::active() {
         let reply = &out[before..];
-        crate::replication::after_keyed(data, call.txn, call.db, spec, &call.args, reply);
+        let changed = match dirty {
+            Some(n) => n > 0,
+            None => crate::commands::changed_keys(unchanged, call.keys.clone().count()) > 0,
+        };
+        let unit = (call.txn, call.db);
+        crate::replication::after_keyed(data, unit, spec, &call.args, reply, changed);
     }
     let wrote = !failed && spec.has(flags::WRITE);
     if wrote {

@@ -12,6 +12,8 @@ use crate::storage::{Value, NO_EXPIRE};
 /// "REDIS" and the RDB version as four digits (`RDB_VERSION`).
 const MAGIC: &[u8] = b"REDIS0010";
 const OPCODE_AUX: u8 = 0xFA;
+/// A function library's code (Redis 7.0's RDB_OPCODE_FUNCTION2).
+const OPCODE_FUNCTION2: u8 = 0xF5;
 const OPCODE_EXPIRETIME_MS: u8 = 0xFC;
 const OPCODE_SELECTDB: u8 = 0xFE;
 const OPCODE_EOF: u8 = 0xFF;
@@ -20,7 +22,7 @@ const AUX_FIELDS: [(&str, &str); 2] = [("redis-ver", "7.0.15"), ("redis-bits", "
 
 /// An RDB file with no keys.
 pub fn empty() -> Vec<u8> {
-    assemble(&[])
+    assemble(&[], &[])
 }
 
 /// Appends one key's record (`expire_at` is a unix time in ms, or `NO_EXPIRE`).
@@ -41,8 +43,9 @@ pub fn write_record(out: &mut Vec<u8>, key: &[u8], value: &Value, expire_at: u64
 
 /// A whole RDB file from records grouped by shard and database (`parts[shard][db]`,
 /// each the concatenation of `write_record`s): one SELECTDB per database that has
-/// records in any shard.
-pub fn assemble(parts: &[Vec<Vec<u8>>]) -> Vec<u8> {
+/// records in any shard. `libraries` are the function libraries' codes, which go
+/// before the keys as in Redis's rdbSaveFunctions.
+pub fn assemble(parts: &[Vec<Vec<u8>>], libraries: &[&[u8]]) -> Vec<u8> {
     let mut rdb = MAGIC.to_vec();
     for (k, v) in AUX_FIELDS {
         rdb.push(OPCODE_AUX);
@@ -50,6 +53,11 @@ pub fn assemble(parts: &[Vec<Vec<u8>>]) -> Vec<u8> {
         rdb.extend_from_slice(k.as_bytes());
         rdb.push(v.len() as u8);
         rdb.extend_from_slice(v.as_bytes());
+    }
+    for code in libraries {
+        rdb.push(OPCODE_FUNCTION2);
+        write_len(&mut rdb, code.len());
+        rdb.extend_from_slice(code);
     }
     let dbs = parts.iter().map(|p| p.len()).max().unwrap_or(0);
     for db in 0..dbs {
@@ -121,7 +129,7 @@ mod tests {
             record(&[b'q'; 40], s(&[b'x'; 50]), NO_EXPIRE),
         ];
         let shard1 = vec![record(b"l", Value::List(Box::new(list)), 5)];
-        let rdb = assemble(&[shard0, shard1]);
+        let rdb = assemble(&[shard0, shard1], &[]);
         let hex: String = rdb.iter().map(|b| format!("{b:02x}")).collect();
         let want = concat!(
             "524544495330303130fa0972656469732d76657206372e302e3135fa0a72656469732d6269",

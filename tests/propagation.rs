@@ -894,11 +894,11 @@ impl Runner {
                 }
             }
             Op::Multi(cmds) => {
-                self.one(&c!["MULTI"]);
+                self.one(&["MULTI".to_string()]);
                 for a in &cmds {
                     self.one(a);
                 }
-                self.one(&c!["EXEC"]);
+                self.one(&["EXEC".to_string()]);
             }
             Op::Block { pre, block, push } => {
                 for a in &pre {
@@ -1198,7 +1198,7 @@ fn scenario(port: u16) {
         big: 0,
     };
     // Small stream nodes so that `MAXLEN ~` trims streams of a few dozen entries.
-    let _ = run.one(&c!["CONFIG", "SET", "stream-node-max-entries", "8"]);
+    let _ = run.one(&["CONFIG", "SET", "stream-node-max-entries", "8"].map(String::from));
     must(&mut run.main, &["FUNCTION", "LOAD", "REPLACE", LIBRARY]);
 
     // 1: the mix.

@@ -540,7 +540,7 @@ async fn split(
         parts.push(cell.call(shard, move |c| job.run(c)).await);
     }
     let mut out = Vec::new();
-    crate::connection::merge_replies(
+    crate::shard::merge::merge_replies(
         merge,
         parts.iter().map(|p| p.as_slice()),
         parts.len(),

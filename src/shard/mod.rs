@@ -7,6 +7,7 @@ pub mod fabric;
 pub mod hops;
 pub mod locks;
 pub mod memory;
+pub mod merge;
 pub mod multi;
 pub mod pause;
 pub mod watch;

@@ -1,0 +1,226 @@
+//! Commands that take the connection over: SYNC / PSYNC turn it into a replica
+//! link fed from the replication stream, MONITOR into a feed of every command.
+
+use super::*;
+
+impl Connection {
+    /// SYNC / PSYNC: reply with an RDB snapshot and register the link, whose stream
+    /// starts right after it.
+    pub(super) async fn start_replica(&mut self, psync: bool) {
+        let cell = self.session.cell.clone();
+        let shared = &self.session.shared;
+        let peer = crate::replication::ReplicaPeer {
+            ip: shared
+                .replica_ip
+                .borrow()
+                .clone()
+                .unwrap_or_else(|| shared.addr.ip_text()),
+            port: shared.replica_port.get(),
+        };
+        let (rdb, id, _) = crate::replication::snapshot(&cell, Some(peer)).await;
+        let Some(id) = id else { return };
+        if psync {
+            let line = format!(
+                "+FULLRESYNC {} {}\r\n",
+                crate::replication::replid(),
+                crate::replication::offset()
+            );
+            self.out.extend_from_slice(line.as_bytes());
+        }
+        self.out
+            .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
+        self.out.extend_from_slice(&rdb);
+        self.replica_link = Some(id);
+        self.session
+            .shared
+            .role
+            .set(crate::clients::ClientRole::Replica);
+        tracing::info!(client = self.session.id(), "replica attached, full sync");
+    }
+
+    /// The link's life: write the propagated stream as it comes; what the replica
+    /// sends (REPLCONF ACK) is read and dropped; ends when it disconnects.
+    pub(super) async fn serve_replica(&mut self, id: u64) {
+        enum Event {
+            Tick,
+            Input(usize),
+            Output(Vec<u8>),
+            Gone,
+        }
+        let mut tmp = vec![0u8; 4096];
+        // What the replica sent after its SYNC in the same read, then as it comes.
+        let mut input = self.buf[self.start..self.end].to_vec();
+        if !self.replica_acks(id, &mut input) {
+            return;
+        }
+        let mut last_ping = std::time::Instant::now();
+        loop {
+            let period = {
+                let data = self.session.cell.data.borrow();
+                data.config
+                    .int_param("repl-ping-replica-period")
+                    .unwrap_or(10)
+                    .max(1) as u64
+            };
+            let due = std::time::Duration::from_secs(period).saturating_sub(last_ping.elapsed());
+            if due.is_zero() {
+                crate::replication::ping_links(period * 1000);
+                last_ping = std::time::Instant::now();
+                continue;
+            }
+            let ev = {
+                let mut rd = std::pin::pin!(self.stream.read(&mut tmp));
+                // Wakes the loop for the next PING (at most a second late, so a
+                // lowered period takes effect soon).
+                let mut tick = std::pin::pin!(crate::runtime::sleep(
+                    due.min(std::time::Duration::from_secs(1))
+                ));
+                std::future::poll_fn(|cx| {
+                    if std::future::Future::poll(tick.as_mut(), cx).is_ready() {
+                        return std::task::Poll::Ready(Event::Tick);
+                    }
+                    if let std::task::Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
+                        return std::task::Poll::Ready(match r {
+                            Ok(0) | Err(_) => Event::Gone,
+                            Ok(n) => Event::Input(n),
+                        });
+                    }
+                    crate::replication::poll_output(id, cx.waker()).map(|o| match o {
+                        Some(buf) => Event::Output(buf),
+                        None => Event::Gone,
+                    })
+                })
+                .await
+            };
+            match ev {
+                Event::Tick => {}
+                Event::Input(n) => {
+                    let now = crate::util::now_ms();
+                    self.session.shared.last_interaction_ms.set(now);
+                    input.extend_from_slice(&tmp[..n]);
+                    if !self.replica_acks(id, &mut input) {
+                        return;
+                    }
+                }
+                Event::Output(buf) => {
+                    let n = buf.len() as u64;
+                    // Written as any reply is, so that a replica that stops reading
+                    // meets the replica class's output buffer limit.
+                    self.out = buf;
+                    let ok = self.write_out().await;
+                    self.out = Vec::new();
+                    if !ok {
+                        return;
+                    }
+                    self.session.cell.data.borrow_mut().stats.net_output_bytes += n;
+                }
+                Event::Gone => return,
+            }
+            if self.session.shared.killed.get() {
+                return;
+            }
+        }
+    }
+
+    /// What a replica link sends: REPLCONF ACK <offset> is recorded (INFO's `slaveN`
+    /// offset and lag); anything else is ignored, as a Redis master ignores it.
+    /// Consumes the complete commands of `input`; false on a protocol error, which
+    /// ends the link.
+    pub(super) fn replica_acks(&mut self, id: u64, input: &mut Vec<u8>) -> bool {
+        let limits = ParseLimits::default();
+        let mut spans = Vec::new();
+        let mut pos = 0;
+        loop {
+            match self.parser.parse(&input[pos..], &limits, &mut spans) {
+                Ok(Some(consumed)) => {
+                    let args = if self.parser.last_was_inline() {
+                        Args::new(self.parser.inline_buf(), &spans)
+                    } else {
+                        Args::new(&input[pos..], &spans)
+                    };
+                    if args.len() >= 3 && args.is(0, "replconf") && args.is(1, "ack") {
+                        if let Some(offset) = commands::parse_i64(args.get(2)) {
+                            crate::replication::ack(id, offset.max(0) as u64);
+                        }
+                    }
+                    pos += consumed;
+                }
+                Ok(None) => break,
+                Err(_) => return false,
+            }
+        }
+        input.drain(..pos);
+        true
+    }
+
+    /// A monitor's wait: writes feed lines as they come until input arrives.
+    /// False on EOF, error or kill.
+    pub(super) async fn read_or_feed(&mut self) -> bool {
+        use std::task::Poll;
+        loop {
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+            if self.buf.len() - self.end < READ_CHUNK {
+                self.buf.resize(self.end + READ_CHUNK, 0);
+            }
+            let Some(rx) = self.monitor.as_mut() else {
+                return self.read_more().await;
+            };
+            let mut lines: Vec<u8> = Vec::new();
+            let got = {
+                let mut rd = Box::pin(self.stream.read(&mut self.buf[self.end..]));
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = std::future::Future::poll(rd.as_mut(), cx) {
+                        return Poll::Ready(Some(r));
+                    }
+                    while let Poll::Ready(Some(l)) =
+                        futures_core::Stream::poll_next(std::pin::Pin::new(&mut *rx), cx)
+                    {
+                        lines.extend_from_slice(&l);
+                    }
+                    if lines.is_empty() {
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(None)
+                    }
+                })
+                .await
+            };
+            match got {
+                Some(Ok(0)) | Some(Err(_)) => return false,
+                Some(Ok(n)) => {
+                    self.end += n;
+                    self.now = crate::util::now_ms();
+                    self.session.shared.last_interaction_ms.set(self.now);
+                    return !self.session.shared.killed.get();
+                }
+                None => {
+                    if self.stream.write_all(&lines).await.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// MONITOR: reply OK, then stream every command the server runs.
+    pub(super) async fn start_monitor(&mut self, idx: u16, args: &Args<'_>) {
+        self.flush().await;
+        let before = self.out.len();
+        ReplyWriter {
+            out: &mut self.out,
+            proto: self.session.proto,
+        }
+        .ok();
+        if self.monitor.is_none() {
+            self.monitor = Some(crate::observe::monitor_register(self.session.id()));
+            self.session
+                .shared
+                .role
+                .set(crate::clients::ClientRole::Monitor);
+        }
+        self.finish_local(idx, before, None, args);
+    }
+}

@@ -5,6 +5,7 @@ pub mod clients;
 pub mod commands;
 pub mod config;
 pub mod connection;
+pub mod effects;
 pub mod observe;
 pub mod protocol;
 pub mod pubsub;

@@ -146,7 +146,7 @@ fn role(ctx: &mut ClientCtx) {
         None => {
             ctx.out.array_len(3);
             ctx.out.bulk(b"master");
-            ctx.out.integer(replication::offset() as i64);
+            ctx.out.integer(crate::effects::offset() as i64);
             ctx.out.array_len(0);
         }
     }

@@ -196,7 +196,7 @@ async fn run_script(
         client: g.session.id(),
     };
     let op = MultiShardOp::lock_all(owner, &cell).await;
-    let captured = crate::replication::begin_capture(owner.id);
+    let captured = crate::effects::begin_capture(owner.id);
     let threshold_ms = cell.data.borrow().config.busy_reply_threshold();
     let oom = out_of_memory(&cell);
     scripting::start_running(Running {
@@ -251,7 +251,7 @@ async fn run_script(
     }
     scripting::stop_running();
     if captured {
-        crate::replication::end_capture(owner.id);
+        crate::effects::end_capture(owner.id, !crate::replication::is_replica());
     }
     op.release(&cell).await;
     // Client tracking: a script that read anything tracks its declared keys for its
@@ -427,7 +427,7 @@ async fn run_global(
 ) {
     let before = out.len();
     let (txn, db) = (fake.exec_owner, fake.db);
-    let propagated = crate::replication::active().then(|| argv.clone());
+    let propagated = crate::effects::active().then(|| argv.clone());
     let mut ctx = GlobalCtx {
         session: fake,
         args: argv,
@@ -439,7 +439,7 @@ async fn run_global(
         if let Some((idx, spec)) = super::lookup(&argv[0]) {
             let _ = idx;
             let args = OwnedArgs::new(&argv);
-            crate::replication::after_global(txn, db, spec, &args.args(), &out[before..]);
+            crate::effects::after_global(txn, db, spec, &args.args(), &out[before..]);
         }
     }
 }

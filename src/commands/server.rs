@@ -1287,7 +1287,7 @@ async fn memory_stats(g: &mut GlobalCtx<'_>) {
 
 /// INFO replication: the role (REPLICAOF), attached replica links and the stream offset.
 fn info_replication(out: &mut String) {
-    let offset = crate::replication::offset();
+    let offset = crate::effects::offset();
     out.push_str("# Replication\r\n");
     match crate::replication::master() {
         Some((host, port)) => {

@@ -334,9 +334,7 @@ impl Connection {
                 return false;
             }
             // A replica link's stream queued meanwhile counts too.
-            let link = self
-                .replica_link
-                .map_or(0, crate::replication::link_pending);
+            let link = self.replica_link.map_or(0, crate::effects::pending);
             let pending = shared.pending_output() + link;
             let watch = crate::clients::output_watermark(shared.output_class());
             if watch == usize::MAX {
@@ -750,10 +748,10 @@ impl Connection {
             args,
             out: ReplyWriter { out: target, proto },
         });
-        if crate::replication::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
+        if crate::effects::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
             let (txn, db) = (self.session.exec_owner, self.session.db);
             let reply = &self.reply_target()[before..];
-            crate::replication::after_global(txn, db, spec, &args, reply);
+            crate::effects::after_global(txn, db, spec, &args, reply);
         }
         self.finish_local(idx, before, t0, &args);
         self.note_local(before);
@@ -887,9 +885,9 @@ impl Connection {
 
     /// Propagates what a keyless or multi-shard command did (its reply is at `before`).
     fn after_global(&self, spec: &commands::CommandSpec, args: &Args<'_>, before: usize) {
-        if crate::replication::active() {
+        if crate::effects::active() {
             let (txn, db) = (self.session.exec_owner, self.session.db);
-            crate::replication::after_global(txn, db, spec, args, &self.out[before..]);
+            crate::effects::after_global(txn, db, spec, args, &self.out[before..]);
         }
     }
 

@@ -536,7 +536,7 @@ impl Connection {
             .filter(|&s| !self.pipe.batches[s].is_empty())
             .collect();
         // A command split over shards reaches replicas as one MULTI/EXEC block.
-        let captured = crate::replication::begin_capture(txn);
+        let captured = crate::effects::begin_capture(txn);
         let in_exec = self.session.exec_owner.is_some();
         for (pos, &s) in shards.iter().enumerate() {
             let last = pos + 1 == shards.len();
@@ -573,7 +573,7 @@ impl Connection {
             replies[s] = Some(reply);
         }
         if captured {
-            crate::replication::end_capture(txn);
+            crate::effects::end_capture(txn, !crate::replication::is_replica());
         }
         for &s in &shards[..shards.len().saturating_sub(1)] {
             cell.tell(s, move |c| c.locks.borrow_mut().release(txn))

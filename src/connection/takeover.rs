@@ -23,7 +23,7 @@ impl Connection {
             let line = format!(
                 "+FULLRESYNC {} {}\r\n",
                 crate::replication::replid(),
-                crate::replication::offset()
+                crate::effects::offset()
             );
             self.out.extend_from_slice(line.as_bytes());
         }
@@ -64,7 +64,7 @@ impl Connection {
             };
             let due = std::time::Duration::from_secs(period).saturating_sub(last_ping.elapsed());
             if due.is_zero() {
-                crate::replication::ping_links(period * 1000);
+                crate::effects::keepalive(period * 1000);
                 last_ping = std::time::Instant::now();
                 continue;
             }
@@ -85,7 +85,7 @@ impl Connection {
                             Ok(n) => Event::Input(n),
                         });
                     }
-                    crate::replication::poll_output(id, cx.waker()).map(|o| match o {
+                    crate::effects::poll(id, cx.waker()).map(|o| match o {
                         Some(buf) => Event::Output(buf),
                         None => Event::Gone,
                     })

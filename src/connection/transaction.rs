@@ -119,7 +119,7 @@ impl Connection {
         self.session.exec_owner = Some(owner.id);
         let shared = self.session.shared.clone();
         shared.tracking.defer(&shared, true);
-        let captured = crate::replication::begin_capture(owner.id);
+        let captured = crate::effects::begin_capture(owner.id);
         ReplyWriter {
             out: &mut self.out,
             proto,
@@ -138,7 +138,7 @@ impl Connection {
         self.session.exec_owner = None;
         shared.tracking.defer(&shared, false);
         if captured {
-            crate::replication::end_capture(owner.id);
+            crate::effects::end_capture(owner.id, !crate::replication::is_replica());
         }
         op.release(&cell).await;
         self.finish_local(idx, before, t0, args);

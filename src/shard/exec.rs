@@ -113,14 +113,14 @@ where
             }
         }
     }
-    if crate::replication::active() {
+    if crate::effects::active() {
         let reply = &out[before..];
         let changed = match dirty {
             Some(n) => n > 0,
             None => crate::commands::changed_keys(unchanged, call.keys.clone().count()) > 0,
         };
         let unit = (call.txn, call.db);
-        crate::replication::after_keyed(data, unit, spec, &call.args, reply, changed);
+        crate::effects::after_keyed(data, unit, spec, &call.args, reply, changed);
     }
     let wrote = !failed && spec.has(flags::WRITE);
     if wrote {

@@ -173,7 +173,7 @@ impl ShardData {
         self.signal_modified(db, &key);
         self.mem.evicted_keys += 1;
         crate::pubsub::notify(crate::config::notify::EVICTED, "evicted", &key, db);
-        if crate::replication::active() {
+        if crate::effects::active() {
             // Replicas learn of it as a DEL, like an expired key.
             self.dbs[db].expired_log.push(key.clone());
         }

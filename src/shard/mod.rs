@@ -284,8 +284,8 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                 let mut data = cell.data.borrow_mut();
                 // The DELs of keys found expired outside commands (SCAN, RANDOMKEY ...)
                 // and by the last cycle go out now.
-                if crate::replication::active() {
-                    crate::replication::drain_expired(&mut data, None);
+                if crate::effects::active() {
+                    crate::effects::drain_expired(&mut data, None);
                 }
                 let now = crate::util::now_ms();
                 // A client pause keeps the dataset still: nothing expires meanwhile.

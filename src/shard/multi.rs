@@ -14,8 +14,8 @@ use crate::storage::{StrValue, Value, NO_EXPIRE};
 /// go before the operation's own effect, which its coordinator propagates at the end,
 /// and into its transaction's block when it has one) and invalidated for tracking.
 fn after_step(d: &mut ShardData, txn: TxnId) {
-    if crate::replication::active() {
-        crate::replication::drain_expired(d, Some(txn));
+    if crate::effects::active() {
+        crate::effects::drain_expired(d, Some(txn));
     }
     if d.tracking.active() {
         d.drain_lazy_expired();

@@ -2,7 +2,7 @@
 //! replication or client tracking. Those register here instead:
 //! - pub/sub sets the `notify-keyspace-events` mask and installs the sink that
 //!   publishes the keyspace events storage raises itself ("new", "expired");
-//! - replica links and tracking clients join the listener counts, and while a count is
+//! - effect-stream readers and tracking clients join the listener counts, and while a count is
 //!   non-zero the keyspace logs the keys it deletes on its own (`Db::expired_log` for
 //!   the DELs replicas receive, `Db::tracking_expired` for invalidations), which the
 //!   shard drains after each command.
@@ -71,8 +71,9 @@ impl Listeners {
     }
 }
 
-/// Attached replica links: expired and evicted keys are logged for their DELs.
-pub static REPLICA_LINKS: Listeners = Listeners::new();
+/// Readers of the effect stream (replica links): expired and evicted keys are
+/// logged for their DELs.
+pub static STREAM_READERS: Listeners = Listeners::new();
 
 /// Clients with tracking on: keys expired on access are logged for invalidation.
 pub static TRACKING_CLIENTS: Listeners = Listeners::new();

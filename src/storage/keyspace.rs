@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::hash::BuildHasher;
 
 use super::entry::block_size;
-use super::events::{notify, REPLICA_LINKS, TRACKING_CLIENTS};
+use super::events::{notify, STREAM_READERS, TRACKING_CLIENTS};
 use super::memory;
 use super::value::Value;
 use crate::config::notify as class;
@@ -231,7 +231,7 @@ pub struct Db {
     /// The database number, for keyspace notifications.
     index: usize,
     /// Keys expired while a replica is attached, for their propagated DEL (drained by
-    /// the shard after each command; see `events::REPLICA_LINKS`).
+    /// the shard after each command; see `events::STREAM_READERS`).
     pub expired_log: Vec<Vec<u8>>,
     /// Keys expired on access while some client tracks keys, for their invalidation
     /// (drained by the shard after each command; see `events::TRACKING_CLIENTS`).
@@ -501,7 +501,7 @@ impl Db {
         if self.expiry_held {
             return None;
         }
-        if REPLICA_LINKS.any() {
+        if STREAM_READERS.any() {
             self.expired_log.push(occupied.get().key().to_vec());
         }
         let (gone, _) = occupied.remove();
@@ -896,7 +896,7 @@ impl Db {
             let mut removed = 0usize;
             let mut removed_ttl = 0u32;
             let db = self.index;
-            let log = REPLICA_LINKS.any();
+            let log = STREAM_READERS.any();
             let expired_log = &mut self.expired_log;
             let mut freed = 0usize;
             for e in slot.table.extract_if(|e| {

@@ -110,6 +110,20 @@ enum Popped {
     Scored(Vec<(Member, f64)>),
 }
 
+impl Popped {
+    /// What the pop adds to the change counter, as Redis's server.dirty: one per
+    /// element (BLMPOP, BZPOPMIN, BZMPOP), except that BLPOP, BRPOP and BLMOVE count
+    /// their element only when served at once, not when serving a client that had
+    /// blocked (Redis's serveClientBlockedOnList adds nothing for them).
+    fn changes(&self, was_blocked: bool) -> u64 {
+        match self {
+            Popped::One(_) => u64::from(!was_blocked),
+            Popped::Many(items) => items.len() as u64,
+            Popped::Scored(items) => items.len() as u64,
+        }
+    }
+}
+
 /// The outcome of one try over all keys.
 enum Try {
     Empty,
@@ -325,6 +339,10 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
         }
         let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock_keys).await;
         let outcome = try_pop(&op, &cell, db, &req, reg.is_some()).await;
+        op.count_dirty(match &outcome {
+            Try::Served(_, p) => p.changes(reg.is_some()),
+            _ => 0,
+        });
         let in_multi = g.session.multi.is_some() || g.session.exec_owner.is_some();
         if !matches!(outcome, Try::Empty) || in_multi {
             // Done before the release signals the keys, so the next client in line
@@ -448,8 +466,9 @@ async fn one_hop(
                     }
                     Hop::Blocked
                 }
-                Try::Served(ref key, _) => {
+                Try::Served(ref key, ref p) => {
                     st.finish();
+                    d.dirty += p.changes(retry);
                     d.signal_modified(db, key);
                     if let Some(dst) = &r.dst {
                         d.signal_modified(db, dst);
@@ -827,6 +846,7 @@ impl LocalServe for LocalPop {
         }
         match pop_key(&mut data.dbs[db], key, now, self.kind, true) {
             Ok(Some(p)) => {
+                data.dirty += p.changes(true);
                 reply_kind(&mut w, self.kind, Try::Served(key.to_vec(), p));
                 Some(ServedReply {
                     reply: out,

@@ -125,6 +125,8 @@ fn set_pairs(ctx: &mut ExecCtx) -> Option<i64> {
         added
     })?;
     ctx.notify(notify::HASH, "hset", args.get(1));
+    // One per field given, new or overwritten (Redis's hsetCommand).
+    ctx.dirty(((args.len() - 2) / 2) as u64);
     Some(added)
 }
 
@@ -246,6 +248,7 @@ fn hdel(ctx: &mut ExecCtx) {
         ctx.db().remove(key);
     }
     if deleted > 0 {
+        ctx.dirty(deleted as u64);
         ctx.notify(notify::HASH, "hdel", key);
         if emptied {
             ctx.notify(notify::GENERIC, "del", key);

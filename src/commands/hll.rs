@@ -105,26 +105,29 @@ fn pfadd(ctx: &mut ExecCtx) {
         Ok(Some(h)) => h,
         Ok(None) => fresh.insert(hll::new_sparse()),
     };
-    let mut updated = false;
+    // Redis's pfaddCommand counts one change per element that altered a register,
+    // and one for creating the key.
+    let mut updated = 0;
     for ele in args.iter().skip(2) {
         match hll::add(h, ele, sparse_max) {
-            Ok(u) => updated |= u,
+            Ok(u) => updated += u64::from(u),
             Err(_) => return ctx.out.error(INVALID_ERR),
         }
     }
-    if updated {
+    if updated > 0 {
         hll::invalidate(h);
     }
     if let Some(h) = fresh {
-        updated = true;
+        updated += 1;
         ctx.data.dbs[dbi].insert(key, Value::Str(StrValue::raw(h)), NO_EXPIRE, lru);
     }
-    if updated {
+    if updated > 0 {
         ctx.notify(notify::STRING, "pfadd", key);
+        ctx.dirty(updated);
     } else {
         ctx.nothing_changed();
     }
-    ctx.out.integer(i64::from(updated));
+    ctx.out.integer(i64::from(updated > 0));
 }
 
 // ---------------------------------------------------------------------------

@@ -322,6 +322,8 @@ fn rename_local(ctx: &mut ExecCtx, nx: bool) {
         db.insert_moved(dst, e);
         notify_rename(src, dst, ctx.db);
     }
+    // Two keys written, one change (Redis's renameGenericCommand).
+    ctx.dirty(1);
     if nx {
         ctx.out.integer(1)
     } else {
@@ -367,6 +369,8 @@ async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
     if reply != Ok(true) {
         op.set_read_only();
     }
+    // Two keys written, one change, as on one shard.
+    op.count_dirty(1);
     op.release(&cell).await;
     let mut w = g.w();
     match (reply, nx) {

@@ -195,6 +195,7 @@ fn push_generic(ctx: &mut ExecCtx, front: bool, only_existing: bool) {
         Ok(n) => {
             if n > 0 {
                 ctx.notify(notify::LIST, push_event(front), key);
+                ctx.dirty((args.len() - 2) as u64);
             } else {
                 // LPUSHX / RPUSHX on a missing key.
                 ctx.nothing_changed();
@@ -223,7 +224,8 @@ fn rpushx(ctx: &mut ExecCtx) {
 
 /// Replies with up to `count` elements taken from one end, in pop order, as an
 /// array (Redis's addListRangeReply, reversed for the tail), and removes them.
-fn pop_range_reply(l: &mut ListValue, out: &mut ReplyWriter, front: bool, count: usize) {
+/// Returns how many it removed.
+fn pop_range_reply(l: &mut ListValue, out: &mut ReplyWriter, front: bool, count: usize) -> usize {
     let n = count.min(l.len());
     out.array_len(n);
     if front {
@@ -237,6 +239,7 @@ fn pop_range_reply(l: &mut ListValue, out: &mut ReplyWriter, front: bool, count:
         }
         l.remove_back(n);
     }
+    n
 }
 
 /// LPOP / RPOP with the optional count: a bulk reply without it, an array with it;
@@ -260,7 +263,10 @@ fn pop_generic(ctx: &mut ExecCtx, front: bool) {
     let db = &mut ctx.data.dbs[dbi];
     let out = &mut ctx.out;
     let done = with_list(db, key, now, |l| match count {
-        Some(0) => out.array_len(0),
+        Some(0) => {
+            out.array_len(0);
+            0
+        }
         Some(n) => pop_range_reply(l, out, front, n),
         None => {
             if let Some(e) = if front { l.front() } else { l.back() } {
@@ -271,26 +277,29 @@ fn pop_generic(ctx: &mut ExecCtx, front: bool) {
             } else {
                 l.remove_back(1)
             }
+            1
         }
     });
     let popped = match done {
-        Ok(Some(((), emptied))) => {
-            if count != Some(0) {
+        Ok(Some((n, emptied))) => {
+            if n > 0 {
                 notify_list(pop_event(front), key, dbi, emptied);
             }
-            count != Some(0)
+            n
         }
         Ok(None) if count.is_some() => {
             out.null_array();
-            false
+            0
         }
         Ok(None) => {
             out.null();
-            false
+            0
         }
         Err(()) => return out.error(WRONGTYPE),
     };
-    if !popped {
+    if popped > 0 {
+        ctx.dirty(popped as u64);
+    } else {
         ctx.nothing_changed();
     }
 }
@@ -437,10 +446,14 @@ fn ltrim(ctx: &mut ExecCtx) {
     let done = with_list(db, key, now, |l| {
         let len = l.len();
         match window(start, end, len) {
-            None => l.remove_front(len),
+            None => {
+                l.remove_front(len);
+                len
+            }
             Some((s, e)) => {
                 l.remove_back(len - 1 - e);
                 l.remove_front(s);
+                s + (len - 1 - e)
             }
         }
     });
@@ -448,7 +461,11 @@ fn ltrim(ctx: &mut ExecCtx) {
         Err(()) => ctx.out.error(WRONGTYPE),
         Ok(r) => {
             match r {
-                Some(((), emptied)) => notify_list("ltrim", key, ctx.db, emptied),
+                Some((removed, emptied)) => {
+                    notify_list("ltrim", key, ctx.db, emptied);
+                    // One per element removed: a trim that keeps everything is 0.
+                    ctx.dirty(removed as u64);
+                }
                 None => ctx.nothing_changed(),
             }
             ctx.out.ok()
@@ -471,6 +488,7 @@ fn lrem(ctx: &mut ExecCtx) {
             let (n, emptied) = r.unwrap_or((0, false));
             if n > 0 {
                 notify_list("lrem", key, ctx.db, emptied);
+                ctx.dirty(n as u64);
             } else {
                 ctx.nothing_changed();
             }
@@ -641,6 +659,8 @@ fn lmove_local(ctx: &mut ExecCtx, from_front: bool, to_front: bool) {
     match pushed {
         Ok(_) => {
             notify_move(src, dst, ctx.db, from_front, to_front, emptied);
+            // Two keys written, one change (Redis's lmoveGenericCommand).
+            ctx.dirty(1);
             ctx.out.bulk(&v)
         }
         Err(()) => ctx.out.error(WRONGTYPE),
@@ -730,6 +750,8 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
     if matches!(popped, MoveSrc::Popped(_)) {
         // From here, so subscribers get the events in Redis's order.
         notify_move(&src, &dst, db, from_front, to_front, emptied);
+        // Two keys written, one change, as on one shard.
+        op.count_dirty(1);
     } else {
         // A missing source (or a wrong type) moved nothing.
         op.set_read_only();
@@ -803,21 +825,24 @@ fn lmpop(ctx: &mut ExecCtx) {
         let done = with_list(db, key, now, |l| {
             out.array_len(2);
             out.bulk(key);
-            pop_range_reply(l, out, front, count);
+            pop_range_reply(l, out, front, count)
         });
         match done {
             Ok(None) => continue,
-            Ok(Some(((), emptied))) => {
+            Ok(Some((n, emptied))) => {
                 notify_list(pop_event(front), key, dbi, emptied);
-                popped_from = Some(nth);
+                popped_from = Some((nth, n));
                 break;
             }
             Err(()) => return out.error(WRONGTYPE),
         }
     }
     match popped_from {
-        // Only the list popped from changed.
-        Some(nth) => ctx.only_changed(nth, true),
+        // Only the list popped from changed, by one per element.
+        Some((nth, n)) => {
+            ctx.only_changed(nth, true);
+            ctx.dirty(n as u64);
+        }
         None => {
             out.null_array();
             ctx.nothing_changed();
@@ -896,7 +921,10 @@ fn lmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         }
         // Only the list popped from changed.
         match &result {
-            MpopPart::Popped(key, _) => op.written_only(&[(db, key.as_slice())]),
+            MpopPart::Popped(key, items) => {
+                op.written_only(&[(db, key.as_slice())]);
+                op.count_dirty(items.len() as u64);
+            }
             _ => op.set_read_only(),
         }
         op.release(&cell).await;

@@ -737,6 +737,7 @@ fn function<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             "delete" if sub_arity(g, "function", "delete", 3) => {
                 let name = String::from_utf8_lossy(g.arg(2)).into_owned();
                 if functions::delete(&name) {
+                    functions_changed(g);
                     g.w().ok();
                 } else {
                     g.error("ERR Library not found");
@@ -745,6 +746,7 @@ fn function<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             "flush" if sub_arity(g, "function", "flush", -2) => match flush_mode(g) {
                 Some(true) => {
                     functions::flush();
+                    functions_changed(g);
                     g.w().ok();
                 }
                 Some(false) => g.error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
@@ -790,7 +792,10 @@ async fn function_load(g: &mut GlobalCtx<'_>) {
     })
     .await;
     match rx.await {
-        Ok(Ok(name)) => g.w().bulk(name.as_bytes()),
+        Ok(Ok(name)) => {
+            functions_changed(g);
+            g.w().bulk(name.as_bytes())
+        }
         Ok(Err(e)) => g.error(&e),
         Err(_) => g.error("ERR the script engine failed"),
     }
@@ -830,10 +835,19 @@ async fn function_restore(g: &mut GlobalCtx<'_>) {
     })
     .await;
     match rx.await {
-        Ok(Ok(())) => g.w().ok(),
+        Ok(Ok(())) => {
+            functions_changed(g);
+            g.w().ok()
+        }
         Ok(Err(e)) => g.error(&e),
         Err(_) => g.error("ERR the script engine failed"),
     }
+}
+
+/// FUNCTION LOAD, DELETE, FLUSH and RESTORE change the data: one change for the
+/// counter (Redis's server.dirty), on the home shard as the command has no key.
+fn functions_changed(g: &GlobalCtx<'_>) {
+    g.session.cell.data.borrow_mut().dirty += 1;
 }
 
 fn function_list(g: &mut GlobalCtx<'_>) {

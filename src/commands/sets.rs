@@ -207,6 +207,7 @@ fn sadd(ctx: &mut ExecCtx) {
     };
     if added > 0 {
         ctx.notify(notify::SET, "sadd", key);
+        ctx.dirty(added as u64);
     } else {
         ctx.nothing_changed();
     }
@@ -232,6 +233,7 @@ fn srem(ctx: &mut ExecCtx) {
     }
     if removed > 0 {
         notify_removal("srem", key, ctx.db, empty);
+        ctx.dirty(removed as u64);
     } else {
         ctx.nothing_changed();
     }
@@ -425,6 +427,8 @@ fn spop_count(ctx: &mut ExecCtx) {
         ctx.unchanged = u64::MAX;
         return out.set_len(0);
     }
+    // One change per member popped.
+    ctx.dirty = Some(count.min(set.len()) as u64);
     if count >= set.len() {
         reply_set(out, set);
         db.remove(key);

@@ -435,6 +435,7 @@ fn xtrim(ctx: &mut ExecCtx) {
         out.integer(n as i64);
         if n > 0 {
             stream_event("xtrim", key, dbi);
+            ctx.dirty(n);
         } else {
             ctx.nothing_changed();
         }
@@ -520,6 +521,7 @@ fn xdel(ctx: &mut ExecCtx) {
         out.integer(n as i64);
         if n > 0 {
             stream_event("xdel", key, dbi);
+            ctx.dirty(n as u64);
         } else {
             ctx.nothing_changed();
         }
@@ -588,6 +590,8 @@ fn xsetid(ctx: &mut ExecCtx) {
     }
     out.ok();
     stream_event("xsetid", key, dbi);
+    // Not signalled, but a change for the counter (Redis's xsetidCommand).
+    ctx.dirty(1);
 }
 
 // ---------------------------------------------------------------------------
@@ -713,7 +717,8 @@ fn xgroup(ctx: &mut ExecCtx) {
     let dbi = ctx.db;
     // Group and consumer changes are not writes to the key for WATCH or tracking
     // (Redis 7.0 calls no signalModifiedKey in XGROUP); DESTROY and SETID still wake
-    // clients blocked in XREADGROUP on it, below.
+    // clients blocked in XREADGROUP on it, below. Each subcommand that changed
+    // something counts one change.
     ctx.nothing_changed();
     let exists = match write_parts(ctx, key).0 {
         Err(()) => return ctx.error(WRONGTYPE),
@@ -753,6 +758,7 @@ fn xgroup(ctx: &mut ExecCtx) {
             }
             out.ok();
             stream_event("xgroup-setid", key, dbi);
+            ctx.dirty(1);
             ctx.data.blocked.signal(dbi, key);
         }
         "destroy" => {
@@ -762,6 +768,7 @@ fn xgroup(ctx: &mut ExecCtx) {
                 out.integer(destroyed as i64);
                 if destroyed {
                     stream_event("xgroup-destroy", key, dbi);
+                    ctx.dirty(1);
                     // Its blocked readers retry and get NOGROUP.
                     ctx.data.blocked.signal(dbi, key);
                 }
@@ -776,6 +783,7 @@ fn xgroup(ctx: &mut ExecCtx) {
                 out.integer(created as i64);
                 if created {
                     stream_event("xgroup-createconsumer", key, dbi);
+                    ctx.dirty(1);
                 }
             }
         }
@@ -787,6 +795,7 @@ fn xgroup(ctx: &mut ExecCtx) {
                 out.integer(deleted.unwrap_or(0) as i64);
                 if deleted.is_some() {
                     stream_event("xgroup-delconsumer", key, dbi);
+                    ctx.dirty(1);
                 }
             }
         }
@@ -822,6 +831,8 @@ fn xgroup_create(ctx: &mut ExecCtx, exists: bool, entries_read: i64) {
         .insert(group.to_vec(), ConsumerGroup::new(id, entries_read));
     out.ok();
     stream_event("xgroup-create", key, ctx.db);
+    // One change, with or without MKSTREAM.
+    ctx.dirty(1);
 }
 
 // ---------------------------------------------------------------------------
@@ -851,6 +862,7 @@ fn xack(ctx: &mut ExecCtx) {
     if let Some(g) = s.ok().flatten().and_then(|s| s.groups.get_mut(group)) {
         let n = ids.into_iter().filter(|id| g.ack(*id)).count();
         out.integer(n as i64);
+        ctx.dirty(n as u64);
     }
 }
 
@@ -1062,14 +1074,17 @@ fn xclaim(ctx: &mut ExecCtx) {
         return;
     };
     let had_consumer = g.consumers.contains_key(name);
-    if o.last_id > g.last_id {
+    let bumped = o.last_id > g.last_id;
+    if bumped {
         g.last_id = o.last_id;
     }
     let mut claimed = Vec::new();
+    // Pending entries dropped because their entry is gone.
+    let mut dropped = 0;
     let mut consumer: Option<Arc<[u8]>> = None;
     for id in ids {
         if !s.contains(id) {
-            g.ack(id);
+            dropped += u64::from(g.ack(id));
             continue;
         }
         match g.pel.get(&id) {
@@ -1107,7 +1122,11 @@ fn xclaim(ctx: &mut ExecCtx) {
         reply_claimed(out, s, *id, o.justid);
     }
     s.groups.insert(group.to_vec(), g);
-    notify_new_consumer(s, group, name, had_consumer, key, dbi);
+    let created = notify_new_consumer(s, group, name, had_consumer, key, dbi);
+    // Redis's xclaimCommand: one change per entry claimed or dropped, one for a
+    // consumer created, and one for a LASTID bump when nothing else changed.
+    let changes = claimed.len() as u64 + dropped;
+    ctx.dirty(changes + u64::from(created) + u64::from(bumped && changes == 0));
 }
 
 /// An XCLAIM / XAUTOCLAIM result: the ID alone, or the entry.
@@ -1220,7 +1239,9 @@ fn xautoclaim(ctx: &mut ExecCtx) {
         reply_id(out, *id);
     }
     s.groups.insert(group.to_vec(), g);
-    notify_new_consumer(s, group, name, had_consumer, key, dbi);
+    let created = notify_new_consumer(s, group, name, had_consumer, key, dbi);
+    // One change per entry claimed or dropped, one for a consumer created.
+    ctx.dirty((claimed.len() + deleted.len()) as u64 + u64::from(created));
 }
 
 // ---------------------------------------------------------------------------
@@ -1609,6 +1630,8 @@ async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
         if !served || !group_cmd {
             op.set_read_only();
         }
+        // serve_key counted the changes on each shard.
+        op.count_dirty(0);
         if !matches!(outcome, Outcome::Nothing) || req.block.is_none() || in_multi {
             if let Some(r) = reg.as_ref() {
                 r.state.finish();
@@ -1934,12 +1957,16 @@ fn serve_key(
             serve_new(&mut w, s, group, consumer, last, spec, now);
         }
     }
-    notify_new_consumer(s, group, consumer, had_consumer, key, db);
+    let created = notify_new_consumer(s, group, consumer, had_consumer, key, db);
+    // Redis's change counter: one for a consumer created, and one per key a group read
+    // served at once (not when it serves a client that was blocked).
+    d.dirty += u64::from(created) + u64::from(!spec.retry);
     KeyServe::Data(buf)
 }
 
 /// "xgroup-createconsumer" when a command created the consumer as a side effect
-/// (XREADGROUP, XCLAIM, XAUTOCLAIM), as Redis's streamCreateConsumer does.
+/// (XREADGROUP, XCLAIM, XAUTOCLAIM), as Redis's streamCreateConsumer does. Whether it
+/// was created.
 fn notify_new_consumer(
     s: &StreamValue,
     group: &[u8],
@@ -1947,7 +1974,7 @@ fn notify_new_consumer(
     had: bool,
     key: &[u8],
     db: usize,
-) {
+) -> bool {
     let has = s
         .groups
         .get(group)
@@ -1955,6 +1982,7 @@ fn notify_new_consumer(
     if !had && has {
         stream_event("xgroup-createconsumer", key, db);
     }
+    !had && has
 }
 
 /// XREADGROUP with an ID: the consumer's pending entries after `gt` (deleted ones

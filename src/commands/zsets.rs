@@ -442,6 +442,7 @@ fn zadd_generic(ctx: &mut ExecCtx, zincrby: bool) {
     };
     if t.added + t.updated > 0 {
         ctx.notify(notify::ZSET, if flags.incr { "zincr" } else { "zadd" }, key);
+        ctx.dirty((t.added + t.updated) as u64);
     } else {
         ctx.nothing_changed();
     }
@@ -490,6 +491,7 @@ fn zrem(ctx: &mut ExecCtx) {
     let emptied = drop_if_empty(ctx, key);
     if removed > 0 {
         notify_removal("zrem", key, ctx.db, emptied);
+        ctx.dirty(removed as u64);
     } else {
         ctx.nothing_changed();
     }
@@ -939,6 +941,7 @@ fn zremrange_generic(ctx: &mut ExecCtx, kind: RangeType) {
             _ => "zremrangebyrank",
         };
         notify_removal(event, key, ctx.db, emptied);
+        ctx.dirty(removed as u64);
     } else {
         ctx.nothing_changed();
     }
@@ -997,6 +1000,7 @@ fn zpop_generic(ctx: &mut ExecCtx, max: bool) {
     let emptied = drop_if_empty(ctx, key);
     if !items.is_empty() {
         notify_removal(pop_event(max), key, ctx.db, emptied);
+        ctx.dirty(items.len() as u64);
     } else {
         ctx.nothing_changed();
     }
@@ -1090,6 +1094,7 @@ fn zmpop(ctx: &mut ExecCtx) {
         ctx.only_changed(i - first, !items.is_empty());
         if !items.is_empty() {
             notify_removal(pop_event(p.max), key, ctx.db, emptied);
+            ctx.dirty(items.len() as u64);
         }
         return reply_mpop(&mut ctx.out, Some((key, &items)));
     }
@@ -1146,7 +1151,8 @@ fn zmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         // Only the key popped from changed.
         match &outcome {
             Some((key, PopStep::Popped(items))) if !items.is_empty() => {
-                op.written_only(&[(db, key.as_slice())])
+                op.written_only(&[(db, key.as_slice())]);
+                op.count_dirty(items.len() as u64);
             }
             _ => op.set_read_only(),
         }

@@ -41,6 +41,9 @@ pub struct MultiShardOp {
     shards: Vec<usize>,
     /// The keys locked on each shard of `shards` (empty for whole-shard locks).
     keys: Vec<Vec<(u8, Vec<u8>)>>,
+    /// What the operation adds to the change counter in all, when it says so
+    /// (`count_dirty`); None: one per key written, on each key's shard.
+    dirty: Option<u64>,
 }
 
 impl MultiShardOp {
@@ -119,6 +122,7 @@ impl MultiShardOp {
             client: owner.client,
             shards,
             keys,
+            dirty: None,
         }
     }
 
@@ -135,6 +139,13 @@ impl MultiShardOp {
         for keys in &mut self.keys {
             keys.retain(|(db, k)| written.iter().any(|(d, w)| *d == *db as usize && *w == k));
         }
+    }
+
+    /// The operation adds `n` to the change counter in all, as Redis's server.dirty
+    /// counts it (RENAME is one change, though it writes two keys), instead of one per
+    /// key written. The count goes to the first shard locked.
+    pub fn count_dirty(&mut self, n: u64) {
+        self.dirty = Some(n);
     }
 
     pub fn shards(&self) -> &[usize] {
@@ -202,7 +213,13 @@ impl MultiShardOp {
     /// every shard's locks are released.
     pub async fn release(self, cell: &Rc<ShardCell>) {
         let (txn, write, client) = (self.txn, self.write, self.client);
-        for (s, keys) in self.shards.into_iter().zip(self.keys) {
+        let dirty = self.dirty;
+        for (i, (s, keys)) in self.shards.into_iter().zip(self.keys).enumerate() {
+            let counted = match dirty {
+                Some(n) if i == 0 => n,
+                Some(_) => 0,
+                None => keys.len() as u64,
+            };
             cell.tell(s, move |c| {
                 // Locks go first: the clients the signals serve in place need the keys.
                 c.locks.borrow_mut().release(txn);
@@ -211,7 +228,7 @@ impl MultiShardOp {
                     // The writes are the operation's client's (tracking's NOLOOP),
                     // whatever command ran last on this shard.
                     d.tracking.writer = client;
-                    d.dirty += keys.len() as u64;
+                    d.dirty += counted;
                     for (db, k) in &keys {
                         d.signal_modified(*db as usize, k);
                         super::blocking::signal_key(&c.locks, &mut d, *db as usize, k);

@@ -436,10 +436,9 @@ async fn run_global(
     };
     f(&mut ctx).await;
     if let Some(argv) = propagated {
-        if let Some((idx, spec)) = super::lookup(&argv[0]) {
-            let _ = idx;
+        if let Some((idx, _)) = super::lookup(&argv[0]) {
             let args = OwnedArgs::new(&argv);
-            crate::effects::after_global(txn, db, spec, &args.args(), &out[before..]);
+            crate::effects::after_global(txn, db, idx, &args.args(), &out[before..]);
         }
     }
 }

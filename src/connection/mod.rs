@@ -751,7 +751,7 @@ impl Connection {
         if crate::effects::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
             let (txn, db) = (self.session.exec_owner, self.session.db);
             let reply = &self.reply_target()[before..];
-            crate::effects::after_global(txn, db, spec, &args, reply);
+            crate::effects::after_global(txn, db, idx, &args, reply);
         }
         self.finish_local(idx, before, t0, &args);
         self.note_local(before);
@@ -859,7 +859,7 @@ impl Connection {
         };
         if !may_block {
             f(&mut ctx).await;
-            self.after_global(spec, args, before);
+            self.after_global(idx, args, before);
             self.finish_local(idx, before, t0, args);
             return;
         }
@@ -879,15 +879,15 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         }
-        self.after_global(spec, args, before);
+        self.after_global(idx, args, before);
         self.finish_local(idx, before, t0, args);
     }
 
     /// Propagates what a keyless or multi-shard command did (its reply is at `before`).
-    fn after_global(&self, spec: &commands::CommandSpec, args: &Args<'_>, before: usize) {
+    fn after_global(&self, idx: u16, args: &Args<'_>, before: usize) {
         if crate::effects::active() {
             let (txn, db) = (self.session.exec_owner, self.session.db);
-            crate::effects::after_global(txn, db, spec, args, &self.out[before..]);
+            crate::effects::after_global(txn, db, idx, args, &self.out[before..]);
         }
     }
 

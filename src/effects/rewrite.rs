@@ -35,12 +35,13 @@ pub fn after_keyed(
 }
 
 /// After a keyless or multi-shard (coordinator) command ran at home.
-pub fn after_global(txn: Option<u64>, db: usize, spec: &CommandSpec, args: &Args, reply: &[u8]) {
+/// `idx` is the command's index in the table.
+pub fn after_global(txn: Option<u64>, db: usize, idx: u16, args: &Args, reply: &[u8]) {
     // A container's flags are its subcommand's (FUNCTION LOAD writes, FUNCTION LIST
     // does not).
     let t = crate::commands::table();
-    let cmd_flags = crate::commands::lookup(spec.name.as_bytes())
-        .map_or(spec.flags, |(idx, _)| t.stat_flags(t.stat_id(idx, args)));
+    let spec = &t.specs[idx as usize];
+    let cmd_flags = t.stat_flags(t.stat_id(idx, args));
     let replicates = cmd_flags & (flags::WRITE | flags::MAY_REPLICATE) != 0;
     if !replicates || reply.first() == Some(&b'-') || self_propagating(spec.name) {
         return;

@@ -6,10 +6,11 @@
 //! 1. the handler runs, with the caller as tracking's writer (NOLOOP);
 //! 2. keys it found expired are invalidated, then the keys a tracked read touched are
 //!    remembered (Redis's lazy expiry comes before the read it served);
-//! 3. propagation: the expiry DELs, then the command's own effect (before anything a
+//! 3. the change counter and memory: each changed key is re-measured, the dataset
+//!    published when maxmemory needs it; what the counter got says whether the
+//!    command changed anything;
+//! 4. propagation: the expiry DELs, then the command's own effect (before anything a
 //!    wake-up below serves, which Redis propagates after the write that fed it);
-//! 4. the change counter and memory: each changed key is re-measured, the dataset
-//!    published when maxmemory needs it;
 //! 5. WATCH and tracking invalidations, then blocked clients, for the keys changed;
 //!    BCAST invalidations go out with the command (a transaction's at its end);
 //! 6. stats: commandstats, errorstats, the latency histogram; the slowlog entry is
@@ -113,18 +114,16 @@ where
             }
         }
     }
+    let wrote = !failed && spec.has(flags::WRITE);
+    let changes = if wrote {
+        account_write(data, call.db, call.keys.clone(), unchanged, dirty)
+    } else {
+        0
+    };
     if crate::effects::active() {
         let reply = &out[before..];
-        let changed = match dirty {
-            Some(n) => n > 0,
-            None => crate::commands::changed_keys(unchanged, call.keys.clone().count()) > 0,
-        };
         let unit = (call.txn, call.db);
-        crate::effects::after_keyed(data, unit, spec, &call.args, reply, changed);
-    }
-    let wrote = !failed && spec.has(flags::WRITE);
-    if wrote {
-        account_write(data, call.db, call.keys.clone(), unchanged, dirty);
+        crate::effects::after_keyed(data, unit, spec, &call.args, reply, changes > 0);
     }
     if !data.write_hooks_idle() {
         if wrote {
@@ -138,21 +137,24 @@ where
 }
 
 /// The change counter (what the handler counted, else one per key changed) and the
-/// memory charge of the keys written.
+/// memory charge of the keys written. Returns what it added to the counter: whether
+/// the command changed anything.
 fn account_write<'k>(
     data: &mut ShardData,
     db: usize,
     keys: impl Iterator<Item = &'k [u8]>,
     unchanged: u64,
     dirty: Option<u64>,
-) {
+) -> u64 {
     let mut n = 0;
     for k in keys {
         data.dbs[db].recharge(k);
         n += 1;
     }
-    data.dirty += dirty.unwrap_or_else(|| crate::commands::changed_keys(unchanged, n));
+    let changes = dirty.unwrap_or_else(|| crate::commands::changed_keys(unchanged, n));
+    data.dirty += changes;
     data.publish_if_limited();
+    changes
 }
 
 /// WATCH, tracking and blocked clients learn of each key the command changed.

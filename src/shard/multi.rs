@@ -10,16 +10,20 @@ use super::locks::{self, LockOwner, LockSet, TxnId};
 use super::{ShardCell, ShardData};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
 
-/// After each step on a shard: the keys it found expired are propagated (their DELs
-/// go before the operation's own effect, which its coordinator propagates at the end,
-/// and into its transaction's block when it has one) and invalidated for tracking.
-fn after_step(d: &mut ShardData, txn: TxnId) {
+/// Runs one step of operation `txn` on a shard's data. Afterwards the keys the step
+/// found expired are propagated (their DELs go before the operation's own effect,
+/// which its coordinator propagates at the end, and into its transaction's block when
+/// it has one) and invalidated for tracking.
+fn step<R>(cell: &ShardCell, txn: TxnId, f: impl FnOnce(&mut ShardData) -> R) -> R {
+    let d = &mut cell.data.borrow_mut();
+    let r = f(d);
     if crate::effects::active() {
         crate::effects::drain_expired(d, Some(txn));
     }
     if d.tracking.active() {
         d.drain_lazy_expired();
     }
+    r
 }
 
 /// A key and its string value.
@@ -159,13 +163,7 @@ impl MultiShardOp {
         F: FnOnce(&mut ShardData) -> R + Send + 'static,
     {
         let txn = self.txn;
-        cell.call(shard, move |c| {
-            let d = &mut c.data.borrow_mut();
-            let r = f(d);
-            after_step(d, txn);
-            r
-        })
-        .await
+        cell.call(shard, move |c| step(c, txn, f)).await
     }
 
     /// Runs `f` on every locked shard, concurrently; results in ascending shard order.
@@ -185,20 +183,14 @@ impl MultiShardOp {
             let g = f.clone();
             let txn = self.txn;
             cell.tell(s, move |c| {
-                let d = &mut c.data.borrow_mut();
-                let r = g(d);
-                after_step(d, txn);
-                let _ = tx.send(r);
+                let _ = tx.send(step(c, txn, g));
             })
             .await;
             waits.push((s, rx));
         }
         let mut out: Vec<(usize, R)> = Vec::with_capacity(self.shards.len());
         if let Some(s) = local {
-            let d = &mut cell.data.borrow_mut();
-            let r = f(d);
-            after_step(d, self.txn);
-            out.push((s, r));
+            out.push((s, step(cell, self.txn, f)));
         }
         for (s, rx) in waits {
             if let Ok(r) = rx.await {

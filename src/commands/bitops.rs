@@ -685,7 +685,7 @@ fn bitop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         if result.is_err() {
             lock.set_read_only();
         }
-        lock.release(&cell).await;
+        g.release(lock).await;
         match result {
             Ok(n) => g.w().integer(n as i64),
             Err(e) => g.error(e),

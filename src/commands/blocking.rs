@@ -124,6 +124,51 @@ impl Popped {
     }
 }
 
+/// What serving a blocking pop propagates: its non-blocking form for what it popped
+/// (Redis rewrites BLPOP as LPOP, BLMPOP as LPOP key count, BLMOVE as LMOVE ...).
+fn pop_effect(kind: PopKind, key: &[u8], popped: &Popped, dst: Option<&[u8]>) -> Vec<Vec<u8>> {
+    let side = |front: bool| {
+        if front {
+            b"LEFT".to_vec()
+        } else {
+            b"RIGHT".to_vec()
+        }
+    };
+    let count = || match popped {
+        Popped::One(_) => b"1".to_vec(),
+        Popped::Many(items) => items.len().to_string().into_bytes(),
+        Popped::Scored(items) => items.len().to_string().into_bytes(),
+    };
+    let key = key.to_vec();
+    match kind {
+        PopKind::List { front } => vec![pop_name(front, b"LPOP", b"RPOP"), key],
+        PopKind::ListMany { front, .. } => vec![pop_name(front, b"LPOP", b"RPOP"), key, count()],
+        PopKind::ZSet { max } => vec![pop_name(max, b"ZPOPMAX", b"ZPOPMIN"), key],
+        PopKind::ZSetMany { max, .. } => {
+            vec![pop_name(max, b"ZPOPMAX", b"ZPOPMIN"), key, count()]
+        }
+        // BRPOPLPUSH's own sides: its non-blocking form.
+        PopKind::Move {
+            from_front: false,
+            to_front: true,
+        } => vec![b"RPOPLPUSH".to_vec(), key, dst.unwrap_or_default().to_vec()],
+        PopKind::Move {
+            from_front,
+            to_front,
+        } => vec![
+            b"LMOVE".to_vec(),
+            key,
+            dst.unwrap_or_default().to_vec(),
+            side(from_front),
+            side(to_front),
+        ],
+    }
+}
+
+fn pop_name(first: bool, a: &[u8], b: &[u8]) -> Vec<u8> {
+    if first { a } else { b }.to_vec()
+}
+
 /// The outcome of one try over all keys.
 enum Try {
     Empty,
@@ -307,6 +352,9 @@ pub(crate) enum WaitEnd {
 
 /// The blocking loop shared by every command: try, else wait and retry.
 async fn run(g: &mut GlobalCtx<'_>, req: Request) {
+    // A pop propagates as its non-blocking form where it is served: on the keys'
+    // shard (`one_hop`, `LocalPop::serve`), or before the locks go (below).
+    g.propagation.nothing();
     let cell = g.session.cell.clone();
     let db = g.session.db;
     let deadline = req.timeout.map(|t| Instant::now() + t);
@@ -344,13 +392,17 @@ async fn run(g: &mut GlobalCtx<'_>, req: Request) {
             _ => 0,
         });
         let in_multi = g.session.multi.is_some() || g.session.exec_owner.is_some();
+        if let Try::Served(key, popped) = &outcome {
+            let effect = pop_effect(req.kind, key, popped, req.dst.as_deref());
+            g.propagation.rewrite(|| effect);
+        }
         if !matches!(outcome, Try::Empty) || in_multi {
             // Done before the release signals the keys, so the next client in line
             // is the one woken.
             if let Some(r) = reg.as_ref() {
                 r.state.finish();
             }
-            op.release(&cell).await;
+            g.release(op).await;
             drop(reg);
             return reply(&mut g.w(), &req, outcome);
         }
@@ -469,6 +521,11 @@ async fn one_hop(
                 Try::Served(ref key, ref p) => {
                     st.finish();
                     d.dirty += p.changes(retry);
+                    if crate::effects::active() {
+                        crate::effects::drain_expired(&mut d, None);
+                        let effect = pop_effect(r.kind, key, p, r.dst.as_deref());
+                        crate::effects::propagate(None, db, effect);
+                    }
                     d.signal_modified(db, key);
                     if let Some(dst) = &r.dst {
                         d.signal_modified(db, dst);
@@ -838,6 +895,10 @@ impl LocalServe for LocalPop {
             let emptied = data.dbs[db].peek(key).is_none();
             push_one(data, db, dst, &v, to_front);
             notify_move(key, dst, db, (from_front, to_front), emptied);
+            if crate::effects::active() {
+                let effect = pop_effect(self.kind, key, &Popped::One(v.clone()), Some(dst));
+                crate::effects::propagate(None, db, effect);
+            }
             w.bulk(&v);
             return Some(ServedReply {
                 reply: out,
@@ -847,6 +908,10 @@ impl LocalServe for LocalPop {
         match pop_key(&mut data.dbs[db], key, now, self.kind, true) {
             Ok(Some(p)) => {
                 data.dirty += p.changes(true);
+                if crate::effects::active() {
+                    let effect = pop_effect(self.kind, key, &p, None);
+                    crate::effects::propagate(None, db, effect);
+                }
                 reply_kind(&mut w, self.kind, Try::Served(key.to_vec(), p));
                 Some(ServedReply {
                     reply: out,

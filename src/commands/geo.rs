@@ -746,7 +746,7 @@ async fn search_across(g: &mut GlobalCtx<'_>, mode: Mode) {
         Some(dst) => op.written_only(&[(db, dst.as_slice())]),
         None => op.set_read_only(),
     }
-    op.release(&cell).await;
+    g.release(op).await;
     g.out.extend_from_slice(&reply);
 }
 

@@ -348,7 +348,12 @@ fn hincrbyfloat(ctx: &mut ExecCtx) {
     match result {
         Some(Ok(text)) => {
             ctx.notify(notify::HASH, "hincrbyfloat", args.get(1));
-            ctx.out.bulk(&text)
+            ctx.out.bulk(&text);
+            // The result, not the increment: float arithmetic must not run twice.
+            ctx.propagation.rewrite(|| {
+                let (key, field) = (args.get(1).to_vec(), args.get(2).to_vec());
+                vec![b"HSET".to_vec(), key, field, text]
+            })
         }
         Some(Err(e)) => ctx.error(e),
         None => {}

@@ -238,7 +238,7 @@ fn pfcount_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let r = fetch(&op, &cell, db, &keys).await;
         // Merged on the fly: nothing is written.
         op.set_read_only();
-        op.release(&cell).await;
+        g.release(op).await;
         match r {
             Ok((max, _)) => g.w().integer(hll::count_registers(&max) as i64),
             Err(e) => g.error(e),
@@ -312,7 +312,7 @@ fn pfmerge_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             Ok(()) => op.written_only(&[(db, g.args[1].as_slice())]),
             Err(_) => op.set_read_only(),
         }
-        op.release(&cell).await;
+        g.release(op).await;
         match r {
             Ok(()) => g.w().ok(),
             Err(e) => g.error(e),

@@ -214,11 +214,35 @@ fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
     if when <= now as i64 {
         ctx.db().remove(key);
         ctx.notify(notify::GENERIC, "del", key);
+        let del = deleted_as(ctx, "lazyfree-lazy-server-del");
+        ctx.propagation.rewrite(|| vec![del.to_vec(), key.to_vec()]);
     } else {
         ctx.db().set_expire(key, when as u64);
         ctx.notify(notify::GENERIC, "expire", key);
+        ctx.propagation
+            .rewrite(|| pexpireat_effect(key, when as u64));
     }
     ctx.out.integer(1);
+}
+
+/// `PEXPIREAT key deadline`: how every relative or absolute expiry propagates (a
+/// relative one would restart on the replica).
+pub(crate) fn pexpireat_effect(key: &[u8], at: u64) -> Vec<Vec<u8>> {
+    vec![
+        b"PEXPIREAT".to_vec(),
+        key.to_vec(),
+        at.to_string().into_bytes(),
+    ]
+}
+
+/// DEL, or UNLINK when the lazyfree setting `param` says so: how a key a command
+/// deleted by giving it a past deadline propagates.
+pub(crate) fn deleted_as(ctx: &ExecCtx, param: &str) -> &'static [u8] {
+    if ctx.data.config.bool_param(param) == Some(true) {
+        b"UNLINK"
+    } else {
+        b"DEL"
+    }
 }
 
 fn expire(ctx: &mut ExecCtx) {
@@ -371,7 +395,7 @@ async fn rename_across_generic(g: &mut GlobalCtx<'_>, nx: bool) {
     }
     // Two keys written, one change, as on one shard.
     op.count_dirty(1);
-    op.release(&cell).await;
+    g.release(op).await;
     let mut w = g.w();
     match (reply, nx) {
         (Err(e), _) => w.error(e),
@@ -484,7 +508,7 @@ fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         // The source was only read.
         let written: &[(usize, &[u8])] = &[(o.db, &dst)];
         op.written_only(if copied == 1 { written } else { &[] });
-        op.release(&cell).await;
+        g.release(op).await;
         g.w().integer(copied);
     })
 }
@@ -667,12 +691,26 @@ fn restore(ctx: &mut ExecCtx) {
         (t, true) => t as u64,
         (t, false) => now.saturating_add(t as u64),
     };
-    if replace {
-        ctx.db().remove(key);
-    }
+    let deleted = replace && ctx.db().remove(key).is_some();
     if at != NO_EXPIRE && at <= now {
         // Already expired: Redis replies OK and does not create the key.
+        if deleted {
+            let del = deleted_as(ctx, "lazyfree-lazy-server-del");
+            ctx.propagation.rewrite(|| vec![del.to_vec(), key.to_vec()]);
+        } else {
+            ctx.nothing_changed();
+        }
         return ctx.out.ok();
+    }
+    if ttl > 0 && !absttl {
+        // The deadline, not the TTL, reaches the replica.
+        let args = ctx.args;
+        ctx.propagation.rewrite(|| {
+            let mut argv = args.to_vecs();
+            argv[2] = at.to_string().into_bytes();
+            argv.push(b"ABSTTL".to_vec());
+            argv
+        });
     }
     // As Redis's objectSetLRUOrLFU: FREQ counts under an LFU policy, IDLETIME otherwise.
     let lfu = ctx.data.mem.lfu.is_some();
@@ -710,7 +748,7 @@ fn keys<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 out
             })
             .await;
-        op.release(&cell).await;
+        g.release(op).await;
         let n: usize = parts.iter().map(|p| p.len()).sum();
         let mut w = g.w();
         w.array_len(n);

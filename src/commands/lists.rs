@@ -756,7 +756,7 @@ async fn lmove_across_generic(g: &mut GlobalCtx<'_>, from_front: bool, to_front:
         // A missing source (or a wrong type) moved nothing.
         op.set_read_only();
     }
-    op.release(&cell).await;
+    g.release(op).await;
     let mut w = g.w();
     match popped {
         MoveSrc::Missing => w.null(),
@@ -842,6 +842,9 @@ fn lmpop(ctx: &mut ExecCtx) {
         Some((nth, n)) => {
             ctx.only_changed(nth, true);
             ctx.dirty(n as u64);
+            let cmd: &[u8] = if front { b"LPOP" } else { b"RPOP" };
+            ctx.propagation
+                .rewrite(|| super::counted_pop(cmd, argv[2 + nth], n));
         }
         None => {
             out.null_array();
@@ -924,10 +927,13 @@ fn lmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             MpopPart::Popped(key, items) => {
                 op.written_only(&[(db, key.as_slice())]);
                 op.count_dirty(items.len() as u64);
+                let cmd: &[u8] = if front { b"LPOP" } else { b"RPOP" };
+                g.propagation
+                    .rewrite(|| super::counted_pop(cmd, key, items.len()));
             }
             _ => op.set_read_only(),
         }
-        op.release(&cell).await;
+        g.release(op).await;
         let mut w = g.w();
         match result {
             MpopPart::Nothing => w.null_array(),

@@ -157,6 +157,15 @@ pub struct ExecCtx<'a> {
     /// Redis's server.dirty) when it says so (`dirty`): Redis counts per element for
     /// many commands (SADD s a b c is 3). None: one per key changed.
     pub dirty: Option<u64>,
+    /// What the command propagates, when it is not the command as it came (see
+    /// `effects::Propagation`).
+    pub propagation: crate::effects::Propagation,
+}
+
+/// `CMD key n`: how a pop of `n` elements propagates (LMPOP as LPOP / RPOP, ZMPOP as
+/// ZPOPMIN / ZPOPMAX, and their blocking forms), as Redis rewrites them.
+pub fn counted_pop(cmd: &[u8], key: &[u8], n: usize) -> Vec<Vec<u8>> {
+    vec![cmd.to_vec(), key.to_vec(), n.to_string().into_bytes()]
 }
 
 /// How many of a command's `keys` keys it changed, given its handler's `unchanged`.
@@ -341,9 +350,26 @@ pub struct GlobalCtx<'a> {
     pub out: &'a mut Vec<u8>,
     /// The command writes: its multi-shard locks invalidate WATCHes on release.
     pub write: bool,
+    /// What the command propagates (see `effects::Propagation`); a coordinator reports
+    /// there what its multi-shard operations changed.
+    pub propagation: crate::effects::Propagation,
 }
 
 impl GlobalCtx<'_> {
+    /// Ends a multi-shard operation the command ran: what it propagates (as stated,
+    /// or itself if the operation changed anything) goes into the effect stream while
+    /// its locks are still held, so no other write to its keys can come in between;
+    /// then the locks go.
+    pub async fn release(&mut self, op: crate::shard::multi::MultiShardOp) {
+        self.propagation.changed(op.changes());
+        if crate::effects::active() {
+            let (txn, db) = (self.session.exec_owner, self.session.db);
+            self.propagation.flush(txn, db, &self.args);
+        }
+        let cell = self.session.cell.clone();
+        op.release(&cell).await;
+    }
+
     pub fn w(&mut self) -> ReplyWriter<'_> {
         ReplyWriter {
             out: self.out,

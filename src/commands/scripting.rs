@@ -253,6 +253,7 @@ async fn run_script(
     if captured {
         crate::effects::end_capture(owner.id, !crate::replication::is_replica());
     }
+    // What the script ran propagated on its own (captured above).
     op.release(&cell).await;
     // Client tracking: a script that read anything tracks its declared keys for its
     // caller, as Redis remembers the EVAL's keys.
@@ -433,12 +434,15 @@ async fn run_global(
         args: argv,
         out,
         write,
+        propagation: crate::effects::Propagation::global(),
     };
     f(&mut ctx).await;
+    let stated = std::mem::take(&mut ctx.propagation);
     if let Some(argv) = propagated {
         if let Some((idx, _)) = super::lookup(&argv[0]) {
             let args = OwnedArgs::new(&argv);
-            crate::effects::after_global(txn, db, idx, &args.args(), &out[before..]);
+            let failed = out.get(before) == Some(&b'-');
+            crate::effects::after_global(txn, db, idx, &args.args(), failed, stated);
         }
     }
 }

@@ -60,7 +60,7 @@ fn dbsize<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             .await
             .into_iter()
             .sum();
-        op.release(&cell).await;
+        g.release(op).await;
         g.w().integer(n as i64);
     })
 }
@@ -108,7 +108,10 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             d.blocked.signal_all();
         })
         .await;
-        op.release(&cell).await;
+        // Propagated even when the database was empty (Redis forces FLUSHDB).
+        let argv = g.args.clone();
+        g.propagation.rewrite(|| argv);
+        g.release(op).await;
         // Every tracking client learns that all it cached is gone (a null).
         crate::tracking::notify_flush(&cell).await;
         g.w().ok();
@@ -130,7 +133,10 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             d.blocked.signal_all();
         })
         .await;
-        op.release(&cell).await;
+        // Propagated even when every database was empty (Redis forces FLUSHALL).
+        let argv = g.args.clone();
+        g.propagation.rewrite(|| argv);
+        g.release(op).await;
         // Every tracking client learns that all it cached is gone (a null).
         crate::tracking::notify_flush(&cell).await;
         g.w().ok();
@@ -164,7 +170,10 @@ fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             })
             .await;
         }
-        op.release(&cell).await;
+        // Propagated always: Redis counts SWAPDB as a change whatever it swapped.
+        let argv = g.args.clone();
+        g.propagation.rewrite(|| argv);
+        g.release(op).await;
         g.w().ok();
     })
 }

@@ -401,7 +401,13 @@ fn spop(ctx: &mut ExecCtx) {
     }
     notify_removal("spop", key, ctx.db, empty);
     reply_member(&mut ctx.out, popped.as_ref());
+    // The member, not the random choice, reaches the replica.
+    ctx.propagation
+        .rewrite(|| vec![b"SREM".to_vec(), key.to_vec(), popped.as_ref().to_vec()]);
 }
+
+/// Members SPOP with a count propagates per SREM (Redis's SPOP_MOVE_BATCH_COUNT).
+const SREM_BATCH: usize = 1024;
 
 /// SPOP key count: a RESP3 set of up to `count` distinct members, removed.
 fn spop_count(ctx: &mut ExecCtx) {
@@ -412,6 +418,7 @@ fn spop_count(ctx: &mut ExecCtx) {
     };
     let key = ctx.args.get(1);
     let now = ctx.now;
+    let del = super::keys::deleted_as(ctx, "lazyfree-lazy-server-del");
     let data = &mut *ctx.data;
     let db = &mut data.dbs[ctx.db];
     let out = &mut ctx.out;
@@ -432,6 +439,8 @@ fn spop_count(ctx: &mut ExecCtx) {
     if count >= set.len() {
         reply_set(out, set);
         db.remove(key);
+        // The whole set went: one DEL says it.
+        ctx.propagation.rewrite(|| vec![del.to_vec(), key.to_vec()]);
         return notify_removal("spop", key, ctx.db, true);
     }
     let popped: Vec<Member> = distinct_random(set, count, &mut data.rng)
@@ -444,6 +453,16 @@ fn spop_count(ctx: &mut ExecCtx) {
         set.remove_ref(m.as_ref());
     }
     notify_removal("spop", key, ctx.db, false);
+    // The members chosen, in SREMs of at most SREM_BATCH members each.
+    if ctx.propagation.on() {
+        ctx.propagation.nothing();
+        for batch in popped.chunks(SREM_BATCH) {
+            let mut argv = Vec::with_capacity(batch.len() + 2);
+            argv.extend([b"SREM".to_vec(), key.to_vec()]);
+            argv.extend(batch.iter().map(|m| m.as_ref().to_vec()));
+            ctx.propagation.also(|| argv);
+        }
+    }
 }
 
 /// Whether `key` holds a set, nothing, or another type.
@@ -558,7 +577,7 @@ fn smove_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             .map(|(_, k)| (db, k.as_slice()))
             .collect();
         op.written_only(&written);
-        op.release(&cell).await;
+        g.release(op).await;
         match taken {
             Err(()) => g.w().error(WRONGTYPE),
             Ok(moved) => g.w().integer(moved as i64),
@@ -870,7 +889,7 @@ async fn set_op_across(g: &mut GlobalCtx<'_>, op: SetOp, lay: Layout, card_limit
     if lay.dst.is_none() || reply.is_err() {
         msop.set_read_only();
     }
-    msop.release(&cell).await;
+    g.release(msop).await;
     match reply {
         Err(()) => g.error(WRONGTYPE),
         Ok(Err(n)) => g.w().integer(n),

@@ -378,7 +378,7 @@ async fn sort_generic(g: &mut GlobalCtx<'_>, readonly: bool) {
         (Ok(Output::Stored(_, true)), Some(dst)) => op.written_only(&[(db, dst.as_slice())]),
         _ => op.set_read_only(),
     }
-    op.release(&cell).await;
+    g.release(op).await;
     let mut w = g.w();
     match result {
         Err(e) => w.error(e),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::blocking::{wait, Registration, WaitEnd};
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1};
-use super::{parse_i64, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
+use super::{parse_i64, Args, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::shard::blocking::{BlockState, UNBLOCK_ERROR, UNBLOCK_NONE};
 use crate::shard::multi::MultiShardOp;
@@ -265,6 +265,8 @@ struct AddTrim {
     id: Option<(StreamId, bool)>,
     /// XADD: index of the ID argument.
     id_at: usize,
+    /// Index of the MAXLEN / MINID argument, when given.
+    rule_at: usize,
 }
 
 fn parse_add_trim(ctx: &ExecCtx, xadd: bool) -> Result<AddTrim, &'static str> {
@@ -283,6 +285,7 @@ fn parse_add_trim(ctx: &ExecCtx, xadd: bool) -> Result<AddTrim, &'static str> {
                 return Err("ERR syntax error, MAXLEN and MINID options at the same time are not compatible");
             }
             let maxlen = args.is(i, "maxlen");
+            a.rule_at = i;
             a.approx = false;
             let next = args.get(i + 1);
             if more >= 2 && next == b"~" {
@@ -378,6 +381,7 @@ fn xadd(ctx: &mut ExecCtx) {
         ctx.db().insert(key, v, NO_EXPIRE, lru);
     }
     let fields: Vec<&[u8]> = (field_pos..argc).map(|i| ctx.args.get(i)).collect();
+    let (args, propagating) = (ctx.args, ctx.propagation.on());
     let (s, out) = write_parts(ctx, key);
     let Ok(Some(s)) = s else {
         return out.error(WRONGTYPE);
@@ -402,11 +406,39 @@ fn xadd(ctx: &mut ExecCtx) {
     };
     s.append(id, &fields, limits);
     let trimmed = a.rule.map_or(0, |rule| s.trim(rule, a.approx, a.limit));
+    let effect = propagating.then(|| add_trim_effect(args, &a, Some(id), s));
     reply_id(out, id);
+    if let Some(effect) = effect {
+        ctx.propagation.rewrite(|| effect);
+    }
     stream_event("xadd", key, dbi);
     if trimmed > 0 {
         stream_event("xtrim", key, dbi);
     }
+}
+
+/// XADD / XTRIM as they propagate (Redis's streamRewriteApproxSpecifier and
+/// streamRewriteTrimArgument): XADD with the ID it generated; an approximate trim,
+/// which stopped at a node boundary, as the exact one it amounted to (`= <length
+/// left>` / `= <first ID left>`), so the replica trims to the same entry.
+fn add_trim_effect(
+    args: Args,
+    a: &AddTrim,
+    added: Option<StreamId>,
+    s: &StreamValue,
+) -> Vec<Vec<u8>> {
+    let mut argv = args.to_vecs();
+    if let Some(id) = added {
+        argv[a.id_at] = id.to_string().into_bytes();
+    }
+    if a.approx && a.rule.is_some() && argv.get(a.rule_at + 1).map(Vec::as_slice) == Some(b"~") {
+        argv[a.rule_at + 1] = b"=".to_vec();
+        argv[a.rule_at + 2] = match a.rule {
+            Some(Trim::MaxLen(_)) => s.len().to_string().into_bytes(),
+            _ => s.first_valid_id().to_string().into_bytes(),
+        };
+    }
+    argv
 }
 
 /// A stream keyspace event (class `t`).
@@ -429,10 +461,14 @@ fn xtrim(ctx: &mut ExecCtx) {
         Err(e) => return ctx.error(e),
     };
     let dbi = ctx.db;
+    let (args, propagating) = (ctx.args, ctx.propagation.on());
     let (s, out) = write_parts(ctx, key);
     if let (Ok(Some(s)), Some(rule)) = (s, a.rule) {
         let n = s.trim(rule, a.approx, a.limit);
         out.integer(n as i64);
+        if let Some(effect) = propagating.then(|| add_trim_effect(args, &a, None, s)) {
+            ctx.propagation.rewrite(|| effect);
+        }
         if n > 0 {
             stream_event("xtrim", key, dbi);
             ctx.dirty(n);
@@ -1550,6 +1586,8 @@ fn parse_read(args: &[Vec<u8>], group_cmd: bool, in_script: bool) -> Result<Read
 }
 
 async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
+    // What a group read changes propagates where it is served (`serve_key`).
+    g.propagation.nothing();
     let req = match parse_read(&g.args, group_cmd, g.session.in_script) {
         Ok(r) => r,
         Err(e) => return g.error(&e),
@@ -1606,7 +1644,8 @@ async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
             }
         }
         waiting = true;
-        let mut op = MultiShardOp::lock_keys(g.owner(), &cell, db, &lock_keys).await;
+        let owner = g.owner();
+        let mut op = MultiShardOp::lock_keys(owner, &cell, db, &lock_keys).await;
         let retry = reg.is_some();
         if !retry {
             match resolve(&op, &cell, db, &req).await {
@@ -1624,6 +1663,7 @@ async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
             count: req.count,
             proto: g.proto(),
             retry,
+            txn: Some(owner.id),
         };
         let outcome = serve(&op, &cell, db, &req.keys, &from, &spec).await;
         let served = matches!(outcome, Outcome::Served(_));
@@ -1684,6 +1724,7 @@ async fn fast_try(g: &GlobalCtx<'_>, req: &ReadReq, lock_keys: &[Vec<u8>]) -> Op
         count: req.count,
         proto: g.proto(),
         retry: false,
+        txn: None,
     };
     cell.call(shard, move |c| {
         {
@@ -1824,6 +1865,8 @@ struct ServeSpec {
     /// After a wake-up: serve at most one key, and a vanished key or group is an
     /// error for XREADGROUP (plain XREAD keeps waiting).
     retry: bool,
+    /// The transaction the read is part of: what a group read propagates joins it.
+    txn: Option<u64>,
 }
 
 enum Outcome {
@@ -1947,17 +1990,31 @@ fn serve_key(
         );
     };
     let had_consumer = g.consumers.contains_key(consumer.as_slice());
-    match from {
-        ReadFrom::After(gt) => serve_history(&mut w, s, group, consumer, gt, spec.count, now),
+    let delivered = match from {
+        ReadFrom::After(gt) => {
+            serve_history(&mut w, s, group, consumer, gt, spec.count, now);
+            Vec::new()
+        }
         _ => {
             let last = g.last_id;
             if s.is_empty() || s.last_valid_id() <= last {
                 return KeyServe::Skip;
             }
-            serve_new(&mut w, s, group, consumer, last, spec, now);
+            serve_new(&mut w, s, group, consumer, last, spec, now)
         }
-    }
+    };
     let created = notify_new_consumer(s, group, consumer, had_consumer, key, db);
+    if crate::effects::active() {
+        let last = s.groups.get(group.as_slice()).map(|g| g.last_id);
+        let read = GroupRead {
+            key,
+            group,
+            consumer,
+            created,
+            noack: spec.noack,
+        };
+        propagate_group_read(spec.txn, db, &read, &delivered, last, now);
+    }
     // Redis's change counter: one for a consumer created, and one per key a group read
     // served at once (not when it serves a client that was blocked).
     d.dirty += u64::from(created) + u64::from(!spec.retry);
@@ -2043,9 +2100,10 @@ fn serve_new(
     last: StreamId,
     spec: &ServeSpec,
     now: u64,
-) {
+) -> Vec<StreamId> {
     let Some(start) = last.incr() else {
-        return w.array_len(0);
+        w.array_len(0);
+        return Vec::new();
     };
     let ids: Vec<StreamId> = {
         let entries = collect_range(s, start, StreamId::MAX, false, spec.count);
@@ -2062,5 +2120,75 @@ fn serve_new(
                 g.deliver(id, &name, now);
             }
         }
+    }
+    ids
+}
+
+/// One consumer's group read of one key, as it propagates.
+struct GroupRead<'a> {
+    key: &'a [u8],
+    group: &'a [u8],
+    consumer: &'a [u8],
+    /// The read created the consumer.
+    created: bool,
+    noack: bool,
+}
+
+/// What a group read propagates, where it is served (Redis's
+/// streamPropagateConsumerCreation, streamPropagateXCLAIM, streamPropagateGroupID): the
+/// consumer it created; each new entry delivered as an XCLAIM that puts it in the
+/// consumer's pending list on the replica, or with NOACK the group's new last ID.
+fn propagate_group_read(
+    txn: Option<u64>,
+    db: usize,
+    read: &GroupRead,
+    delivered: &[StreamId],
+    last: Option<StreamId>,
+    now: u64,
+) {
+    let word = |b: &[u8]| b.to_vec();
+    if read.created {
+        let argv = vec![
+            b"XGROUP".to_vec(),
+            b"CREATECONSUMER".to_vec(),
+            word(read.key),
+            word(read.group),
+            word(read.consumer),
+        ];
+        crate::effects::propagate(txn, db, argv);
+    }
+    let (Some(last), false) = (last, delivered.is_empty()) else {
+        return;
+    };
+    let last = last.to_string().into_bytes();
+    if read.noack {
+        let argv = vec![
+            b"XGROUP".to_vec(),
+            b"SETID".to_vec(),
+            word(read.key),
+            word(read.group),
+            last,
+        ];
+        return crate::effects::propagate(txn, db, argv);
+    }
+    let time = now.to_string().into_bytes();
+    for id in delivered {
+        let argv = vec![
+            b"XCLAIM".to_vec(),
+            word(read.key),
+            word(read.group),
+            word(read.consumer),
+            b"0".to_vec(),
+            id.to_string().into_bytes(),
+            b"TIME".to_vec(),
+            time.clone(),
+            b"RETRYCOUNT".to_vec(),
+            b"1".to_vec(),
+            b"FORCE".to_vec(),
+            b"JUSTID".to_vec(),
+            b"LASTID".to_vec(),
+            last.clone(),
+        ];
+        crate::effects::propagate(txn, db, argv);
     }
 }

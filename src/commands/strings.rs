@@ -445,6 +445,11 @@ fn set(ctx: &mut ExecCtx) {
         let v = StrValue::from_bytes(ctx.args.get(2));
         store_str(ctx, key, v, o.expire);
         notify_set(ctx, key, matches!(o.expire, ExpireOpt::At(_)));
+        if let ExpireOpt::At(at) = o.expire {
+            // A relative TTL would restart on the replica: the deadline goes.
+            let args = ctx.args;
+            ctx.propagation.rewrite(|| set_pxat(key, args.get(2), at));
+        }
     }
     if o.get {
         match old {
@@ -490,7 +495,21 @@ fn setex_generic(ctx: &mut ExecCtx, unit_ms: i64, name: &str) {
         ExpireOpt::At(at),
     );
     notify_set(ctx, key, true);
+    let args = ctx.args;
+    ctx.propagation.rewrite(|| set_pxat(key, args.get(3), at));
     ctx.out.ok();
+}
+
+/// `SET key value PXAT deadline`: how a SET with a TTL, SETEX and PSETEX propagate
+/// (Redis 7.0 makes every relative expiry absolute for replicas and the AOF).
+fn set_pxat(key: &[u8], value: &[u8], at: u64) -> Vec<Vec<u8>> {
+    vec![
+        b"SET".to_vec(),
+        key.to_vec(),
+        value.to_vec(),
+        b"PXAT".to_vec(),
+        at.to_string().into_bytes(),
+    ]
 }
 
 fn setex(ctx: &mut ExecCtx) {
@@ -525,14 +544,20 @@ fn getex(ctx: &mut ExecCtx) {
         ExpireOpt::At(at) if at <= now => {
             ctx.db().remove(key);
             ctx.notify(notify::GENERIC, "del", key);
+            let del = super::keys::deleted_as(ctx, "lazyfree-lazy-expire");
+            ctx.propagation.rewrite(|| vec![del.to_vec(), key.to_vec()]);
         }
         ExpireOpt::At(at) => {
             ctx.db().set_expire(key, at);
             ctx.notify(notify::GENERIC, "expire", key);
+            ctx.propagation
+                .rewrite(|| super::keys::pexpireat_effect(key, at));
         }
         ExpireOpt::Persist if had_ttl => {
             ctx.db().set_expire(key, NO_EXPIRE);
             ctx.notify(notify::GENERIC, "persist", key);
+            ctx.propagation
+                .rewrite(|| vec![b"PERSIST".to_vec(), key.to_vec()]);
         }
         // No option, or PERSIST on a key without a TTL: a plain read.
         _ => ctx.nothing_changed(),
@@ -552,6 +577,8 @@ fn getdel(ctx: &mut ExecCtx) {
     }
     ctx.db().remove(key);
     ctx.notify(notify::GENERIC, "del", key);
+    ctx.propagation
+        .rewrite(|| vec![b"DEL".to_vec(), key.to_vec()]);
 }
 
 fn getset(ctx: &mut ExecCtx) {
@@ -682,6 +709,11 @@ fn incrbyfloat(ctx: &mut ExecCtx) {
     let mut text = Vec::with_capacity(32);
     format_long_double_human(n, &mut text);
     ctx.out.bulk(&text);
+    // The result, not the increment: float arithmetic must not run twice.
+    ctx.propagation.rewrite(|| {
+        let keepttl = b"KEEPTTL".to_vec();
+        vec![b"SET".to_vec(), key.to_vec(), text.clone(), keepttl]
+    });
     let now = ctx.now;
     let at = ctx
         .db()
@@ -886,7 +918,7 @@ fn msetnx_across<'a>(
         } else {
             op.set_read_only();
         }
-        op.release(&cell).await;
+        g.release(op).await;
         g.w().integer(if exists == 0 { 1 } else { 0 });
     })
 }
@@ -965,7 +997,7 @@ fn lcs_across<'a>(
         let cell = g.session.cell.clone();
         let op = crate::shard::multi::MultiShardOp::lock_keys(g.owner(), &cell, db, &keys).await;
         let values = op.read_strings(&cell, db, &keys).await;
-        op.release(&cell).await;
+        g.release(op).await;
         let limit = cell.data.borrow().config.proto_max_bulk_len() as usize;
         // As in Redis, the key types are checked before the options are parsed.
         let (Ok(a), Ok(b)) = (&values[0], &values[1]) else {

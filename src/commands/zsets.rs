@@ -869,7 +869,7 @@ fn zrangestore_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         if reply.is_err() {
             op.set_read_only();
         }
-        op.release(&cell).await;
+        g.release(op).await;
         match reply {
             Ok(n) => g.w().integer(n as i64),
             Err(e) => g.error(e),
@@ -1095,11 +1095,23 @@ fn zmpop(ctx: &mut ExecCtx) {
         if !items.is_empty() {
             notify_removal(pop_event(p.max), key, ctx.db, emptied);
             ctx.dirty(items.len() as u64);
+            let n = items.len();
+            ctx.propagation
+                .rewrite(|| super::counted_pop(zpop_name(p.max), key, n));
         }
         return reply_mpop(&mut ctx.out, Some((key, &items)));
     }
     ctx.nothing_changed();
     reply_mpop(&mut ctx.out, None)
+}
+
+/// The pop ZMPOP (and BZMPOP) propagates as.
+pub(crate) fn zpop_name(max: bool) -> &'static [u8] {
+    if max {
+        b"ZPOPMAX"
+    } else {
+        b"ZPOPMIN"
+    }
 }
 
 /// What one key gave ZMPOP on its shard.
@@ -1153,10 +1165,13 @@ fn zmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             Some((key, PopStep::Popped(items))) if !items.is_empty() => {
                 op.written_only(&[(db, key.as_slice())]);
                 op.count_dirty(items.len() as u64);
+                let n = items.len();
+                g.propagation
+                    .rewrite(|| super::counted_pop(zpop_name(p.max), key, n));
             }
             _ => op.set_read_only(),
         }
-        op.release(&cell).await;
+        g.release(op).await;
         match outcome {
             Some((_, PopStep::WrongType)) => g.error(WRONGTYPE),
             Some((key, PopStep::Popped(items))) => reply_mpop(&mut g.w(), Some((&key, &items))),
@@ -1699,7 +1714,7 @@ async fn combine_across(g: &mut GlobalCtx<'_>, c: Combine) {
             other
         }
     };
-    op.release(&cell).await;
+    g.release(op).await;
     match result {
         Ok(r) => reply_combined(&mut g.w(), &r),
         Err(e) => g.error(e),

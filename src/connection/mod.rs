@@ -750,8 +750,9 @@ impl Connection {
         });
         if crate::effects::active() && spec.has(flags::MAY_REPLICATE | flags::WRITE) {
             let (txn, db) = (self.session.exec_owner, self.session.db);
-            let reply = &self.reply_target()[before..];
-            crate::effects::after_global(txn, db, idx, &args, reply);
+            let failed = self.reply_target().get(before) == Some(&b'-');
+            let stated = crate::effects::Propagation::global();
+            crate::effects::after_global(txn, db, idx, &args, failed, stated);
         }
         self.finish_local(idx, before, t0, &args);
         self.note_local(before);
@@ -856,10 +857,12 @@ impl Connection {
             args: args.to_vecs(),
             out: &mut self.out,
             write,
+            propagation: crate::effects::Propagation::global(),
         };
         if !may_block {
             f(&mut ctx).await;
-            self.after_global(idx, args, before);
+            let stated = std::mem::take(&mut ctx.propagation);
+            self.after_global(idx, args, before, stated);
             self.finish_local(idx, before, t0, args);
             return;
         }
@@ -875,19 +878,27 @@ impl Connection {
         };
         let ((), closed) =
             watch_socket(&mut self.stream, &mut self.stash, f(&mut ctx), on_close).await;
+        let stated = std::mem::take(&mut ctx.propagation);
         if closed {
             self.session.close_after_reply = true;
             return;
         }
-        self.after_global(idx, args, before);
+        self.after_global(idx, args, before, stated);
         self.finish_local(idx, before, t0, args);
     }
 
     /// Propagates what a keyless or multi-shard command did (its reply is at `before`).
-    fn after_global(&self, idx: u16, args: &Args<'_>, before: usize) {
+    fn after_global(
+        &self,
+        idx: u16,
+        args: &Args<'_>,
+        before: usize,
+        stated: crate::effects::Propagation,
+    ) {
         if crate::effects::active() {
             let (txn, db) = (self.session.exec_owner, self.session.db);
-            crate::effects::after_global(txn, db, idx, args, &self.out[before..]);
+            let failed = self.out.get(before) == Some(&b'-');
+            crate::effects::after_global(txn, db, idx, args, failed, stated);
         }
     }
 

@@ -107,6 +107,7 @@ impl Connection {
         commands::multi::unwatch_all(&mut self.session).await;
         let before = self.out.len();
         if dirty {
+            // Aborted: nothing ran.
             op.release(&cell).await;
             ReplyWriter {
                 out: &mut self.out,
@@ -140,6 +141,7 @@ impl Connection {
         if captured {
             crate::effects::end_capture(owner.id, !crate::replication::is_replica());
         }
+        // The commands EXEC ran propagated themselves (captured above).
         op.release(&cell).await;
         self.finish_local(idx, before, t0, args);
     }

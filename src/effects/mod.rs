@@ -1,13 +1,15 @@
 //! The effect stream: every write's effects, in the one order in which replicas (and,
 //! later, the AOF and slot migration) must apply them (DESIGN.md §7).
 //!
-//! What goes in: after a command ran on its shard, the executor (shard/exec.rs) turns
-//! it into the commands a replica must run (`rewrite.rs`: Redis 7.0's rewrites —
-//! relative TTLs made absolute, SPOP as SREM, a no-op write as nothing ...), preceded
-//! by the DELs of keys it found expired; coordinators of multi-shard commands and the
-//! active expiry cycle do the same at home. Each effect is appended, under one
-//! process-wide mutex, on the thread of the shard that executed it, right after it
-//! executed.
+//! What goes in: each write states what it propagates where it writes
+//! (`propagation.rs`: Redis 7.0's rewrites — relative TTLs made absolute, SPOP as SREM,
+//! INCRBYFLOAT as SET KEEPTTL ...; unstated, the command itself, and nothing when it
+//! changed nothing), preceded by the DELs of the keys it found expired. The executor
+//! (shard/exec.rs) appends a keyed command's effects right after it ran; a
+//! coordinator's go in when it releases its locks (`GlobalCtx::release`); a blocking
+//! pop or group read served on its key's shard appends its own there. Each effect is
+//! appended, under one process-wide mutex, on the thread of the shard that executed
+//! it.
 //!
 //! The ordering contract a reader may rely on:
 //! - **per key, execution order**: a key lives on one shard, a shard executes one
@@ -23,9 +25,9 @@
 //!
 //! With no reader all of this costs one relaxed atomic load per command.
 
-mod rewrite;
+mod propagation;
 
-pub use rewrite::{after_global, after_keyed, drain_expired};
+pub use propagation::{after_global, after_keyed, drain_expired, Propagation};
 
 use std::sync::Mutex;
 use std::task::{Poll, Waker};

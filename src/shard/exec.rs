@@ -9,8 +9,10 @@
 //! 3. the change counter and memory: each changed key is re-measured, the dataset
 //!    published when maxmemory needs it; what the counter got says whether the
 //!    command changed anything;
-//! 4. propagation: the expiry DELs, then the command's own effect (before anything a
-//!    wake-up below serves, which Redis propagates after the write that fed it);
+//! 4. propagation: the expiry DELs, then the command's own effect as its handler
+//!    stated it (`ExecCtx::propagation`), or as it came — only if the change counter
+//!    moved (before anything a wake-up below serves, which Redis propagates after the
+//!    write that fed it);
 //! 5. WATCH and tracking invalidations, then blocked clients, for the keys changed;
 //!    BCAST invalidations go out with the command (a transaction's at its end);
 //! 6. stats: commandstats, errorstats, the latency histogram; the slowlog entry is
@@ -25,6 +27,7 @@ use super::locks::KeyLocks;
 use super::ShardData;
 use crate::commands::table::flags;
 use crate::commands::{table, Args, ExecCtx, KeyedFn};
+use crate::effects::Propagation;
 use crate::observe::SlowRecord;
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::util::clock::Stamp;
@@ -101,9 +104,11 @@ where
         now: call.now,
         unchanged: 0,
         dirty: None,
+        propagation: Propagation::keyed(),
     };
     (call.run)(&mut ctx);
     let (unchanged, dirty) = (ctx.unchanged, ctx.dirty);
+    let propagation = std::mem::take(&mut ctx.propagation);
     let failed = out.get(before) == Some(&b'-');
     // One branch while nobody tracks anything on this shard.
     if call.track_home.is_some() | data.tracking.active() {
@@ -120,10 +125,9 @@ where
     } else {
         0
     };
-    if crate::effects::active() {
-        let reply = &out[before..];
+    if propagation.on() {
         let unit = (call.txn, call.db);
-        crate::effects::after_keyed(data, unit, spec, &call.args, reply, changes > 0);
+        crate::effects::after_keyed(data, unit, spec, &call.args, changes, propagation);
     }
     if !data.write_hooks_idle() {
         if wrote {

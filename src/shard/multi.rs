@@ -201,8 +201,19 @@ impl MultiShardOp {
         out.into_iter().map(|(_, r)| r).collect()
     }
 
+    /// What the operation adds to the change counter when it is released: a write
+    /// that changed nothing propagates nothing (see `GlobalCtx::release`).
+    pub fn changes(&self) -> u64 {
+        match (self.write, self.dirty) {
+            (false, _) => 0,
+            (true, Some(n)) => n,
+            (true, None) => self.keys.iter().map(|k| k.len() as u64).sum(),
+        }
+    }
+
     /// Ends the operation: a writing one first invalidates WATCHes on its keys, then
-    /// every shard's locks are released.
+    /// every shard's locks are released. A command's coordinator ends it with
+    /// `GlobalCtx::release`, which propagates the command first.
     pub async fn release(self, cell: &Rc<ShardCell>) {
         let (txn, write, client) = (self.txn, self.write, self.client);
         let dirty = self.dirty;

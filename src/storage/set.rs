@@ -110,6 +110,11 @@ impl MemberRef<'_> {
             MemberRef::Bytes(b) => Member::Bytes(b.into()),
         }
     }
+
+    /// The member's bytes, owned (an integer formatted).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.with_bytes(|b| b.to_vec())
+    }
 }
 
 /// An owned member, for taking members out of a set while it changes (SPOP).

@@ -18,6 +18,7 @@ use super::lists::parse_side;
 use super::strings::cmd;
 use super::table::K12;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
+use super::zsets::zpop_name;
 use super::{parse_f64, parse_i64, GlobalCtx, SYNTAX_ERR, WRONGTYPE};
 use crate::clients::ClientShared;
 use crate::protocol::reply::ReplyWriter;
@@ -134,39 +135,37 @@ fn pop_effect(kind: PopKind, key: &[u8], popped: &Popped, dst: Option<&[u8]>) ->
             b"RIGHT".to_vec()
         }
     };
-    let count = || match popped {
-        Popped::One(_) => b"1".to_vec(),
-        Popped::Many(items) => items.len().to_string().into_bytes(),
-        Popped::Scored(items) => items.len().to_string().into_bytes(),
+    let list_pop: fn(bool) -> &'static [u8] = |front| if front { b"LPOP" } else { b"RPOP" };
+    let n = match popped {
+        Popped::One(_) => 1,
+        Popped::Many(items) => items.len(),
+        Popped::Scored(items) => items.len(),
     };
-    let key = key.to_vec();
     match kind {
-        PopKind::List { front } => vec![pop_name(front, b"LPOP", b"RPOP"), key],
-        PopKind::ListMany { front, .. } => vec![pop_name(front, b"LPOP", b"RPOP"), key, count()],
-        PopKind::ZSet { max } => vec![pop_name(max, b"ZPOPMAX", b"ZPOPMIN"), key],
-        PopKind::ZSetMany { max, .. } => {
-            vec![pop_name(max, b"ZPOPMAX", b"ZPOPMIN"), key, count()]
-        }
+        PopKind::List { front } => vec![list_pop(front).to_vec(), key.to_vec()],
+        PopKind::ListMany { front, .. } => super::counted_pop(list_pop(front), key, n),
+        PopKind::ZSet { max } => vec![zpop_name(max).to_vec(), key.to_vec()],
+        PopKind::ZSetMany { max, .. } => super::counted_pop(zpop_name(max), key, n),
         // BRPOPLPUSH's own sides: its non-blocking form.
         PopKind::Move {
             from_front: false,
             to_front: true,
-        } => vec![b"RPOPLPUSH".to_vec(), key, dst.unwrap_or_default().to_vec()],
+        } => vec![
+            b"RPOPLPUSH".to_vec(),
+            key.to_vec(),
+            dst.unwrap_or_default().to_vec(),
+        ],
         PopKind::Move {
             from_front,
             to_front,
         } => vec![
             b"LMOVE".to_vec(),
-            key,
+            key.to_vec(),
             dst.unwrap_or_default().to_vec(),
             side(from_front),
             side(to_front),
         ],
     }
-}
-
-fn pop_name(first: bool, a: &[u8], b: &[u8]) -> Vec<u8> {
-    if first { a } else { b }.to_vec()
 }
 
 /// The outcome of one try over all keys.

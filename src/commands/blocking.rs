@@ -24,6 +24,7 @@ use crate::clients::ClientShared;
 use crate::protocol::reply::ReplyWriter;
 use crate::protocol::Protocol;
 use crate::shard::blocking::{BlockState, LocalServe, ServedReply, UNBLOCK_ERROR, UNBLOCK_NONE};
+use crate::shard::exec::{self, Wake, Written};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::{ShardCell, ShardData};
 use crate::storage::list::ListValue;
@@ -490,6 +491,7 @@ async fn one_hop(
     };
     let st = state.clone();
     let r = req.clone();
+    let client = shared.id;
     let hop = cell
         .call(shard, move |c| {
             {
@@ -519,17 +521,21 @@ async fn one_hop(
                 }
                 Try::Served(ref key, ref p) => {
                     st.finish();
-                    d.dirty += p.changes(retry);
+                    exec::after_deletions(&mut d, None);
                     if crate::effects::active() {
-                        crate::effects::drain_expired(&mut d, None);
                         let effect = pop_effect(r.kind, key, p, r.dst.as_deref());
                         crate::effects::propagate(None, db, effect);
                     }
-                    d.signal_modified(db, key);
-                    if let Some(dst) = &r.dst {
-                        d.signal_modified(db, dst);
-                        crate::shard::blocking::signal_key(&c.locks, &mut d, db, dst);
-                    }
+                    let written = Written {
+                        keys: std::iter::once(key.as_slice())
+                            .chain(r.dst.as_deref())
+                            .map(|k| (db, k)),
+                        changes: p.changes(retry),
+                        client,
+                        wake: Wake::Serve,
+                        in_unit: false,
+                    };
+                    exec::after_write(&c.locks, &mut d, written);
                     Hop::Done(outcome)
                 }
                 Try::WrongType => {

@@ -21,6 +21,7 @@ use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1};
 use super::{parse_i64, Args, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::shard::blocking::{BlockState, UNBLOCK_ERROR, UNBLOCK_NONE};
+use crate::shard::exec::{self, Wake, Written};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::{ShardCell, ShardData};
 use crate::storage::stream::{
@@ -1717,7 +1718,8 @@ async fn fast_try(g: &GlobalCtx<'_>, req: &ReadReq, lock_keys: &[Vec<u8>]) -> Op
     let ids = req.from.clone();
     let lock_keys = lock_keys.to_vec();
     let block = req.block.is_some();
-    let state = BlockState::with_mode(g.session.shared.id, true);
+    let client = g.session.shared.id;
+    let state = BlockState::with_mode(client, true);
     let spec = ServeSpec {
         group: req.group.clone(),
         noack: req.noack,
@@ -1750,10 +1752,16 @@ async fn fast_try(g: &GlobalCtx<'_>, req: &ReadReq, lock_keys: &[Vec<u8>]) -> Op
             Err(e) => Some(Fast::Done(Outcome::Error(e))),
             Ok(parts) if !parts.is_empty() => {
                 if spec.group.is_some() {
-                    for k in &lock_keys {
-                        d.signal_modified(db, k);
-                        d.blocked.signal(db, k);
-                    }
+                    // serve_key counted the changes; the keys wake whoever waits on
+                    // them once this hop is over.
+                    let written = Written {
+                        keys: lock_keys.iter().map(|k| (db, k.as_slice())),
+                        changes: 0,
+                        client,
+                        wake: Wake::WhenReleased,
+                        in_unit: false,
+                    };
+                    exec::after_write(&c.locks, &mut d, written);
                 }
                 Some(Fast::Done(Outcome::Served(parts)))
             }

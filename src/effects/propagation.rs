@@ -111,18 +111,16 @@ impl Propagation {
     }
 }
 
-/// After a keyed command ran on its shard (only called while its `Propagation` is on):
-/// propagates the keys it found expired, then its own effect if it changed anything
-/// (`changes`: what it added to the change counter).
+/// After a keyed command ran on its shard (only called while its `Propagation` is on,
+/// after the DELs of the keys it found expired): its own effect, if it changed
+/// anything (`changes`: what it added to the change counter).
 pub fn after_keyed(
-    data: &mut ShardData,
     (txn, db): (Option<u64>, usize),
     spec: &CommandSpec,
     args: &Args,
     changes: u64,
     propagation: Propagation,
 ) {
-    drain_expired(data, txn);
     if spec.has(flags::WRITE) && changes > 0 {
         propagation.emit(txn, db, args);
     }

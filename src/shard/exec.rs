@@ -110,13 +110,14 @@ where
     let (unchanged, dirty) = (ctx.unchanged, ctx.dirty);
     let propagation = std::mem::take(&mut ctx.propagation);
     let failed = out.get(before) == Some(&b'-');
-    // One branch while nobody tracks anything on this shard.
-    if call.track_home.is_some() | data.tracking.active() {
-        data.drain_lazy_expired();
-        if let Some(home) = call.track_home {
-            for k in call.keys.clone() {
-                data.tracking.remember(k, call.client, home);
-            }
+    // The keys it found expired: DELs before its own effect, invalidations before a
+    // tracked read is remembered (Redis's lazy expiry comes before the read it served).
+    if propagation.on() | data.tracking.active() | call.track_home.is_some() {
+        after_deletions(data, call.txn);
+    }
+    if let Some(home) = call.track_home {
+        for k in call.keys.clone() {
+            data.tracking.remember(k, call.client, home);
         }
     }
     let wrote = !failed && spec.has(flags::WRITE);
@@ -127,7 +128,7 @@ where
     };
     if propagation.on() {
         let unit = (call.txn, call.db);
-        crate::effects::after_keyed(data, unit, spec, &call.args, changes, propagation);
+        crate::effects::after_keyed(unit, spec, &call.args, changes, propagation);
     }
     if !data.write_hooks_idle() {
         if wrote {
@@ -174,14 +175,86 @@ fn signal_written<'k, K>(
         .keys
         .clone()
         .enumerate()
-        .filter(|(n, _)| crate::commands::key_changed(unchanged, *n));
-    for (_, k) in written {
-        data.signal_modified(call.db, k);
-        match call.wake {
-            Wake::Serve => super::blocking::signal_key(locks, data, call.db, k),
-            Wake::WhenReleased => data.blocked.signal(call.db, k),
+        .filter(|(n, _)| crate::commands::key_changed(unchanged, *n))
+        .map(|(_, k)| (call.db, k));
+    signal_keys(locks, data, written, call.wake);
+}
+
+/// WATCH and tracking learn of each key, then the clients blocked on it.
+fn signal_keys<'k>(
+    locks: &RefCell<KeyLocks>,
+    data: &mut ShardData,
+    keys: impl Iterator<Item = (usize, &'k [u8])>,
+    wake: Wake,
+) {
+    for (db, k) in keys {
+        data.signal_modified(db, k);
+        match wake {
+            Wake::Serve => super::blocking::signal_key(locks, data, db, k),
+            Wake::WhenReleased => data.blocked.signal(db, k),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------
+// Writes that are not one command on its shard. A multi-shard operation's steps and
+// release, a blocking pop or group read served on its key's shard, the expiry and
+// eviction cycles: they report here, so their post-write steps are the executor's
+// own, in its order.
+
+/// The keys storage deleted by itself since the last call (found expired by a
+/// command or the expiry cycle, evicted): their DELs into the effect stream (inside
+/// `txn`'s unit when there is one), their invalidations to tracking clients. Steps
+/// 2 and 4's first half.
+pub fn after_deletions(data: &mut ShardData, txn: Option<u64>) {
+    if crate::effects::active() {
+        crate::effects::drain_expired(data, txn);
+    }
+    // Logged while any client tracks (on any shard): drained even where none does.
+    if crate::tracking::any_client() {
+        data.drain_lazy_expired();
+    }
+}
+
+/// A write done outside `execute()` on this shard changed `keys` ((db, key)) and
+/// adds `changes` to the change counter, on behalf of `client` (0: the server):
+/// steps 3 and 5. `in_unit`: it is part of a transaction or script, whose BCAST
+/// invalidations go out when it ends.
+pub fn after_write<'k>(
+    locks: &RefCell<KeyLocks>,
+    data: &mut ShardData,
+    written: Written<'k, impl Iterator<Item = (usize, &'k [u8])> + Clone>,
+) {
+    data.tracking.writer = written.client;
+    data.dirty += written.changes;
+    for (db, k) in written.keys.clone() {
+        data.dbs[db].recharge(k);
+    }
+    data.publish_if_limited();
+    if !data.write_hooks_idle() {
+        signal_keys(locks, data, written.keys, written.wake);
+        if data.tracking.has_pending() && !written.in_unit {
+            data.tracking.flush_bcast();
+        }
+    }
+}
+
+/// The server deleted `key` by itself (eviction): WATCH and tracking learn of it as
+/// the server's write, which no client's NOLOOP hides (the writer left from the
+/// shard's last command is not its). No change counter, no wake-up (a key that
+/// existed had nobody blocked on it). Its DEL goes out with `after_deletions`.
+pub fn after_server_delete(data: &mut ShardData, db: usize, key: &[u8]) {
+    data.tracking.writer = 0;
+    data.signal_modified(db, key);
+}
+
+/// What a write outside `execute()` did, for `after_write`.
+pub struct Written<'k, K: Iterator<Item = (usize, &'k [u8])> + Clone> {
+    pub keys: K,
+    pub changes: u64,
+    pub client: u64,
+    pub wake: Wake,
+    pub in_unit: bool,
 }
 
 /// commandstats, errorstats and latency of the command that just ran; its slowlog

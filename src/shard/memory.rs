@@ -167,10 +167,7 @@ impl ShardData {
         let Some(e) = self.dbs[db].remove(&key) else {
             return false;
         };
-        // Evictions are the server's: no client's NOLOOP may hide them (the writer
-        // left from the shard's last command is not theirs).
-        self.tracking.writer = 0;
-        self.signal_modified(db, &key);
+        super::exec::after_server_delete(self, db, &key);
         self.mem.evicted_keys += 1;
         crate::pubsub::notify(crate::config::notify::EVICTED, "evicted", &key, db);
         if crate::effects::active() {

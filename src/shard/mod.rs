@@ -282,11 +282,9 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
             let step_start = std::time::Instant::now();
             {
                 let mut data = cell.data.borrow_mut();
-                // The DELs of keys found expired outside commands (SCAN, RANDOMKEY ...)
-                // and by the last cycle go out now.
-                if crate::effects::active() {
-                    crate::effects::drain_expired(&mut data, None);
-                }
+                // Keys found expired outside commands (SCAN, RANDOMKEY ...) are
+                // propagated and invalidated now.
+                exec::after_deletions(&mut data, None);
                 let now = crate::util::now_ms();
                 // A client pause keeps the dataset still: nothing expires meanwhile.
                 if !data.active_expire || !cell.locks.borrow().is_idle() || data.paused(now) {
@@ -313,9 +311,7 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                         more = true;
                     }
                 }
-                if crate::tracking::any_client() {
-                    data.drain_lazy_expired();
-                }
+                exec::after_deletions(data, None);
                 if data.tracking.has_pending() {
                     data.tracking.flush_bcast();
                 }

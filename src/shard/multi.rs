@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use super::exec::{Wake, Written};
 use super::locks::{self, LockOwner, LockSet, TxnId};
 use super::{ShardCell, ShardData};
 use crate::storage::{StrValue, Value, NO_EXPIRE};
@@ -17,12 +18,7 @@ use crate::storage::{StrValue, Value, NO_EXPIRE};
 fn step<R>(cell: &ShardCell, txn: TxnId, f: impl FnOnce(&mut ShardData) -> R) -> R {
     let d = &mut cell.data.borrow_mut();
     let r = f(d);
-    if crate::effects::active() {
-        crate::effects::drain_expired(d, Some(txn));
-    }
-    if d.tracking.active() {
-        d.drain_lazy_expired();
-    }
+    super::exec::after_deletions(d, Some(txn));
     r
 }
 
@@ -227,21 +223,19 @@ impl MultiShardOp {
                 // Locks go first: the clients the signals serve in place need the keys.
                 c.locks.borrow_mut().release(txn);
                 let mut d = c.data.borrow_mut();
-                if write {
-                    // The writes are the operation's client's (tracking's NOLOOP),
-                    // whatever command ran last on this shard.
-                    d.tracking.writer = client;
-                    d.dirty += counted;
-                    for (db, k) in &keys {
-                        d.signal_modified(*db as usize, k);
-                        super::blocking::signal_key(&c.locks, &mut d, *db as usize, k);
-                    }
-                }
-                // BCAST keys written under the operation (a transaction, a script)
-                // go out when it ends, as one message per prefix.
-                if d.tracking.has_pending() {
-                    d.tracking.flush_bcast();
-                }
+                // The writes are the operation's client's (tracking's NOLOOP),
+                // whatever command ran last on this shard. BCAST keys written under
+                // the operation (a transaction, a script) go out now, as one message
+                // per prefix.
+                let keys = keys.iter().map(|(db, k)| (*db as usize, k.as_slice()));
+                let written = Written {
+                    keys: keys.filter(|_| write),
+                    changes: if write { counted } else { 0 },
+                    client,
+                    wake: Wake::Serve,
+                    in_unit: false,
+                };
+                super::exec::after_write(&c.locks, &mut d, written);
             })
             .await;
         }

@@ -2144,7 +2144,7 @@ struct GroupRead<'a> {
 
 /// What a group read propagates, where it is served (Redis's
 /// streamPropagateConsumerCreation, streamPropagateXCLAIM, streamPropagateGroupID): the
-/// consumer it created; each new entry delivered as an XCLAIM that puts it in the
+/// consumer a NOACK read created; each new entry delivered as an XCLAIM that puts it in the
 /// consumer's pending list on the replica, or with NOACK the group's new last ID.
 fn propagate_group_read(
     txn: Option<u64>,
@@ -2155,7 +2155,8 @@ fn propagate_group_read(
     now: u64,
 ) {
     let word = |b: &[u8]| b.to_vec();
-    if read.created {
+    // Without NOACK the XCLAIMs create the consumer on the replica.
+    if read.created && read.noack {
         let argv = vec![
             b"XGROUP".to_vec(),
             b"CREATECONSUMER".to_vec(),

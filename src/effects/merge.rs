@@ -1,0 +1,303 @@
+//! The merge: the shard logs' entries, in number order, as the one stream every reader
+//! reads (RESP commands with the SELECTs they need), and its offset. Runs when a
+//! reader asks (`poll`, `pending`, `offset`, `keepalive`, `subscribe`), never on a
+//! writer's path: a shard only appends to its own log.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Poll, Waker};
+
+use super::{lock, Effect, LOGS, NEW_LOG_WAITING, READERS};
+
+/// One reader's part of the stream not yet taken.
+struct Reader {
+    id: u64,
+    out: Vec<u8>,
+    waker: Option<Waker>,
+}
+
+struct Merger {
+    readers: Vec<Reader>,
+    next_id: u64,
+    /// The number of the next entry to emit.
+    next_seq: u64,
+    /// Entries taken from the logs that must wait for a lower number still being
+    /// appended on another thread.
+    held: BTreeMap<u64, Effect>,
+    /// master_repl_offset: bytes of stream produced so far, SELECTs and PINGs
+    /// included (what a replica counts in its own offset).
+    offset: u64,
+    /// The database the stream last selected (Redis's slaveseldb); None after a
+    /// reader joined, whose part must begin with a SELECT.
+    selected: Option<usize>,
+    /// When the stream last carried a keep-alive PING (unix ms).
+    last_ping_ms: u64,
+}
+
+static MERGER: Mutex<Merger> = Mutex::new(Merger {
+    readers: Vec::new(),
+    next_id: 1,
+    next_seq: 0,
+    held: BTreeMap::new(),
+    offset: 0,
+    selected: None,
+    last_ping_ms: 0,
+});
+
+/// The merger, with every entry appended so far that can go out emitted.
+fn merged() -> MutexGuard<'static, Merger> {
+    let mut m = lock(&MERGER);
+    m.pull();
+    m
+}
+
+impl Merger {
+    /// Takes what the logs hold and emits it in number order, up to the first number
+    /// not yet seen (its thread is appending it; its append wakes the readers).
+    fn pull(&mut self) {
+        let logs = lock(&LOGS).clone();
+        for log in &logs {
+            let mut log = lock(log);
+            for (seq, effect) in log.entries.drain(..) {
+                self.held.insert(seq, effect);
+            }
+        }
+        while let Some(effect) = self.held.remove(&self.next_seq) {
+            self.next_seq += 1;
+            match effect {
+                Effect::One(db, argv) => self.emit(db, &argv),
+                Effect::Block(cmds) => self.emit_block(&cmds),
+            }
+        }
+    }
+
+    /// Appends bytes of the stream to every reader and counts them in the offset.
+    fn write(&mut self, bytes: &[u8]) {
+        self.offset += bytes.len() as u64;
+        for r in &mut self.readers {
+            r.out.extend_from_slice(bytes);
+            if let Some(w) = r.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    fn emit(&mut self, db: usize, argv: &[Vec<u8>]) {
+        let mut bytes = Vec::with_capacity(64);
+        if self.selected != Some(db) {
+            encode(
+                &mut bytes,
+                &[b"SELECT".to_vec(), db.to_string().into_bytes()],
+            );
+            self.selected = Some(db);
+        }
+        encode(&mut bytes, argv);
+        self.write(&bytes);
+    }
+
+    /// An atomic unit inside MULTI/EXEC (Redis 7.0's propagatePendingCommands).
+    fn emit_block(&mut self, cmds: &[(usize, Vec<Vec<u8>>)]) {
+        let Some(&(first, _)) = cmds.first() else {
+            return;
+        };
+        self.emit(first, &[b"MULTI".to_vec()]);
+        let mut last = first;
+        for (db, argv) in cmds {
+            self.emit(*db, argv);
+            last = *db;
+        }
+        self.emit(last, &[b"EXEC".to_vec()]);
+    }
+}
+
+fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {
+    out.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
+    for a in argv {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Bytes of stream produced so far (master_repl_offset).
+pub fn offset() -> u64 {
+    merged().offset
+}
+
+/// Adds a reader; its part starts with the next effect, after a SELECT. Whatever was
+/// appended before goes to the readers already there (the caller holds every shard
+/// still, so that is everything the new reader's snapshot holds).
+pub fn subscribe() -> u64 {
+    let mut m = merged();
+    let id = m.next_id;
+    m.next_id += 1;
+    m.readers.push(Reader {
+        id,
+        out: Vec::new(),
+        waker: None,
+    });
+    // Every reader reads one stream: the new one's starts with a SELECT, so the next
+    // effect selects again for all (Redis resets slaveseldb on a full resync).
+    m.selected = None;
+    READERS.join();
+    id
+}
+
+pub fn unsubscribe(id: u64) {
+    let mut m = lock(&MERGER);
+    let before = m.readers.len();
+    m.readers.retain(|r| r.id != id);
+    if m.readers.len() < before {
+        READERS.leave();
+    }
+}
+
+/// Bytes of stream queued for the reader and not yet taken (for a replica link, part
+/// of its client's output: `client-output-buffer-limit replica`).
+pub fn pending(id: u64) -> usize {
+    let m = merged();
+    m.readers
+        .iter()
+        .find(|r| r.id == id)
+        .map_or(0, |r| r.out.len())
+}
+
+/// The reader's pending stream bytes, or Pending (waking `waker` when there are
+/// some); None once the reader is gone.
+pub fn poll(id: u64, waker: &Waker) -> Poll<Option<Vec<u8>>> {
+    let mut m = merged();
+    let Some(r) = m.readers.iter_mut().find(|r| r.id == id) else {
+        return Poll::Ready(None);
+    };
+    if !r.out.is_empty() {
+        return Poll::Ready(Some(std::mem::take(&mut r.out)));
+    }
+    r.waker = Some(waker.clone());
+    // The next append on any thread wakes it too (once per waker) ...
+    let wait_in = |waiting: &mut Vec<Waker>| {
+        if !waiting.iter().any(|w| w.will_wake(waker)) {
+            waiting.push(waker.clone());
+        }
+    };
+    wait_in(&mut lock(&NEW_LOG_WAITING));
+    for log in lock(&LOGS).iter() {
+        wait_in(&mut lock(log).waiting);
+    }
+    // ... and one made between the pull above and those registrations is seen now.
+    m.pull();
+    match m.readers.iter_mut().find(|r| r.id == id) {
+        Some(r) if !r.out.is_empty() => Poll::Ready(Some(std::mem::take(&mut r.out))),
+        _ => Poll::Pending,
+    }
+}
+
+/// The master's keep-alive PING, into the stream every reader reads (each replica
+/// link asks every repl-ping-replica-period): one per half period at most however
+/// many ask, and never skipped for a link whose timer runs a little early.
+pub fn keepalive(period_ms: u64) {
+    let mut m = merged();
+    let now = crate::util::now_ms();
+    if now.saturating_sub(m.last_ping_ms) < period_ms / 2 {
+        return;
+    }
+    m.last_ping_ms = now;
+    m.write(b"*1\r\n$4\r\nPING\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::{begin_capture, end_capture, propagate};
+
+    /// Splits a stream of RESP arrays of bulk strings into commands.
+    fn commands(mut s: &[u8]) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let line = |s: &mut &[u8]| {
+            let end = s.windows(2).position(|w| w == b"\r\n").expect("line");
+            let l = String::from_utf8(s[1..end].to_vec()).expect("utf8");
+            *s = &s[end + 2..];
+            l
+        };
+        while !s.is_empty() {
+            let n: usize = line(&mut s).parse().expect("array length");
+            let mut argv = Vec::with_capacity(n);
+            for _ in 0..n {
+                let len: usize = line(&mut s).parse().expect("bulk length");
+                argv.push(String::from_utf8(s[..len].to_vec()).expect("utf8"));
+                s = &s[len + 2..];
+            }
+            out.push(argv);
+        }
+        out
+    }
+
+    /// Threads appending at once: one stream in which each thread's effects keep their
+    /// order and each captured unit is whole inside MULTI / EXEC.
+    #[test]
+    fn appends_of_many_threads_merge_in_order_with_units_whole() {
+        let id = subscribe();
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..400u64 {
+                        let argv = |what: &str| {
+                            vec![
+                                what.as_bytes().to_vec(),
+                                format!("merge-t{t}").into_bytes(),
+                                i.to_string().into_bytes(),
+                            ]
+                        };
+                        if i % 40 == 0 {
+                            let txn = u64::MAX - t;
+                            assert!(begin_capture(txn));
+                            propagate(Some(txn), 0, argv("SET"));
+                            propagate(Some(txn), 0, argv("APPEND"));
+                            end_capture(txn, true);
+                        } else {
+                            propagate(None, 0, argv("SET"));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        let mut bytes = Vec::new();
+        let waker = Waker::noop();
+        while let Poll::Ready(Some(b)) = poll(id, waker) {
+            bytes.extend_from_slice(&b);
+        }
+        unsubscribe(id);
+        let cmds = commands(&bytes);
+        let mut last: [Option<u64>; 4] = [None; 4];
+        let mut seen = 0;
+        let mut i = 0;
+        while i < cmds.len() {
+            let c = &cmds[i];
+            if c[0] == "MULTI" {
+                // SET, APPEND of one thread and number, then EXEC.
+                let (set, append, exec) = (&cmds[i + 1], &cmds[i + 2], &cmds[i + 3]);
+                assert_eq!((set[0].as_str(), append[0].as_str()), ("SET", "APPEND"));
+                assert_eq!((&set[1], &set[2]), (&append[1], &append[2]));
+                assert_eq!(exec[0], "EXEC");
+                i += 1;
+                continue;
+            }
+            if let Some(t) = c.get(1).and_then(|k| k.strip_prefix("merge-t")) {
+                let t: usize = t.parse().expect("thread");
+                let n: u64 = c[2].parse().expect("number");
+                if c[0] == "SET" {
+                    assert!(
+                        last[t].is_none_or(|p| p < n),
+                        "thread {t}: {n} after {last:?}"
+                    );
+                    last[t] = Some(n);
+                    seen += 1;
+                }
+            }
+            i += 1;
+        }
+        assert_eq!(seen, 4 * 400, "every SET arrived once");
+    }
+}

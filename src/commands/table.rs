@@ -323,6 +323,14 @@ pub struct CommandTable {
 
 impl CommandTable {
     /// The subcommands of command `idx` (empty unless it is a container).
+    /// Whether the command is a container of subcommands (CONFIG, CLIENT ...).
+    #[inline]
+    pub fn is_container(&self, idx: u16) -> bool {
+        self.sub_ranges
+            .get(idx as usize)
+            .is_some_and(|&(a, b)| a != b)
+    }
+
     pub fn subcommands(&self, idx: u16) -> &[&'static SubSpec] {
         match self.sub_ranges.get(idx as usize) {
             Some(&(a, b)) => &self.subs[a as usize..b as usize],

@@ -101,7 +101,45 @@ impl Connection {
     /// path and `run_command` consult (the fast path runs a command only when this
     /// passes, and leaves every other verdict to `run_command`). `stat` is the
     /// command's stat id (its subcommand's, for a container).
+    #[inline]
     pub(super) fn gate(
+        &self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        stat: u16,
+        args: &Args<'_>,
+    ) -> Gate {
+        if self.no_refusal_can_apply(idx, spec, args) {
+            return Gate::Pass;
+        }
+        self.refusal(idx, spec, stat, args)
+    }
+
+    /// The common case in a few loads: a plain read (no container, no protected or
+    /// writing command, where the replication and min-replicas checks would look at
+    /// the config) with the right arity, from an authenticated client outside RESP2
+    /// pub/sub, while no script is busy and this server is no replica. When this
+    /// holds, none of `refusal`'s checks can refuse; when it does not, `refusal`
+    /// decides, in order.
+    #[inline(always)]
+    fn no_refusal_can_apply(
+        &self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        args: &Args<'_>,
+    ) -> bool {
+        spec.flags & (flags::ADMIN | flags::WRITE) == 0
+            && spec.arity_ok(args.len())
+            && self.session.authenticated
+            && !self.session.shared.pubsub.active()
+            && !crate::scripting::is_busy()
+            && !crate::replication::is_replica()
+            && !commands::table().is_container(idx)
+    }
+
+    /// `gate`'s checks one by one, in processCommand order.
+    #[inline(never)]
+    fn refusal(
         &self,
         idx: u16,
         spec: &'static commands::CommandSpec,

@@ -183,6 +183,12 @@ pub fn set_busy(is_eval: bool) {
     BUSY.store(true, Ordering::SeqCst);
 }
 
+/// Whether a script or function has run past busy-reply-threshold (one load).
+#[inline]
+pub fn is_busy() -> bool {
+    BUSY.load(Ordering::Relaxed)
+}
+
 /// The -BUSY error other clients get while a slow script runs, if one does.
 #[inline]
 pub fn busy_error() -> Option<&'static str> {

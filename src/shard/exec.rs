@@ -107,8 +107,12 @@ where
         propagation: Propagation::keyed(),
     };
     (call.run)(&mut ctx);
-    let (unchanged, dirty) = (ctx.unchanged, ctx.dirty);
-    let propagation = std::mem::take(&mut ctx.propagation);
+    let ExecCtx {
+        unchanged,
+        dirty,
+        propagation,
+        ..
+    } = ctx;
     let failed = out.get(before) == Some(&b'-');
     // The keys it found expired: DELs before its own effect, invalidations before a
     // tracked read is remembered (Redis's lazy expiry comes before the read it served).

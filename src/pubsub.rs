@@ -88,12 +88,15 @@ fn class_index(shard: bool) -> usize {
     usize::from(shard)
 }
 
-/// Copies the pub/sub related configuration into the process-wide caches. Called at
-/// startup and after every CONFIG SET (the configuration is the same on all shards).
+/// Copies the pub/sub related configuration into the process-wide caches, and has
+/// the other services do the same (client output limits, the replication gate).
+/// Called at startup and after every CONFIG SET (the configuration is the same on
+/// all shards).
 pub fn sync_config(config: &Config) {
     crate::storage::events::set_notify_mask(config.notify_keyspace_events());
     crate::storage::events::set_sink(notify_enabled);
     crate::clients::sync_output_limits(config);
+    crate::replication::sync_config(config);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -18,6 +18,24 @@ pub fn is_replica() -> bool {
     IS_REPLICA.load(Ordering::Relaxed)
 }
 
+/// min-replicas-to-write and min-replicas-max-lag are both set: a write on a master
+/// must count its good replicas (cached from the configuration for the gate).
+static WRITES_NEED_REPLICAS: AtomicBool = AtomicBool::new(false);
+
+/// Copies what `check` needs of the configuration into the process-wide cache. Called
+/// at startup and after every CONFIG SET (the configuration is the same on all shards).
+pub fn sync_config(config: &crate::config::Config) {
+    let need = config.min_replicas_to_write() > 0 && config.min_replicas_max_lag() > 0;
+    WRITES_NEED_REPLICAS.store(need, Ordering::Relaxed);
+}
+
+/// Whether `check` can refuse anything: only on a replica, or on a master whose writes
+/// need good replicas.
+#[inline]
+pub fn may_refuse() -> bool {
+    IS_REPLICA.load(Ordering::Relaxed) || WRITES_NEED_REPLICAS.load(Ordering::Relaxed)
+}
+
 pub fn set_replica(on: bool) {
     IS_REPLICA.store(on, Ordering::Relaxed);
 }

@@ -187,3 +187,39 @@ fn replicaof_makes_writes_readonly() {
     cmd(&mut c, &["REPLICAOF", "NO", "ONE"]);
     cmd(&mut c, &["SET", "k", "v"]);
 }
+
+/// min-replicas-to-write with a lag set refuses writes (no link reports a lag, so
+/// none counts as good) on the fast path and inside a pipeline alike, reads still
+/// run, and setting it back lets writes through again.
+#[test]
+fn min_replicas_refuses_writes_until_unset() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    cmd(&mut c, &["SET", "k", "v"]);
+    cmd(&mut c, &["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    cmd(&mut c, &["CONFIG", "SET", "min-replicas-max-lag", "10"]);
+    let err = redis::cmd("SET")
+        .arg("k")
+        .arg("w")
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert!(err.to_string().contains("NOREPLICAS"), "{err}");
+    let replies: Vec<redis::RedisResult<redis::Value>> = (0..4)
+        .map(|i| {
+            redis::cmd("INCR")
+                .arg(format!("n{i}"))
+                .query::<redis::Value>(&mut c)
+        })
+        .collect();
+    assert!(replies.iter().all(|r| r.is_err()), "{replies:?}");
+    assert_eq!(
+        cmd(&mut c, &["GET", "k"]),
+        redis::Value::BulkString(b"v".to_vec())
+    );
+    cmd(&mut c, &["CONFIG", "SET", "min-replicas-to-write", "0"]);
+    cmd(&mut c, &["SET", "k", "w"]);
+    assert_eq!(
+        cmd(&mut c, &["GET", "k"]),
+        redis::Value::BulkString(b"w".to_vec())
+    );
+}

@@ -115,12 +115,11 @@ impl Connection {
         self.refusal(idx, spec, stat, args)
     }
 
-    /// The common case in a few loads: a plain read (no container, no protected or
-    /// writing command, where the replication and min-replicas checks would look at
-    /// the config) with the right arity, from an authenticated client outside RESP2
-    /// pub/sub, while no script is busy and this server is no replica. When this
-    /// holds, none of `refusal`'s checks can refuse; when it does not, `refusal`
-    /// decides, in order.
+    /// The common case in a few loads: no container and no protected command, with
+    /// the right arity, from an authenticated client outside RESP2 pub/sub, while no
+    /// script is busy and neither replication check can refuse (a master without
+    /// min-replicas). When this holds, none of `refusal`'s checks can refuse; when it
+    /// does not, `refusal` decides, in order.
     #[inline(always)]
     fn no_refusal_can_apply(
         &self,
@@ -128,12 +127,12 @@ impl Connection {
         spec: &'static commands::CommandSpec,
         args: &Args<'_>,
     ) -> bool {
-        spec.flags & (flags::ADMIN | flags::WRITE) == 0
+        !spec.has(flags::ADMIN)
             && spec.arity_ok(args.len())
             && self.session.authenticated
             && !self.session.shared.pubsub.active()
             && !crate::scripting::is_busy()
-            && !crate::replication::is_replica()
+            && !crate::replication::may_refuse()
             && !commands::table().is_container(idx)
     }
 

@@ -482,7 +482,7 @@ impl KeyedJob {
             run: self.run,
             db: self.db,
             args,
-            keys: self.keys.iter().map(|&p| args.get(p)),
+            keys: || self.keys.iter().map(|&p| args.get(p)),
             proto: self.proto,
             now: self.now,
             client: self.client,

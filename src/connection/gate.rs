@@ -101,7 +101,7 @@ impl Connection {
     /// path and `run_command` consult (the fast path runs a command only when this
     /// passes, and leaves every other verdict to `run_command`). `stat` is the
     /// command's stat id (its subcommand's, for a container).
-    #[inline]
+    #[inline(always)]
     pub(super) fn gate(
         &self,
         idx: u16,

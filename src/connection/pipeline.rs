@@ -314,7 +314,7 @@ impl Connection {
             run,
             db: self.session.db,
             args: *args,
-            keys: spec.keys.positions(args).map(|p| args.get(p)),
+            keys: || spec.keys.positions(args).map(|p| args.get(p)),
             proto: self.session.proto,
             now: self.now,
             client: self.session.id(),

@@ -338,7 +338,7 @@ fn run_one(
         run,
         db: c.db as usize,
         args,
-        keys: batch.keys_of(i),
+        keys: || batch.keys_of(i),
         proto: c.proto,
         now,
         client: batch.client,

@@ -49,7 +49,8 @@ pub struct Call<'a, K> {
     pub run: KeyedFn,
     pub db: usize,
     pub args: Args<'a>,
-    /// The command's keys, in argument order (`ExecCtx::unchanged` indexes them).
+    /// Gives the command's keys, in argument order (`ExecCtx::unchanged` indexes
+    /// them); called only by a step that needs them (a plain read needs none).
     pub keys: K,
     pub proto: Protocol,
     pub now: u64,
@@ -84,14 +85,16 @@ pub struct Executed {
 
 /// Runs `call` on this shard's data and does its post-write steps (see the module
 /// comment); appends the reply to `out`.
-pub fn execute<'k, K>(
+#[inline]
+pub fn execute<'k, K, I>(
     locks: &RefCell<KeyLocks>,
     data: &mut ShardData,
     call: Call<'_, K>,
     out: &mut Vec<u8>,
 ) -> Executed
 where
-    K: Iterator<Item = &'k [u8]> + Clone,
+    K: Fn() -> I,
+    I: Iterator<Item = &'k [u8]>,
 {
     let before = out.len();
     let spec = &table().specs[call.cmd as usize];
@@ -120,13 +123,13 @@ where
         after_deletions(data, call.txn);
     }
     if let Some(home) = call.track_home {
-        for k in call.keys.clone() {
+        for k in (call.keys)() {
             data.tracking.remember(k, call.client, home);
         }
     }
     let wrote = !failed && spec.has(flags::WRITE);
     let changes = if wrote {
-        account_write(data, call.db, call.keys.clone(), unchanged, dirty)
+        account_write(data, call.db, (call.keys)(), unchanged, dirty)
     } else {
         0
     };
@@ -167,17 +170,16 @@ fn account_write<'k>(
 }
 
 /// WATCH, tracking and blocked clients learn of each key the command changed.
-fn signal_written<'k, K>(
+fn signal_written<'k, K, I>(
     locks: &RefCell<KeyLocks>,
     data: &mut ShardData,
     call: &Call<'_, K>,
     unchanged: u64,
 ) where
-    K: Iterator<Item = &'k [u8]> + Clone,
+    K: Fn() -> I,
+    I: Iterator<Item = &'k [u8]>,
 {
-    let written = call
-        .keys
-        .clone()
+    let written = (call.keys)()
         .enumerate()
         .filter(|(n, _)| crate::commands::key_changed(unchanged, *n))
         .map(|(_, k)| (call.db, k));

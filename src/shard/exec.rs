@@ -4,14 +4,15 @@
 //! write is written once and happens in one order:
 //!
 //! 1. the handler runs, with the caller as tracking's writer (NOLOOP);
-//! 2. keys it found expired are invalidated, then the keys a tracked read touched are
-//!    remembered (Redis's lazy expiry comes before the read it served);
+//! 2. keys it found expired (`after_deletions`): their DELs into the effect stream and
+//!    their invalidations; then the keys a tracked read touched are remembered
+//!    (Redis's lazy expiry comes before the read it served);
 //! 3. the change counter and memory: each changed key is re-measured, the dataset
 //!    published when maxmemory needs it; what the counter got says whether the
 //!    command changed anything;
-//! 4. propagation: the expiry DELs, then the command's own effect as its handler
-//!    stated it (`ExecCtx::propagation`), or as it came — only if the change counter
-//!    moved (before anything a wake-up below serves, which Redis propagates after the
+//! 4. propagation: the command's own effect as its handler stated it
+//!    (`ExecCtx::propagation`), or as it came — only if the change counter moved
+//!    (before anything a wake-up below serves, which Redis propagates after the
 //!    write that fed it);
 //! 5. WATCH and tracking invalidations, then blocked clients, for the keys changed;
 //!    BCAST invalidations go out with the command (a transaction's at its end);
@@ -19,7 +20,10 @@
 //!    returned to the caller, who knows the client's name and address.
 //!
 //! What happens before (routing, key locks, maxmemory refusals) is the caller's: it
-//! may have to wait, and the executor never does.
+//! may have to wait, and the executor never does. Writes that are not one command on
+//! its shard (multi-shard steps and releases, pops served in place, the expiry and
+//! eviction cycles) call this module's `after_deletions`, `after_write` and
+//! `after_server_delete`: the same steps, in the same order.
 
 use std::cell::RefCell;
 

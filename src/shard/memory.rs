@@ -171,8 +171,10 @@ impl ShardData {
         self.mem.evicted_keys += 1;
         crate::pubsub::notify(crate::config::notify::EVICTED, "evicted", &key, db);
         if crate::effects::active() {
-            // Replicas learn of it as a DEL, like an expired key.
-            self.dbs[db].expired_log.push(key.clone());
+            // Replicas learn of it where it happens, as a DEL, or an UNLINK under
+            // lazyfree-lazy-eviction (Redis's propagateDeletion).
+            let del: &[u8] = if self.mem.lazy_eviction { b"UNLINK" } else { b"DEL" };
+            crate::effects::propagate(None, db, vec![del.to_vec(), key.clone()]);
         }
         if self.mem.lazy_eviction {
             let charge = e.charge();

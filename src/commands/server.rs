@@ -80,15 +80,17 @@ fn flush_mode(g: &mut GlobalCtx) -> Option<bool> {
 }
 
 /// Empties one database of a shard, freeing now or through the lazy-free task.
-fn flush_db(d: &mut crate::shard::ShardData, db: usize, lazy: bool) {
-    // Every key removed is a change, as Redis adds emptyData's count to its dirty.
-    d.dirty += d.dbs[db].len() as u64;
+/// Returns how many keys it removed: each is a change, as Redis adds emptyData's
+/// count to its dirty.
+fn flush_db(d: &mut crate::shard::ShardData, db: usize, lazy: bool) -> u64 {
+    let removed = d.dbs[db].len() as u64;
     if lazy {
         let tables = d.dbs[db].detach();
         d.lazy.free_tables(tables);
     } else {
         d.dbs[db].clear();
     }
+    removed
 }
 
 fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
@@ -98,16 +100,19 @@ fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         };
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_all(g.owner(), &cell).await;
-        op.on_each(&cell, move |d| {
-            d.watches
-                .touch_flushed(Some(db), &d.dbs, crate::util::now_ms());
-            d.tracking.clear();
-            flush_db(d, db, lazy);
-            // Blocked XREADGROUP clients learn that their stream is gone.
-            d.blocked.signal_all();
-        })
-        .await;
+        let mut op = MultiShardOp::lock_all(g.owner(), &cell).await;
+        let removed = op
+            .on_each(&cell, move |d| {
+                d.watches
+                    .touch_flushed(Some(db), &d.dbs, crate::util::now_ms());
+                d.tracking.clear();
+                let removed = flush_db(d, db, lazy);
+                // Blocked XREADGROUP clients learn that their stream is gone.
+                d.blocked.signal_all();
+                removed
+            })
+            .await;
+        op.count_dirty(removed.into_iter().sum());
         // Propagated even when the database was empty (Redis forces FLUSHDB).
         let argv = g.args.clone();
         g.propagation.rewrite(|| argv);
@@ -124,15 +129,20 @@ fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             return;
         };
         let cell = g.session.cell.clone();
-        let op = MultiShardOp::lock_all(g.owner(), &cell).await;
-        op.on_each(&cell, move |d| {
-            d.watches.touch_flushed(None, &d.dbs, crate::util::now_ms());
-            d.tracking.clear();
-            (0..d.dbs.len()).for_each(|db| flush_db(d, db, lazy));
-            // Blocked XREADGROUP clients learn that their stream is gone.
-            d.blocked.signal_all();
-        })
-        .await;
+        let mut op = MultiShardOp::lock_all(g.owner(), &cell).await;
+        let removed = op
+            .on_each(&cell, move |d| {
+                d.watches.touch_flushed(None, &d.dbs, crate::util::now_ms());
+                d.tracking.clear();
+                let removed = (0..d.dbs.len())
+                    .map(|db| flush_db(d, db, lazy))
+                    .sum::<u64>();
+                // Blocked XREADGROUP clients learn that their stream is gone.
+                d.blocked.signal_all();
+                removed
+            })
+            .await;
+        op.count_dirty(removed.into_iter().sum());
         // Propagated even when every database was empty (Redis forces FLUSHALL).
         let argv = g.args.clone();
         g.propagation.rewrite(|| argv);

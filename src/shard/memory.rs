@@ -173,7 +173,11 @@ impl ShardData {
         if crate::effects::active() {
             // Replicas learn of it where it happens, as a DEL, or an UNLINK under
             // lazyfree-lazy-eviction (Redis's propagateDeletion).
-            let del: &[u8] = if self.mem.lazy_eviction { b"UNLINK" } else { b"DEL" };
+            let del: &[u8] = if self.mem.lazy_eviction {
+                b"UNLINK"
+            } else {
+                b"DEL"
+            };
             crate::effects::propagate(None, db, vec![del.to_vec(), key.clone()]);
         }
         if self.mem.lazy_eviction {

@@ -661,7 +661,10 @@ impl Gen {
             }
             11 => c!["XACK", k, g, self.stream_id(&k), self.stream_id(&k)],
             12 => {
-                let mut a = c!["XCLAIM", k, g, cons, 0, self.stream_id(&k)];
+                // A min-idle-time near the entries' age: the master's decision must be
+                // what the replica applies, not one it makes again later.
+                let idle = self.r.pick(&["0", "0", "2", "10"]);
+                let mut a = c!["XCLAIM", k, g, cons, idle, self.stream_id(&k)];
                 if self.r.chance(30) {
                     a.push("JUSTID".into());
                 }
@@ -672,7 +675,7 @@ impl Gen {
                 k,
                 g,
                 cons,
-                0,
+                self.r.pick(&["0", "0", "2", "10"]),
                 "0-0",
                 "COUNT",
                 self.r.range(1, 5)

@@ -1105,6 +1105,7 @@ fn xclaim(ctx: &mut ExecCtx) {
     let name = ctx.args.get(3);
     let now = ctx.now;
     let dbi = ctx.db;
+    let propagating = ctx.propagation.on();
     let (s, out) = write_parts(ctx, key);
     let Ok(Some(s)) = s else { return };
     let Some(mut g) = s.groups.remove(group) else {
@@ -1117,11 +1118,13 @@ fn xclaim(ctx: &mut ExecCtx) {
     }
     let mut claimed = Vec::new();
     // Pending entries dropped because their entry is gone.
-    let mut dropped = 0;
+    let mut dropped = Vec::new();
     let mut consumer: Option<Arc<[u8]>> = None;
     for id in ids {
         if !s.contains(id) {
-            dropped += u64::from(g.ack(id));
+            if g.ack(id) {
+                dropped.push(id);
+            }
             continue;
         }
         match g.pel.get(&id) {
@@ -1158,12 +1161,35 @@ fn xclaim(ctx: &mut ExecCtx) {
     for id in &claimed {
         reply_claimed(out, s, *id, o.justid);
     }
+    let mut effects = Vec::new();
+    if propagating {
+        effects = claims_effects((key, group, name), &g, &claimed, &dropped);
+        if effects.is_empty() && bumped {
+            let last = g.last_id.to_string().into_bytes();
+            effects.push(vec![
+                b"XGROUP".to_vec(),
+                b"SETID".to_vec(),
+                key.to_vec(),
+                group.to_vec(),
+                last,
+            ]);
+        }
+    }
     s.groups.insert(group.to_vec(), g);
     let created = notify_new_consumer(s, group, name, had_consumer, key, dbi);
     // Redis's xclaimCommand: one change per entry claimed or dropped, one for a
     // consumer created, and one for a LASTID bump when nothing else changed.
-    let changes = claimed.len() as u64 + dropped;
+    let changes = (claimed.len() + dropped.len()) as u64;
     ctx.dirty(changes + u64::from(created) + u64::from(bumped && changes == 0));
+    state_effects(ctx, effects);
+}
+
+/// A command that propagates as `effects` (each in turn), not as itself.
+fn state_effects(ctx: &mut ExecCtx, effects: Vec<Vec<Vec<u8>>>) {
+    ctx.propagation.nothing();
+    for argv in effects {
+        ctx.propagation.also(|| argv);
+    }
 }
 
 /// An XCLAIM / XAUTOCLAIM result: the ID alone, or the entry.
@@ -1221,6 +1247,7 @@ fn xautoclaim(ctx: &mut ExecCtx) {
     let name = args.get(3);
     let now = ctx.now;
     let dbi = ctx.db;
+    let propagating = ctx.propagation.on();
     let (s, out) = write_parts(ctx, key);
     let Ok(Some(s)) = s else { return };
     let Some(mut g) = s.groups.remove(group) else {
@@ -1275,10 +1302,15 @@ fn xautoclaim(ctx: &mut ExecCtx) {
     for id in &deleted {
         reply_id(out, *id);
     }
+    let effects = match propagating {
+        true => claims_effects((key, group, name), &g, &claimed, &deleted),
+        false => Vec::new(),
+    };
     s.groups.insert(group.to_vec(), g);
     let created = notify_new_consumer(s, group, name, had_consumer, key, dbi);
     // One change per entry claimed or dropped, one for a consumer created.
     ctx.dirty((claimed.len() + deleted.len()) as u64 + u64::from(created));
+    state_effects(ctx, effects);
 }
 
 // ---------------------------------------------------------------------------
@@ -2180,24 +2212,60 @@ fn propagate_group_read(
         ];
         return crate::effects::propagate(txn, db, argv);
     }
-    let time = now.to_string().into_bytes();
-    for id in delivered {
-        let argv = vec![
-            b"XCLAIM".to_vec(),
-            word(read.key),
-            word(read.group),
-            word(read.consumer),
-            b"0".to_vec(),
-            id.to_string().into_bytes(),
-            b"TIME".to_vec(),
-            time.clone(),
-            b"RETRYCOUNT".to_vec(),
-            b"1".to_vec(),
-            b"FORCE".to_vec(),
-            b"JUSTID".to_vec(),
-            b"LASTID".to_vec(),
-            last.clone(),
-        ];
+    for &id in delivered {
+        let pending = (now, 1);
+        let argv = claim_effect((read.key, read.group, read.consumer), id, pending, &last);
         crate::effects::propagate(txn, db, argv);
     }
+}
+
+/// `XCLAIM key group consumer 0 id TIME ms RETRYCOUNT n FORCE JUSTID LASTID last`:
+/// how a pending entry given to a consumer (by a group read, XCLAIM or XAUTOCLAIM)
+/// propagates, with its delivery time and count as they are now (Redis's
+/// streamPropagateXCLAIM); for an entry no longer in the stream the replica drops
+/// the pending entry. `(key, group, consumer)`, `pending`: (delivery ms, count).
+fn claim_effect(
+    (key, group, consumer): (&[u8], &[u8], &[u8]),
+    id: StreamId,
+    (time, count): (u64, u64),
+    last: &[u8],
+) -> Vec<Vec<u8>> {
+    vec![
+        b"XCLAIM".to_vec(),
+        key.to_vec(),
+        group.to_vec(),
+        consumer.to_vec(),
+        b"0".to_vec(),
+        id.to_string().into_bytes(),
+        b"TIME".to_vec(),
+        time.to_string().into_bytes(),
+        b"RETRYCOUNT".to_vec(),
+        count.to_string().into_bytes(),
+        b"FORCE".to_vec(),
+        b"JUSTID".to_vec(),
+        b"LASTID".to_vec(),
+        last.to_vec(),
+    ]
+}
+
+/// What XCLAIM and XAUTOCLAIM propagate instead of themselves: one XCLAIM per entry
+/// claimed (`claimed`, as it is in the group's pending list now) or dropped because
+/// the entry is gone (`dropped`), so the replica does not decide idle times itself.
+fn claims_effects(
+    names: (&[u8], &[u8], &[u8]),
+    g: &ConsumerGroup,
+    claimed: &[StreamId],
+    dropped: &[StreamId],
+) -> Vec<Vec<Vec<u8>>> {
+    let last = g.last_id.to_string().into_bytes();
+    let pending = |id: &StreamId| {
+        g.pel
+            .get(id)
+            .map_or((0, 0), |p| (p.delivery_time, p.delivery_count))
+    };
+    claimed
+        .iter()
+        .chain(dropped)
+        .map(|id| claim_effect(names, *id, pending(id), &last))
+        .collect()
 }

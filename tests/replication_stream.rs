@@ -223,3 +223,36 @@ fn min_replicas_refuses_writes_until_unset() {
         redis::Value::BulkString(b"w".to_vec())
     );
 }
+
+/// Writes a handler states beyond its own keys reach the stream: COPY into another
+/// database counts as a change (it propagates), MOVE too, and a no-op COPY does not;
+/// XCLAIM goes out as the claims it made.
+#[test]
+fn copy_and_move_between_databases_and_claims_propagate() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, true);
+    cmd(&mut c, &["SET", "k", "v"]);
+    cmd(&mut c, &["COPY", "k", "k2", "DB", "1"]);
+    cmd(&mut c, &["COPY", "k", "k2", "DB", "1"]);
+    cmd(&mut c, &["MOVE", "k", "2"]);
+    cmd(&mut c, &["XADD", "st", "1-1", "f", "v"]);
+    cmd(&mut c, &["XGROUP", "CREATE", "st", "g", "0"]);
+    cmd(
+        &mut c,
+        &["XREADGROUP", "GROUP", "g", "a", "STREAMS", "st", ">"],
+    );
+    cmd(&mut c, &["XCLAIM", "st", "g", "b", "0", "1-1"]);
+    cmd(&mut c, &["SET", "end", "1"]);
+    repl.expect(&[
+        "select 0",
+        "set k v",
+        "copy k k2 DB 1",
+        "move k 2",
+        "xadd st 1-1 f v",
+        "xgroup CREATE st g 0",
+        "xclaim st g a 0 1-1 TIME * RETRYCOUNT 1 FORCE JUSTID LASTID 1-1",
+        "xclaim st g b 0 1-1 TIME * RETRYCOUNT 2 FORCE JUSTID LASTID 1-1",
+        "set end 1",
+    ]);
+}

@@ -153,7 +153,7 @@ fn pfcount(ctx: &mut ExecCtx) {
         Ok(card) => {
             // Caching the estimate modifies the key, as Redis signals it.
             hll::set_cached(h, card);
-            ctx.data.signal_modified(dbi, key);
+            ctx.signal_also(dbi, key, true, false);
             ctx.out.integer(card as i64);
         }
     }

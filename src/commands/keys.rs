@@ -477,8 +477,11 @@ fn copy(ctx: &mut ExecCtx) {
     if o.db == ctx.db {
         ctx.only_changed(1, true);
     } else {
+        // Its own keys are unchanged in this database: the count and the signals
+        // are stated here.
         ctx.nothing_changed();
-        signal_other_db(ctx.data, o.db, dst);
+        ctx.dirty(1);
+        ctx.signal_also(o.db, dst, true, true);
     }
     ctx.out.integer(1);
 }
@@ -535,17 +538,9 @@ fn move_cmd(ctx: &mut ExecCtx) {
         ctx.notify(notify::GENERIC, "move_from", key);
         crate::pubsub::notify(notify::GENERIC, "move_to", key, target);
         // The write hooks signal the key in this database; it also appeared there.
-        signal_other_db(ctx.data, target, key);
+        ctx.signal_also(target, key, true, true);
     }
     ctx.out.integer(1);
-}
-
-/// A write to `key` in database `db`, which is not the command's own (COPY ... DB,
-/// MOVE): the write hooks only signal the command's database, so WATCHers and
-/// trackers of the key there, and clients blocked on it, hear of it here.
-fn signal_other_db(data: &mut crate::shard::ShardData, db: usize, key: &[u8]) {
-    data.signal_modified(db, key);
-    data.blocked.signal(db, key);
 }
 
 const OBJECT_HELP: &[&str] = &[

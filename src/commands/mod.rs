@@ -160,6 +160,20 @@ pub struct ExecCtx<'a> {
     /// What the command propagates, when it is not the command as it came (see
     /// `effects::Propagation`).
     pub propagation: crate::effects::Propagation,
+    /// Signals for keys beyond the command's own changed keys, which the executor
+    /// sends with theirs (see `ExecCtx::signal_also`).
+    pub also: Vec<AlsoSignal>,
+}
+
+/// A signal the executor sends for a key a handler changed that its own changed keys
+/// do not cover (`ExecCtx::signal_also`).
+pub struct AlsoSignal {
+    pub db: usize,
+    pub key: Vec<u8>,
+    /// WATCH and tracking hear of it (Redis's signalModifiedKey).
+    pub modified: bool,
+    /// Clients blocked on it try again.
+    pub wake: bool,
 }
 
 /// `CMD key n`: how a pop of `n` elements propagates (LMPOP as LPOP / RPOP, ZMPOP as
@@ -192,6 +206,20 @@ impl<'a> ExecCtx<'a> {
     #[inline]
     pub fn dirty(&mut self, n: u64) {
         self.dirty = Some(self.dirty.unwrap_or(0) + n);
+    }
+
+    /// The executor also signals `key` of `db` after this command: as modified (WATCH,
+    /// tracking) and / or to the clients blocked on it. For what a handler changes
+    /// beyond its own keys: MOVE's key in the target database, the cached estimate
+    /// PFCOUNT writes back, a consumer group XGROUP SETID / DESTROY changed under its
+    /// blocked readers.
+    pub fn signal_also(&mut self, db: usize, key: &[u8], modified: bool, wake: bool) {
+        self.also.push(AlsoSignal {
+            db,
+            key: key.to_vec(),
+            modified,
+            wake,
+        });
     }
 
     /// The command's `nth` key (in argument order) was left as it was.

@@ -796,7 +796,7 @@ fn xgroup(ctx: &mut ExecCtx) {
             out.ok();
             stream_event("xgroup-setid", key, dbi);
             ctx.dirty(1);
-            ctx.data.blocked.signal(dbi, key);
+            ctx.signal_also(dbi, key, false, true);
         }
         "destroy" => {
             let (s, out) = write_parts(ctx, key);
@@ -807,7 +807,7 @@ fn xgroup(ctx: &mut ExecCtx) {
                     stream_event("xgroup-destroy", key, dbi);
                     ctx.dirty(1);
                     // Its blocked readers retry and get NOGROUP.
-                    ctx.data.blocked.signal(dbi, key);
+                    ctx.signal_also(dbi, key, false, true);
                 }
             }
         }

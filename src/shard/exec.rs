@@ -30,7 +30,7 @@ use std::cell::RefCell;
 use super::locks::KeyLocks;
 use super::ShardData;
 use crate::commands::table::flags;
-use crate::commands::{table, Args, ExecCtx, KeyedFn};
+use crate::commands::{table, AlsoSignal, Args, ExecCtx, KeyedFn};
 use crate::effects::Propagation;
 use crate::observe::SlowRecord;
 use crate::protocol::reply::{Protocol, ReplyWriter};
@@ -112,12 +112,14 @@ where
         unchanged: 0,
         dirty: None,
         propagation: Propagation::keyed(),
+        also: Vec::new(),
     };
     (call.run)(&mut ctx);
     let ExecCtx {
         unchanged,
         dirty,
         propagation,
+        also,
         ..
     } = ctx;
     let failed = out.get(before) == Some(&b'-');
@@ -145,6 +147,7 @@ where
         if wrote {
             signal_written(locks, data, &call, unchanged);
         }
+        signal_also(locks, data, also, call.wake);
         if data.tracking.has_pending() && call.txn.is_none() {
             data.tracking.flush_bcast();
         }
@@ -188,6 +191,21 @@ fn signal_written<'k, K, I>(
         .filter(|(n, _)| crate::commands::key_changed(unchanged, *n))
         .map(|(_, k)| (call.db, k));
     signal_keys(locks, data, written, call.wake);
+}
+
+/// The signals a handler asked for beyond its own keys (`ExecCtx::signal_also`).
+fn signal_also(locks: &RefCell<KeyLocks>, data: &mut ShardData, also: Vec<AlsoSignal>, wake: Wake) {
+    for s in also {
+        if s.modified {
+            data.signal_modified(s.db, &s.key);
+        }
+        if s.wake {
+            match wake {
+                Wake::Serve => super::blocking::signal_key(locks, data, s.db, &s.key),
+                Wake::WhenReleased => data.blocked.signal(s.db, &s.key),
+            }
+        }
+    }
 }
 
 /// WATCH and tracking learn of each key, then the clients blocked on it.

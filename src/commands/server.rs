@@ -95,62 +95,45 @@ fn flush_db(d: &mut crate::shard::ShardData, db: usize, lazy: bool) -> u64 {
 
 fn flushdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
-        let Some(lazy) = flush_mode(g) else {
-            return;
-        };
         let db = g.session.db;
-        let cell = g.session.cell.clone();
-        let mut op = MultiShardOp::lock_all(g.owner(), &cell).await;
-        let removed = op
-            .on_each(&cell, move |d| {
-                d.watches
-                    .touch_flushed(Some(db), &d.dbs, crate::util::now_ms());
-                d.tracking.clear();
-                let removed = flush_db(d, db, lazy);
-                // Blocked XREADGROUP clients learn that their stream is gone.
-                d.blocked.signal_all();
-                removed
-            })
-            .await;
-        op.count_dirty(removed.into_iter().sum());
-        // Propagated even when the database was empty (Redis forces FLUSHDB).
-        let argv = g.args.clone();
-        g.propagation.rewrite(|| argv);
-        g.release(op).await;
-        // Every tracking client learns that all it cached is gone (a null).
-        crate::tracking::notify_flush(&cell).await;
-        g.w().ok();
+        flush(g, Some(db)).await
     })
 }
 
 fn flushall<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
-    Box::pin(async move {
-        let Some(lazy) = flush_mode(g) else {
-            return;
-        };
-        let cell = g.session.cell.clone();
-        let mut op = MultiShardOp::lock_all(g.owner(), &cell).await;
-        let removed = op
-            .on_each(&cell, move |d| {
-                d.watches.touch_flushed(None, &d.dbs, crate::util::now_ms());
-                d.tracking.clear();
-                let removed = (0..d.dbs.len())
-                    .map(|db| flush_db(d, db, lazy))
-                    .sum::<u64>();
-                // Blocked XREADGROUP clients learn that their stream is gone.
-                d.blocked.signal_all();
-                removed
-            })
-            .await;
-        op.count_dirty(removed.into_iter().sum());
-        // Propagated even when every database was empty (Redis forces FLUSHALL).
-        let argv = g.args.clone();
-        g.propagation.rewrite(|| argv);
-        g.release(op).await;
-        // Every tracking client learns that all it cached is gone (a null).
-        crate::tracking::notify_flush(&cell).await;
-        g.w().ok();
-    })
+    Box::pin(flush(g, None))
+}
+
+/// FLUSHDB (`only`: the client's database) and FLUSHALL (None: every database), on
+/// every shard at once.
+async fn flush(g: &mut GlobalCtx<'_>, only: Option<usize>) {
+    let Some(lazy) = flush_mode(g) else {
+        return;
+    };
+    let cell = g.session.cell.clone();
+    let mut op = MultiShardOp::lock_all(g.owner(), &cell).await;
+    let removed = op
+        .on_each(&cell, move |d| {
+            d.watches.touch_flushed(only, &d.dbs, crate::util::now_ms());
+            d.tracking.clear();
+            let dbs = match only {
+                Some(db) => db..db + 1,
+                None => 0..d.dbs.len(),
+            };
+            let removed = dbs.map(|db| flush_db(d, db, lazy)).sum::<u64>();
+            // Blocked XREADGROUP clients learn that their stream is gone.
+            d.blocked.signal_all();
+            removed
+        })
+        .await;
+    op.count_dirty(removed.into_iter().sum());
+    // Propagated even when it removed nothing (Redis forces FLUSHDB and FLUSHALL).
+    let argv = g.args.clone();
+    g.propagation.rewrite(|| argv);
+    g.release(op).await;
+    // Every tracking client learns that all it cached is gone (a null).
+    crate::tracking::notify_flush(&cell).await;
+    g.w().ok();
 }
 
 fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use super::lists::parse_side;
+use super::lists::{list_pop_name, parse_side};
 use super::strings::cmd;
 use super::table::K12;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
@@ -136,15 +136,14 @@ fn pop_effect(kind: PopKind, key: &[u8], popped: &Popped, dst: Option<&[u8]>) ->
             b"RIGHT".to_vec()
         }
     };
-    let list_pop: fn(bool) -> &'static [u8] = |front| if front { b"LPOP" } else { b"RPOP" };
     let n = match popped {
         Popped::One(_) => 1,
         Popped::Many(items) => items.len(),
         Popped::Scored(items) => items.len(),
     };
     match kind {
-        PopKind::List { front } => vec![list_pop(front).to_vec(), key.to_vec()],
-        PopKind::ListMany { front, .. } => super::counted_pop(list_pop(front), key, n),
+        PopKind::List { front } => vec![list_pop_name(front).to_vec(), key.to_vec()],
+        PopKind::ListMany { front, .. } => super::counted_pop(list_pop_name(front), key, n),
         PopKind::ZSet { max } => vec![zpop_name(max).to_vec(), key.to_vec()],
         PopKind::ZSetMany { max, .. } => super::counted_pop(zpop_name(max), key, n),
         // BRPOPLPUSH's own sides: its non-blocking form.
@@ -533,7 +532,6 @@ async fn one_hop(
                         changes: p.changes(retry),
                         client,
                         wake: Wake::Serve,
-                        in_unit: false,
                     };
                     exec::after_write(&c.locks, &mut d, written);
                     Hop::Done(outcome)

@@ -809,6 +809,15 @@ fn parse_mpop(args: &[&[u8]]) -> Result<(usize, bool, usize), &'static str> {
 
 /// LMPOP with every key on this shard: the first non-empty list, in argument order,
 /// gives up to `count` elements, replied as [key, [elements]].
+/// The pop LMPOP (and BLPOP, BRPOP, BLMPOP) propagates as.
+pub(crate) fn list_pop_name(front: bool) -> &'static [u8] {
+    if front {
+        b"LPOP"
+    } else {
+        b"RPOP"
+    }
+}
+
 fn lmpop(ctx: &mut ExecCtx) {
     let args = ctx.args;
     let argv: Vec<&[u8]> = args.iter().collect();
@@ -842,7 +851,7 @@ fn lmpop(ctx: &mut ExecCtx) {
         Some((nth, n)) => {
             ctx.only_changed(nth, true);
             ctx.dirty(n as u64);
-            let cmd: &[u8] = if front { b"LPOP" } else { b"RPOP" };
+            let cmd = list_pop_name(front);
             ctx.propagation
                 .rewrite(|| super::counted_pop(cmd, argv[2 + nth], n));
         }
@@ -927,7 +936,7 @@ fn lmpop_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             MpopPart::Popped(key, items) => {
                 op.written_only(&[(db, key.as_slice())]);
                 op.count_dirty(items.len() as u64);
-                let cmd: &[u8] = if front { b"LPOP" } else { b"RPOP" };
+                let cmd = list_pop_name(front);
                 g.propagation
                     .rewrite(|| super::counted_pop(cmd, key, items.len()));
             }

@@ -1165,14 +1165,7 @@ fn xclaim(ctx: &mut ExecCtx) {
     if propagating {
         effects = claims_effects((key, group, name), &g, &claimed, &dropped);
         if effects.is_empty() && bumped {
-            let last = g.last_id.to_string().into_bytes();
-            effects.push(vec![
-                b"XGROUP".to_vec(),
-                b"SETID".to_vec(),
-                key.to_vec(),
-                group.to_vec(),
-                last,
-            ]);
+            effects.push(setid_effect(key, group, g.last_id));
         }
     }
     s.groups.insert(group.to_vec(), g);
@@ -1791,7 +1784,6 @@ async fn fast_try(g: &GlobalCtx<'_>, req: &ReadReq, lock_keys: &[Vec<u8>]) -> Op
                         changes: 0,
                         client,
                         wake: Wake::WhenReleased,
-                        in_unit: false,
                     };
                     exec::after_write(&c.locks, &mut d, written);
                 }
@@ -2201,22 +2193,29 @@ fn propagate_group_read(
     let (Some(last), false) = (last, delivered.is_empty()) else {
         return;
     };
-    let last = last.to_string().into_bytes();
     if read.noack {
-        let argv = vec![
-            b"XGROUP".to_vec(),
-            b"SETID".to_vec(),
-            word(read.key),
-            word(read.group),
-            last,
-        ];
+        let argv = setid_effect(read.key, read.group, last);
         return crate::effects::propagate(txn, db, argv);
     }
+    let last = last.to_string().into_bytes();
     for &id in delivered {
         let pending = (now, 1);
         let argv = claim_effect((read.key, read.group, read.consumer), id, pending, &last);
         crate::effects::propagate(txn, db, argv);
     }
+}
+
+/// `XGROUP SETID key group last`: how a group's last delivered ID moved without a
+/// pending entry to say it (a NOACK read, an XCLAIM that only moved LASTID) propagates.
+fn setid_effect(key: &[u8], group: &[u8], last: StreamId) -> Vec<Vec<u8>> {
+    let last = last.to_string().into_bytes();
+    vec![
+        b"XGROUP".to_vec(),
+        b"SETID".to_vec(),
+        key.to_vec(),
+        group.to_vec(),
+        last,
+    ]
 }
 
 /// `XCLAIM key group consumer 0 id TIME ms RETRYCOUNT n FORCE JUSTID LASTID last`:

@@ -200,10 +200,7 @@ fn signal_also(locks: &RefCell<KeyLocks>, data: &mut ShardData, also: Vec<AlsoSi
             data.signal_modified(s.db, &s.key);
         }
         if s.wake {
-            match wake {
-                Wake::Serve => super::blocking::signal_key(locks, data, s.db, &s.key),
-                Wake::WhenReleased => data.blocked.signal(s.db, &s.key),
-            }
+            wake_key(locks, data, s.db, &s.key, wake);
         }
     }
 }
@@ -217,10 +214,15 @@ fn signal_keys<'k>(
 ) {
     for (db, k) in keys {
         data.signal_modified(db, k);
-        match wake {
-            Wake::Serve => super::blocking::signal_key(locks, data, db, k),
-            Wake::WhenReleased => data.blocked.signal(db, k),
-        }
+        wake_key(locks, data, db, k, wake);
+    }
+}
+
+/// The clients blocked on `key` learn of a write to it, as `wake` says.
+fn wake_key(locks: &RefCell<KeyLocks>, data: &mut ShardData, db: usize, key: &[u8], wake: Wake) {
+    match wake {
+        Wake::Serve => super::blocking::signal_key(locks, data, db, key),
+        Wake::WhenReleased => data.blocked.signal(db, key),
     }
 }
 
@@ -246,8 +248,7 @@ pub fn after_deletions(data: &mut ShardData, txn: Option<u64>) {
 
 /// A write done outside `execute()` on this shard changed `keys` ((db, key)) and
 /// adds `changes` to the change counter, on behalf of `client` (0: the server):
-/// steps 3 and 5. `in_unit`: it is part of a transaction or script, whose BCAST
-/// invalidations go out when it ends.
+/// steps 3 and 5; BCAST invalidations pending on the shard go out with it.
 pub fn after_write<'k>(
     locks: &RefCell<KeyLocks>,
     data: &mut ShardData,
@@ -261,7 +262,7 @@ pub fn after_write<'k>(
     data.publish_if_limited();
     if !data.write_hooks_idle() {
         signal_keys(locks, data, written.keys, written.wake);
-        if data.tracking.has_pending() && !written.in_unit {
+        if data.tracking.has_pending() {
             data.tracking.flush_bcast();
         }
     }
@@ -270,7 +271,7 @@ pub fn after_write<'k>(
 /// The server deleted `key` by itself (eviction): WATCH and tracking learn of it as
 /// the server's write, which no client's NOLOOP hides (the writer left from the
 /// shard's last command is not its). No change counter, no wake-up (a key that
-/// existed had nobody blocked on it). Its DEL goes out with `after_deletions`.
+/// existed had nobody blocked on it). Eviction propagates its DEL itself.
 pub fn after_server_delete(data: &mut ShardData, db: usize, key: &[u8]) {
     data.tracking.writer = 0;
     data.signal_modified(db, key);
@@ -282,7 +283,6 @@ pub struct Written<'k, K: Iterator<Item = (usize, &'k [u8])> + Clone> {
     pub changes: u64,
     pub client: u64,
     pub wake: Wake,
-    pub in_unit: bool,
 }
 
 /// commandstats, errorstats and latency of the command that just ran; its slowlog

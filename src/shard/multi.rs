@@ -233,7 +233,6 @@ impl MultiShardOp {
                     changes: if write { counted } else { 0 },
                     client,
                     wake: Wake::Serve,
-                    in_unit: false,
                 };
                 super::exec::after_write(&c.locks, &mut d, written);
             })

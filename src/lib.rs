@@ -7,6 +7,7 @@ pub mod config;
 pub mod connection;
 pub mod effects;
 pub mod observe;
+pub mod persistence;
 pub mod protocol;
 pub mod pubsub;
 pub mod replication;

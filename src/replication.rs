@@ -3,7 +3,7 @@
 //! stream (`crate::effects`) with what INFO shows of it — and the snapshot a replica
 //! starts from.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::shard::ShardData;
@@ -121,22 +121,6 @@ pub fn shard_records(data: &ShardData, now: u64) -> Vec<Vec<u8>> {
             out
         })
         .collect()
-}
-
-/// A consistent RDB snapshot of every shard (all locked while it is taken); with
-/// `attach`, a replica link registered at that same point, so its stream carries
-/// exactly the writes after the snapshot.
-/// When the last successful SAVE finished (unix seconds; 0: none yet, so the server's
-/// start counts, as Redis's lastsave starts there) and how many there were.
-pub static LAST_SAVE_UNIX: AtomicU64 = AtomicU64::new(0);
-pub static SAVES: AtomicU64 = AtomicU64::new(0);
-
-/// LASTSAVE's and INFO's rdb_last_save_time: the last SAVE, or the server's start.
-pub fn last_save_unix(started_unix_ms: u64) -> u64 {
-    match LAST_SAVE_UNIX.load(Ordering::Relaxed) {
-        0 => started_unix_ms / 1000,
-        t => t,
-    }
 }
 
 /// The dataset as one RDB file, taken under every shard's lock, plus each shard's

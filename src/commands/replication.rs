@@ -11,7 +11,6 @@ use super::{ClientCtx, GlobalCtx};
 
 type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 use crate::replication;
-use std::sync::atomic::Ordering;
 
 macro_rules! rcmd {
     ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
@@ -45,7 +44,7 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// LASTSAVE: when the last SAVE succeeded (the server's start before the first).
 fn lastsave(ctx: &mut ClientCtx) {
-    let t = replication::last_save_unix(ctx.session.cell.info.started_unix_ms);
+    let t = crate::persistence::last_save_unix(ctx.session.cell.info.started_unix_ms);
     ctx.out.integer(t as i64);
 }
 
@@ -152,38 +151,13 @@ fn role(ctx: &mut ClientCtx) {
     }
 }
 
-/// SAVE: the RDB snapshot a full sync sends, written to `dir`/`dbfilename` (through
-/// a temporary file renamed into place, as Redis does).
+/// SAVE: the dataset written to `dir`/`dbfilename` now (`persistence::save`).
 fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let cell = g.session.cell.clone();
-        let (rdb, _, dirty) = replication::snapshot(&cell, None).await;
-        let path = {
-            let data = cell.data.borrow();
-            std::path::Path::new(data.config.dir()).join(data.config.dbfilename())
-        };
-        let tmp = path.with_file_name(format!("temp-{}.rdb", std::process::id()));
-        let written = std::fs::write(&tmp, &rdb).and_then(|_| std::fs::rename(&tmp, &path));
-        match written {
-            Ok(()) => {
-                tracing::info!("DB saved on disk");
-                // What the file holds is no longer a change; writes that came after
-                // the snapshot still are.
-                let dirty = std::sync::Arc::new(dirty);
-                cell.call_all(move |c| {
-                    let mut d = c.data.borrow_mut();
-                    let saved = dirty.get(c.id).copied().unwrap_or(0);
-                    d.dirty = d.dirty.saturating_sub(saved);
-                })
-                .await;
-                replication::LAST_SAVE_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
-                replication::SAVES.fetch_add(1, Ordering::Relaxed);
-                g.w().ok();
-            }
-            Err(e) => {
-                tracing::warn!("failed saving the DB: {e}");
-                g.w().error("ERR");
-            }
+        match crate::persistence::save::save(&cell).await {
+            Ok(()) => g.w().ok(),
+            Err(_) => g.w().error("ERR"),
         }
     })
 }

@@ -350,17 +350,9 @@ fn section_known(s: &str) -> bool {
     DEFAULT_SECTIONS.contains(&s) || ALL_EXTRA.contains(&s) || s == "modules"
 }
 
-/// INFO persistence: the change counter and SAVE's bookkeeping are real; there is no
-/// background save, AOF or fork, so those fields stay at their idle values.
 fn info_persistence(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mut String) {
     let dirty: u64 = reports.iter().map(|r| r.dirty).sum();
-    let last = crate::replication::last_save_unix(cell.info.started_unix_ms);
-    let saves = crate::replication::SAVES.load(std::sync::atomic::Ordering::Relaxed);
-    let _ = write!(
-        out,
-        "# Persistence\r\nloading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
-        dirty, last, saves
-    );
+    crate::persistence::info_section(cell.info.started_unix_ms, dirty, out);
 }
 
 fn info_server(cell: &crate::shard::ShardCell, out: &mut String) {

@@ -1,0 +1,53 @@
+//! Persistence, as Redis 7.0 has it (rdb.c's saving and loading, the parts of server.c
+//! that schedule them): what the server writes to `dir` and reads back at start. The
+//! RDB format itself is `storage::rdb`'s; this module decides when files are written
+//! and read, and keeps what INFO persistence, LASTSAVE and the log say about it.
+//!
+//! * `mod.rs` (here): the process-wide bookkeeping (last save, load counters, the
+//!   loading flag the gate checks) and INFO's persistence section;
+//! * `save.rs`: writing `dir`/`dbfilename` (SAVE, and the saves on shutdown);
+//! * `load.rs`: loading it at start, every shard its own slots, in parallel.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub mod save;
+
+/// When the last successful save finished (unix seconds; 0: none yet, so the server's
+/// start counts, as Redis's lastsave starts there) and how many there were.
+pub static LAST_SAVE_UNIX: AtomicU64 = AtomicU64::new(0);
+pub static SAVES: AtomicU64 = AtomicU64::new(0);
+
+/// LASTSAVE's and INFO's rdb_last_save_time: the last save, or the server's start.
+pub fn last_save_unix(started_unix_ms: u64) -> u64 {
+    match LAST_SAVE_UNIX.load(Ordering::Relaxed) {
+        0 => started_unix_ms / 1000,
+        t => t,
+    }
+}
+
+/// The dataset is being loaded: commands without the `loading` flag are refused.
+static LOADING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the server is loading its dataset (Redis's server.loading).
+#[inline]
+pub fn loading() -> bool {
+    LOADING.load(Ordering::Relaxed)
+}
+
+/// Redis's reply to a command refused while the dataset loads.
+pub const LOADING_ERR: &str = "LOADING Redis is loading the dataset in memory";
+
+/// INFO persistence. `dirty` is the change counter summed over the shards.
+pub fn info_section(started_unix_ms: u64, dirty: u64, out: &mut String) {
+    let last = last_save_unix(started_unix_ms);
+    let saves = SAVES.load(Ordering::Relaxed);
+    let _ = write!(
+        out,
+        "# Persistence\r\nloading:{}\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
+        loading() as u8,
+        dirty,
+        last,
+        saves
+    );
+}

@@ -280,6 +280,23 @@ impl Config {
         }
     }
 
+    /// `rdbchecksum`: verify the CRC64 of RDB files loaded (and write one).
+    pub fn rdbchecksum(&self) -> bool {
+        self.bool_at(IDX_RDBCHECKSUM)
+    }
+
+    /// `key-load-delay` (hidden, for tests): microseconds to sleep per key loaded; a
+    /// negative -N sleeps 1 us for one key in N.
+    pub fn key_load_delay(&self) -> i64 {
+        self.int_at(IDX_KEY_LOAD_DELAY)
+    }
+
+    /// `loading-process-events-interval-bytes`: how much of a file is loaded between
+    /// two turns of serving clients (with -LOADING).
+    pub fn loading_events_interval_bytes(&self) -> u64 {
+        self.uint_at(IDX_LOADING_EVENTS_BYTES)
+    }
+
     pub fn dbfilename(&self) -> &str {
         self.str_at(IDX_DBFILENAME)
     }

@@ -542,6 +542,10 @@ pub(super) const fn param_index(name: &str) -> usize {
 pub(super) const IDX_BIND: usize = param_index("bind");
 pub(super) const IDX_REPLICAOF: usize = param_index("replicaof");
 pub(super) const IDX_PORT: usize = param_index("port");
+pub(super) const IDX_RDBCHECKSUM: usize = param_index("rdbchecksum");
+pub(super) const IDX_KEY_LOAD_DELAY: usize = param_index("key-load-delay");
+pub(super) const IDX_LOADING_EVENTS_BYTES: usize =
+    param_index("loading-process-events-interval-bytes");
 pub(super) const IDX_TCP_BACKLOG: usize = param_index("tcp-backlog");
 pub(super) const IDX_UNIXSOCKET: usize = param_index("unixsocket");
 pub(super) const IDX_UNIXSOCKETPERM: usize = param_index("unixsocketperm");

@@ -117,8 +117,8 @@ impl Connection {
 
     /// The common case in a few loads: no container and no protected command, with
     /// the right arity, from an authenticated client outside RESP2 pub/sub, while no
-    /// script is busy and neither replication check can refuse (a master without
-    /// min-replicas). When this holds, none of `refusal`'s checks can refuse; when it
+    /// script is busy, neither replication check can refuse (a master without
+    /// min-replicas) and the dataset is not loading. When this holds, none of `refusal`'s checks can refuse; when it
     /// does not, `refusal` decides, in order.
     #[inline(always)]
     fn no_refusal_can_apply(
@@ -133,6 +133,7 @@ impl Connection {
             && !self.session.shared.pubsub.active()
             && !crate::scripting::is_busy()
             && !crate::replication::may_refuse()
+            && !crate::persistence::loading()
             && !commands::table().is_container(idx)
     }
 
@@ -179,6 +180,9 @@ impl Connection {
         }
         if let Some(err) = self.replication_gate(spec) {
             return Gate::Refuse(Some(idx), err.into());
+        }
+        if crate::persistence::loading() && t.stat_flags(stat) & flags::LOADING == 0 {
+            return Gate::Refuse(Some(idx), crate::persistence::LOADING_ERR.into());
         }
         Gate::Pass
     }

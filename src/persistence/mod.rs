@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod load;
 pub mod save;
 
 /// When the last successful save finished (unix seconds; 0: none yet, so the server's
@@ -35,6 +36,10 @@ pub fn loading() -> bool {
     LOADING.load(Ordering::Relaxed)
 }
 
+pub(crate) fn set_loading(on: bool) {
+    LOADING.store(on, Ordering::Relaxed);
+}
+
 /// Redis's reply to a command refused while the dataset loads.
 pub const LOADING_ERR: &str = "LOADING Redis is loading the dataset in memory";
 
@@ -42,12 +47,15 @@ pub const LOADING_ERR: &str = "LOADING Redis is loading the dataset in memory";
 pub fn info_section(started_unix_ms: u64, dirty: u64, out: &mut String) {
     let last = last_save_unix(started_unix_ms);
     let saves = SAVES.load(Ordering::Relaxed);
+    let _ = write!(out, "# Persistence\r\nloading:{}\r\n", loading() as u8);
+    load::info_loading_fields(out);
     let _ = write!(
         out,
-        "# Persistence\r\nloading:{}\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
-        loading() as u8,
+        "async_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:{}\r\nrdb_last_load_keys_loaded:{}\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
         dirty,
         last,
-        saves
+        saves,
+        load::LAST_LOAD_KEYS_EXPIRED.load(Ordering::Relaxed),
+        load::LAST_LOAD_KEYS_LOADED.load(Ordering::Relaxed),
     );
 }

@@ -166,6 +166,12 @@ pub fn run(config: Config) -> i32 {
     let _ = process::apply_oom_score_adj(&config);
     show_banner(&config, n);
     tracing::warn!("Server initialized");
+    // The file is opened and mapped here; every shard loads its slots of it once it
+    // listens, answering -LOADING meanwhile, and `finish` below waits for them all.
+    let Ok(rdb) = crate::persistence::load::open(&config, n) else {
+        return 1;
+    };
+    let (loaded_tx, loaded_rx) = std::sync::mpsc::channel();
     let hasher = DefaultHashBuilder::default();
     let mesh = runtime::build_mesh::<Job>(n);
     let unixsocket = config
@@ -179,6 +185,7 @@ pub fn run(config: Config) -> i32 {
         let info = info.clone();
         let addrs = listen.clone();
         let ready = ready_tx.clone();
+        let load = rdb.clone().map(|file| (file, loaded_tx.clone()));
         // The Unix socket cannot be shared with SO_REUSEPORT: the first shard accepts
         // on it, and its commands reach other shards as any connection's do.
         let unix = if i == 0 { unixsocket.clone() } else { None };
@@ -223,6 +230,10 @@ pub fn run(config: Config) -> i32 {
                     }
                 }
                 let _ = ready.send(Ok(i));
+                if let Some((file, done)) = load {
+                    let loading = crate::persistence::load::load_shard(cell.clone(), file, done);
+                    runtime::spawn_detached(loading);
+                }
                 let mut accepting = Vec::new();
                 for l in listeners {
                     let cell = cell.clone();
@@ -259,6 +270,12 @@ pub fn run(config: Config) -> i32 {
                 tracing::error!("a shard failed to start");
                 return 1;
             }
+        }
+    }
+    drop(loaded_tx);
+    if let Some(file) = rdb {
+        if !crate::persistence::load::finish(&file, loaded_rx, n, config.rdbchecksum()) {
+            return 1;
         }
     }
     crate::storage::memory::record_startup(n);

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use super::elem::{int_to_bytes, parse_score, Elem};
 use super::{
     intset, listpack, lzf, stream, ziplist, DumpValue, Res, RestoreError, ENC_INT16, ENC_INT32,
-    ENC_INT8, ENC_LZF, QUICKLIST_NODE_PACKED, QUICKLIST_NODE_PLAIN, TYPE_HASH, TYPE_HASH_LISTPACK,
+    ENC_INT8, ENC_LZF, QUICKLIST_NODE_PACKED, QUICKLIST_NODE_PLAIN, TYPE_HASH, TYPE_HASH_LISTPACK, TYPE_HASH_ZIPMAP,
     TYPE_HASH_ZIPLIST, TYPE_LIST, TYPE_LIST_QUICKLIST, TYPE_LIST_QUICKLIST_2, TYPE_LIST_ZIPLIST,
     TYPE_SET, TYPE_SET_INTSET, TYPE_STREAM_LISTPACKS, TYPE_STREAM_LISTPACKS_2,
     TYPE_STREAM_LISTPACKS_3, TYPE_STRING, TYPE_ZSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK,
@@ -17,6 +17,8 @@ use super::{
 pub(super) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// A read ran past the end of `buf` (a truncated file, not a malformed one).
+    short: bool,
 }
 
 enum Len {
@@ -26,7 +28,21 @@ enum Len {
 
 impl<'a> Reader<'a> {
     pub(super) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
+        Reader {
+            buf,
+            pos: 0,
+            short: false,
+        }
+    }
+
+    /// How many bytes have been read.
+    pub(super) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Whether a read failed for want of bytes.
+    pub(super) fn ran_short(&self) -> bool {
+        self.short
     }
 
     pub(super) fn remaining(&self) -> usize {
@@ -35,7 +51,10 @@ impl<'a> Reader<'a> {
 
     pub(super) fn take(&mut self, n: usize) -> Res<&'a [u8]> {
         let end = self.pos.checked_add(n).ok_or(RestoreError::Corrupt)?;
-        let slice = self.buf.get(self.pos..end).ok_or(RestoreError::Corrupt)?;
+        let Some(slice) = self.buf.get(self.pos..end) else {
+            self.short = true;
+            return Err(RestoreError::Corrupt);
+        };
         self.pos = end;
         Ok(slice)
     }
@@ -98,6 +117,23 @@ impl<'a> Reader<'a> {
         lzf::decompress(data, len).ok_or(RestoreError::Corrupt)
     }
 
+    /// Steps over a string in any encoding without decoding it.
+    fn skip_string(&mut self) -> Res<()> {
+        let n = match self.len_or_enc()? {
+            Len::Plain(n) => n,
+            Len::Encoded(ENC_INT8) => 1,
+            Len::Encoded(ENC_INT16) => 2,
+            Len::Encoded(ENC_INT32) => 4,
+            Len::Encoded(ENC_LZF) => {
+                let compressed_len = self.len()?;
+                self.len()?;
+                compressed_len
+            }
+            Len::Encoded(_) => return Err(RestoreError::Corrupt),
+        };
+        self.take(n).map(drop)
+    }
+
     fn binary_double(&mut self) -> Res<f64> {
         let score = f64::from_le_bytes(self.array()?);
         if score.is_nan() {
@@ -136,8 +172,81 @@ pub(super) fn read_value(ty: u8, r: &mut Reader<'_>) -> Res<DumpValue> {
         TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 | TYPE_STREAM_LISTPACKS_3 => {
             stream::read(r, ty).map(|s| DumpValue::Stream(Box::new(s)))
         }
+        TYPE_HASH_ZIPMAP => read_zipmap(&r.string()?),
         _ => Err(RestoreError::Corrupt),
     }
+}
+
+/// Steps over a value of type `ty` (one another shard loads), checking only its
+/// framing: far cheaper than decoding it, which its own shard does.
+pub(super) fn skip_value(ty: u8, r: &mut Reader<'_>) -> Res<()> {
+    let strings = |r: &mut Reader<'_>, per_element: usize| -> Res<()> {
+        let n = r.len()?;
+        for _ in 0..n.saturating_mul(per_element) {
+            r.skip_string()?;
+        }
+        Ok(())
+    };
+    match ty {
+        TYPE_STRING | TYPE_LIST_ZIPLIST | TYPE_SET_INTSET | TYPE_ZSET_ZIPLIST
+        | TYPE_HASH_ZIPLIST | TYPE_HASH_LISTPACK | TYPE_ZSET_LISTPACK | TYPE_HASH_ZIPMAP => {
+            r.skip_string()
+        }
+        TYPE_LIST | TYPE_SET | TYPE_LIST_QUICKLIST => strings(r, 1),
+        TYPE_HASH => strings(r, 2),
+        TYPE_ZSET | TYPE_ZSET_2 => {
+            let n = r.len()?;
+            for _ in 0..n {
+                r.skip_string()?;
+                match (ty, r.byte()?) {
+                    (TYPE_ZSET, len @ 0..=252) => r.take(usize::from(len)).map(drop)?,
+                    (TYPE_ZSET, _) => {}
+                    // The byte just read is the first of the double's eight.
+                    _ => r.take(7).map(drop)?,
+                }
+            }
+            Ok(())
+        }
+        TYPE_LIST_QUICKLIST_2 => {
+            let nodes = r.len()?;
+            for _ in 0..nodes {
+                r.len()?;
+                r.skip_string()?;
+            }
+            Ok(())
+        }
+        // Streams are rare and intricate: decoding is the one sure way to frame them.
+        _ => read_value(ty, r).map(drop),
+    }
+}
+
+/// Type 9: Redis 2.4's zipmap, a hash of `len field len free value` entries ending
+/// in 0xFF (lengths are one byte below 254, else 254 and four bytes).
+fn read_zipmap(blob: &[u8]) -> Res<DumpValue> {
+    let mut r = Reader::new(blob);
+    r.byte()?; // the entry count, a hint that saturates at 254
+    let len = |r: &mut Reader<'_>| -> Res<Option<usize>> {
+        Ok(match r.byte()? {
+            0xFF => None,
+            254 => Some(u32::from_le_bytes(r.array()?) as usize),
+            n => Some(usize::from(n)),
+        })
+    };
+    let mut pairs = Vec::new();
+    while let Some(field_len) = len(&mut r)? {
+        let field = r.take(field_len)?.to_vec();
+        let value_len = len(&mut r)?.ok_or(RestoreError::Corrupt)?;
+        let free = usize::from(r.byte()?);
+        let value = r.take(value_len)?.to_vec();
+        r.take(free)?;
+        pairs.push((field, value));
+    }
+    if r.remaining() != 0 {
+        return Err(RestoreError::Corrupt);
+    }
+    ensure_non_empty(pairs.len())?;
+    ensure_unique(pairs.iter().map(|(f, _)| f.as_slice()), pairs.len())?;
+    Ok(DumpValue::Hash(pairs))
 }
 
 fn read_strings(r: &mut Reader<'_>) -> Res<Vec<Vec<u8>>> {
@@ -196,7 +305,8 @@ fn read_intset(r: &mut Reader<'_>) -> Res<DumpValue> {
 }
 
 fn pairs<'e, 'a>(elems: &'e [Elem<'a>]) -> Res<std::slice::ChunksExact<'e, Elem<'a>>> {
-    if elems.is_empty() || !elems.len().is_multiple_of(2) {
+    ensure_non_empty(elems.len())?;
+    if !elems.len().is_multiple_of(2) {
         return Err(RestoreError::Corrupt);
     }
     Ok(elems.chunks_exact(2))
@@ -271,7 +381,7 @@ fn ensure_unique<'a>(keys: impl Iterator<Item = &'a [u8]>, count: usize) -> Res<
 
 fn ensure_non_empty(count: usize) -> Res<()> {
     if count == 0 {
-        Err(RestoreError::Corrupt)
+        Err(RestoreError::Empty)
     } else {
         Ok(())
     }

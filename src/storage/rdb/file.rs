@@ -11,12 +11,12 @@ use crate::storage::{Value, NO_EXPIRE};
 
 /// "REDIS" and the RDB version as four digits (`RDB_VERSION`).
 const MAGIC: &[u8] = b"REDIS0010";
-const OPCODE_AUX: u8 = 0xFA;
+pub(super) const OPCODE_AUX: u8 = 0xFA;
 /// A function library's code (Redis 7.0's RDB_OPCODE_FUNCTION2).
-const OPCODE_FUNCTION2: u8 = 0xF5;
-const OPCODE_EXPIRETIME_MS: u8 = 0xFC;
-const OPCODE_SELECTDB: u8 = 0xFE;
-const OPCODE_EOF: u8 = 0xFF;
+pub(super) const OPCODE_FUNCTION2: u8 = 0xF5;
+pub(super) const OPCODE_EXPIRETIME_MS: u8 = 0xFC;
+pub(super) const OPCODE_SELECTDB: u8 = 0xFE;
+pub(super) const OPCODE_EOF: u8 = 0xFF;
 /// What a Redis 7.0 replica checks it can load.
 const AUX_FIELDS: [(&str, &str); 2] = [("redis-ver", "7.0.15"), ("redis-bits", "64")];
 

@@ -10,7 +10,8 @@
 //! * `listpack.rs`, `ziplist.rs`, `intset.rs`, `stream.rs`: the packed and stream
 //!   encodings; `elem.rs`: the integer-as-text rules they share;
 //! * `lzf.rs`, `crc64.rs`: string compression and the checksum;
-//! * `file.rs`: RDB file framing (magic, AUX, SELECTDB, EXPIRETIME_MS, EOF + CRC64).
+//! * `file.rs`: RDB file framing (magic, AUX, SELECTDB, EXPIRETIME_MS, EOF + CRC64);
+//!   `records.rs`: reading a whole file back, record by record.
 //!
 //! A payload is `type byte | serialized value | RDB version (u16 LE) | CRC64 (u64 LE)`,
 //! where the CRC64 (Redis's "Jones" polynomial, reflected) covers every byte before it.
@@ -56,6 +57,7 @@ pub mod file;
 mod intset;
 mod listpack;
 mod lzf;
+pub mod records;
 mod stream;
 mod value;
 mod ziplist;
@@ -73,6 +75,11 @@ const TYPE_SET: u8 = 2;
 const TYPE_ZSET: u8 = 3;
 const TYPE_HASH: u8 = 4;
 const TYPE_ZSET_2: u8 = 5;
+/// Module values: Tessera loads no modules, so a file holding one is refused.
+const TYPE_MODULE_PRE_GA: u8 = 6;
+const TYPE_MODULE_2: u8 = 7;
+/// Redis <= 2.4 hashes.
+const TYPE_HASH_ZIPMAP: u8 = 9;
 const TYPE_LIST_ZIPLIST: u8 = 10;
 const TYPE_SET_INTSET: u8 = 11;
 const TYPE_ZSET_ZIPLIST: u8 = 12;
@@ -117,6 +124,9 @@ pub enum RestoreError {
     BadPayload,
     /// The checksum is fine but the value cannot be decoded.
     Corrupt,
+    /// A well-formed collection with no elements: Redis refuses it in a payload, and
+    /// skips it (with a log line) in an RDB file, where old versions could write one.
+    Empty,
 }
 
 impl RestoreError {
@@ -124,7 +134,7 @@ impl RestoreError {
     pub fn message(&self) -> &'static str {
         match self {
             RestoreError::BadPayload => "ERR DUMP payload version or checksum are wrong",
-            RestoreError::Corrupt => "ERR Bad data format",
+            RestoreError::Corrupt | RestoreError::Empty => "ERR Bad data format",
         }
     }
 }

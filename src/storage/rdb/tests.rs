@@ -670,7 +670,7 @@ fn semantic_errors_are_corrupt() {
         "trailing"
     );
     assert_eq!(corrupt(&[0, 0xC4]), Err(RestoreError::Corrupt), "bad enc");
-    assert_eq!(corrupt(&[TYPE_SET, 0]), Err(RestoreError::Corrupt), "empty");
+    assert_eq!(corrupt(&[TYPE_SET, 0]), Err(RestoreError::Empty), "empty");
     assert_eq!(
         corrupt(&[TYPE_SET, 2, 1, b'a', 1, b'a']),
         Err(RestoreError::Corrupt)
@@ -696,7 +696,7 @@ fn semantic_errors_are_corrupt() {
     let empty_lp = listpack::Builder::new().finish();
     let mut body = vec![TYPE_HASH_LISTPACK];
     raw_string(&mut body, &empty_lp);
-    assert_eq!(corrupt(&body), Err(RestoreError::Corrupt));
+    assert_eq!(corrupt(&body), Err(RestoreError::Empty));
     let mut body = vec![TYPE_LIST_QUICKLIST_2, 1, 2];
     raw_string(&mut body, &empty_lp);
     assert_eq!(corrupt(&body), Err(RestoreError::Corrupt));

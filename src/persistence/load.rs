@@ -1,0 +1,531 @@
+//! Loading `dir`/`dbfilename` at start, as Redis 7.0's loadDataFromDisk does, with
+//! every shard loading its own slots in parallel.
+//!
+//! The main thread opens and maps the file and logs its AUX fields (`open`); every
+//! shard then walks the whole file (`load_shard`), decoding the keys whose slots it
+//! owns and stepping over the others' (framing them is far cheaper than decoding),
+//! and yields to its reactor every `loading-process-events-interval-bytes` so that
+//! clients get `-LOADING` rather than silence. Meanwhile the main thread checks the
+//! CRC64 and logs progress every 2 seconds (`finish`). Nothing is served until every
+//! shard and the checksum agree: a file that fails anywhere stops the server before
+//! any client sees a key of it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::shard::ShardCell;
+use crate::storage::rdb::records::{KeyHeader, LoadError, LoadErrorKind, RdbReader, Record};
+use crate::storage::rdb::{crc64, RestoreError};
+use crate::storage::NO_EXPIRE;
+
+/// A file being loaded: its bytes (mapped), and how far each shard has got.
+pub struct RdbFile {
+    path: String,
+    map: Mapped,
+    /// Bytes each shard has walked (INFO's loading_loaded_bytes is the least).
+    walked: Vec<AtomicU64>,
+    started: Instant,
+    started_unix: u64,
+    /// The `used-mem` AUX field (INFO's loading_rdb_used_mem).
+    used_mem: u64,
+}
+
+/// What one shard loaded.
+pub struct ShardLoaded {
+    loaded: u64,
+    expired: u64,
+    empty_skipped: u64,
+    /// Where EOF was and the checksum after it (None before RDB version 5).
+    eof: (usize, Option<u64>),
+}
+
+/// How a load ends for one shard: what it loaded, or why the file is refused.
+pub type ShardResult = Result<ShardLoaded, LoadError>;
+
+/// The replication id and offset a file recorded (AUX `repl-id`, `repl-offset`,
+/// `repl-stream-db`), kept for partial resynchronization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedReplication {
+    pub id: String,
+    pub offset: i64,
+    pub stream_db: i64,
+}
+
+static SAVED_REPLICATION: Mutex<Option<SavedReplication>> = Mutex::new(None);
+
+/// What the loaded file said of replication, if it said it all.
+pub fn saved_replication() -> Option<SavedReplication> {
+    SAVED_REPLICATION
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+/// The file being loaded, for INFO's loading_* fields.
+static CURRENT: Mutex<Option<Arc<RdbFile>>> = Mutex::new(None);
+
+/// Keys the last load added and dropped as expired (INFO rdb_last_load_keys_*).
+pub static LAST_LOAD_KEYS_LOADED: AtomicU64 = AtomicU64::new(0);
+pub static LAST_LOAD_KEYS_EXPIRED: AtomicU64 = AtomicU64::new(0);
+
+/// Opens `dir`/`dbfilename` for loading: None when there is none (an empty dataset,
+/// as Redis starts), an error text (already logged) when it cannot be read.
+pub fn open(config: &crate::config::Config, shards: usize) -> Result<Option<Arc<RdbFile>>, ()> {
+    let path = std::path::Path::new(config.dir()).join(config.dbfilename());
+    let map = match Mapped::open(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            let text = crate::util::io_error_text(&e);
+            tracing::warn!("Fatal error loading the DB: {text}. Exiting.");
+            return Err(());
+        }
+    };
+    let mut file = RdbFile {
+        path: path.display().to_string(),
+        map,
+        walked: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+        started: Instant::now(),
+        started_unix: crate::util::now_ms() / 1000,
+        used_mem: 0,
+    };
+    file.used_mem = log_aux_fields(file.map.bytes());
+    let file = Arc::new(file);
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(file.clone());
+    super::set_loading(true);
+    Ok(Some(file))
+}
+
+/// Logs the AUX fields before the first key, as Redis logs them while it reads them,
+/// and keeps the replication ones. Returns `used-mem`.
+fn log_aux_fields(bytes: &[u8]) -> u64 {
+    let Ok(mut reader) = RdbReader::new(bytes) else {
+        return 0; // every shard reports the bad header
+    };
+    let (mut used_mem, mut repl) = (0, (None, None, None));
+    while let Ok(Record::Aux(key, value)) = reader.next() {
+        let key = String::from_utf8_lossy(&key).into_owned();
+        let value = String::from_utf8_lossy(&value).into_owned();
+        let number = || value.trim().parse::<i64>().unwrap_or(0);
+        match key.to_ascii_lowercase().as_str() {
+            k if k.starts_with('%') => tracing::info!("RDB '{key}': {value}"),
+            "redis-ver" => tracing::info!("Loading RDB produced by version {value}"),
+            "ctime" => {
+                let age = (crate::util::now_ms() / 1000) as i64 - number();
+                tracing::info!("RDB age {} seconds", age.max(0));
+            }
+            "used-mem" => {
+                used_mem = number().max(0) as u64;
+                let mb = used_mem as f64 / (1024.0 * 1024.0);
+                tracing::info!("RDB memory usage when created {mb:.2} Mb");
+            }
+            "aof-preamble" if number() != 0 => tracing::info!("RDB has an AOF tail"),
+            "aof-base" if number() != 0 => tracing::info!("RDB is base AOF"),
+            "repl-id" if value.len() == 40 => repl.0 = Some(value),
+            "repl-offset" => repl.1 = Some(number()),
+            "repl-stream-db" => repl.2 = Some(number()),
+            "redis-bits" | "lua" | "aof-preamble" | "aof-base" | "repl-id" => {}
+            _ => tracing::debug!("Unrecognized RDB AUX field: '{key}'"),
+        }
+    }
+    if let (Some(id), Some(offset), Some(stream_db)) = repl {
+        if offset != -1 && stream_db != -1 {
+            let saved = SavedReplication {
+                id,
+                offset,
+                stream_db,
+            };
+            *SAVED_REPLICATION.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
+        }
+    }
+    used_mem
+}
+
+/// One shard's walk through the file: its own keys into its databases.
+pub async fn load_shard(cell: std::rc::Rc<ShardCell>, file: Arc<RdbFile>, done: Sender<ShardResult>) {
+    let result = walk(&cell, &file).await;
+    let result = match result {
+        Ok((loaded, libraries)) if !libraries.is_empty() => {
+            install_libraries(libraries).await.map(|()| loaded)
+        }
+        other => other.map(|(loaded, _)| loaded),
+    };
+    let _ = done.send(result);
+}
+
+/// The shard's keys, plus (on shard 0) the function libraries' codes.
+async fn walk(cell: &ShardCell, file: &RdbFile) -> Result<(ShardLoaded, Vec<Vec<u8>>), LoadError> {
+    let (interval, delay, databases, keep_expired) = {
+        let data = cell.data.borrow();
+        let c = &data.config;
+        let interval = c.loading_events_interval_bytes().max(1024) as usize;
+        (interval, c.key_load_delay(), c.databases(), crate::replication::is_replica())
+    };
+    let mut reader = RdbReader::new(file.map.bytes())?;
+    let now = crate::util::now_ms();
+    let lru = crate::util::lru_clock();
+    let mut out = ShardLoaded {
+        loaded: 0,
+        expired: 0,
+        empty_skipped: 0,
+        eof: (0, None),
+    };
+    let mut libraries = Vec::new();
+    let mut db = 0;
+    let mut next_turn = interval;
+    loop {
+        match reader.next()? {
+            Record::Aux(..) => {}
+            Record::Function(code) => {
+                if cell.id == 0 {
+                    libraries.push(code);
+                }
+            }
+            Record::SelectDb(n) => {
+                if n >= databases {
+                    return Err(LoadError {
+                        offset: reader.offset(),
+                        kind: LoadErrorKind::Fatal(format!(
+                            "FATAL: Data file was created with a Redis server configured to \
+                             handle more than {databases} databases. Exiting\n"
+                        )),
+                    });
+                }
+                db = n;
+            }
+            Record::Key(header) => {
+                if cell.shard_of(&header.key) != cell.id {
+                    reader.skip_value(&header)?;
+                } else {
+                    let expired = !keep_expired && header.expire_at.is_some_and(|at| at < now);
+                    load_key(cell, &mut reader, &header, db, expired, lru, &mut out)?;
+                    key_load_delay(delay);
+                }
+            }
+            Record::Eof { stored, body_len } => {
+                out.eof = (body_len, stored);
+                file.walked[cell.id].store(file.map.len() as u64, Ordering::Relaxed);
+                return Ok((out, libraries));
+            }
+        }
+        if reader.offset() >= next_turn {
+            file.walked[cell.id].store(reader.offset() as u64, Ordering::Relaxed);
+            next_turn = reader.offset() + interval;
+            crate::runtime::yield_now().await;
+        }
+    }
+}
+
+/// Decodes one key this shard owns and stores it (or counts it expired).
+fn load_key(
+    cell: &ShardCell,
+    reader: &mut RdbReader<'_>,
+    header: &KeyHeader,
+    db: usize,
+    expired: bool,
+    lru: u32,
+    out: &mut ShardLoaded,
+) -> Result<(), LoadError> {
+    if expired {
+        // A master drops what expired while the file sat on disk (a replica keeps it:
+        // its master decides); the value need not be decoded to be dropped.
+        reader.skip_value(header)?;
+        out.expired += 1;
+        return Ok(());
+    }
+    let offset = reader.offset();
+    let mut data = cell.data.borrow_mut();
+    let value = match reader.value(header) {
+        Ok(v) => v.into_value(&data.limits),
+        Err((_, RestoreError::Empty)) => None,
+        Err((e, _)) => return Err(e),
+    };
+    let Some(value) = value else {
+        // Old versions could write empty collections: Redis skips them, and so do we.
+        out.empty_skipped += 1;
+        if out.empty_skipped <= 10 {
+            let key = String::from_utf8_lossy(&header.key);
+            tracing::info!("rdbLoadObject skipping empty key: {key}");
+        }
+        return Ok(());
+    };
+    let at = header.expire_at.unwrap_or(NO_EXPIRE);
+    let idle = header.idle_secs.unwrap_or(0).min(u64::from(lru)) as u32;
+    let keyspace = &mut data.dbs[db];
+    let before = keyspace.len();
+    match header.freq {
+        Some(freq) => keyspace.insert_with_access(&header.key, value, at, lru - idle, freq),
+        None => keyspace.insert(&header.key, value, at, lru - idle),
+    };
+    if keyspace.len() == before {
+        let key = String::from_utf8_lossy(&header.key);
+        return Err(LoadError {
+            offset,
+            kind: LoadErrorKind::Fatal(format!(
+                "RDB has duplicated key '{key}' in DB {db}: duplicated key found in RDB file"
+            )),
+        });
+    }
+    out.loaded += 1;
+    Ok(())
+}
+
+/// `key-load-delay`: Redis's debugDelay, to make loading slow in tests.
+fn key_load_delay(delay: i64) {
+    let micros = match delay {
+        0 => return,
+        d if d < 0 => u64::from(crate::util::now_us() % d.unsigned_abs() == 0),
+        d => d as u64,
+    };
+    if micros > 0 {
+        std::thread::sleep(Duration::from_micros(micros));
+    }
+}
+
+/// The function libraries the file holds, compiled and installed (all or none).
+async fn install_libraries(codes: Vec<Vec<u8>>) -> Result<(), LoadError> {
+    use crate::scripting::{functions::Policy, vm};
+    let (done, rx) = futures_channel::oneshot::channel();
+    vm::run(vm::Job::FunctionRestore {
+        codes,
+        policy: Policy::Append,
+        done,
+    })
+    .await;
+    let failed = |why: String| LoadError {
+        offset: 0,
+        kind: LoadErrorKind::Fatal(format!("Failed loading library, {why}")),
+    };
+    match rx.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(failed(e.trim_start_matches("ERR ").to_string())),
+        Err(_) => Err(failed("the script engine failed".into())),
+    }
+}
+
+/// Waits for every shard, checks the CRC64 meanwhile and logs progress every 2 s.
+/// True when the dataset is loaded; false when the file was refused (logged).
+pub fn finish(file: &RdbFile, results: Receiver<ShardResult>, shards: usize, check: bool) -> bool {
+    let bytes = file.map.bytes();
+    let mut crc = Checksum::default();
+    let mut done = Vec::with_capacity(shards);
+    let mut last_progress = Instant::now();
+    while done.len() < shards {
+        // The checksum in slices, so the progress line and the results are not held up.
+        let timeout = if check && crc.advance(bytes, bytes.len().saturating_sub(8)) {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(100)
+        };
+        match results.recv_timeout(timeout) {
+            Ok(Ok(loaded)) => done.push(loaded),
+            Ok(Err(e)) => return refuse(&e),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                tracing::warn!("A shard stopped while loading the DB. Exiting.");
+                return false;
+            }
+        }
+        if last_progress.elapsed() >= Duration::from_secs(2) {
+            last_progress = Instant::now();
+            log_progress(file);
+        }
+    }
+    let (body_len, stored) = done[0].eof;
+    if let (true, Some(stored)) = (check, stored) {
+        let expected = crc.finish(bytes, body_len);
+        if stored == 0 {
+            tracing::info!("RDB file was saved with checksum disabled: no check performed.");
+        } else if stored != expected {
+            tracing::warn!(
+                "Wrong RDB checksum expected: ({expected:x}) but got ({stored:x}). Aborting now."
+            );
+            return refuse(&LoadError {
+                offset: body_len + 8,
+                kind: LoadErrorKind::Corrupt("RDB CRC error".into()),
+            });
+        }
+    }
+    let sum = |f: fn(&ShardLoaded) -> u64| done.iter().map(f).sum::<u64>();
+    let (loaded, expired, empty) = (sum(|d| d.loaded), sum(|d| d.expired), sum(|d| d.empty_skipped));
+    LAST_LOAD_KEYS_LOADED.store(loaded, Ordering::Relaxed);
+    LAST_LOAD_KEYS_EXPIRED.store(expired, Ordering::Relaxed);
+    if empty > 0 {
+        tracing::info!(
+            "Done loading RDB, keys loaded: {loaded}, keys expired: {expired}, empty keys skipped: {empty}."
+        );
+    } else {
+        tracing::info!("Done loading RDB, keys loaded: {loaded}, keys expired: {expired}.");
+    }
+    let secs = file.started.elapsed().as_secs_f64();
+    tracing::info!("DB loaded from disk: {secs:.3} seconds");
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    super::set_loading(false);
+    true
+}
+
+/// Logs why the file is refused, as Redis does before it exits.
+fn refuse(e: &LoadError) -> bool {
+    for line in e.log_lines() {
+        tracing::warn!("{line}");
+    }
+    if !matches!(e.kind, LoadErrorKind::Fatal(_)) {
+        tracing::warn!("Terminating server after rdb file reading failure.");
+    }
+    false
+}
+
+fn log_progress(file: &RdbFile) {
+    let p = progress(file);
+    tracing::info!(
+        "Loading {}: {:.2}% ({} of {} bytes), about {} seconds left",
+        file.path,
+        p.perc,
+        p.loaded,
+        p.total,
+        p.eta
+    );
+}
+
+struct Progress {
+    loaded: u64,
+    total: u64,
+    perc: f64,
+    eta: u64,
+}
+
+/// As Redis computes INFO's loading_loaded_perc and loading_eta_seconds; the bytes
+/// loaded are the slowest shard's.
+fn progress(file: &RdbFile) -> Progress {
+    let total = file.map.len() as u64;
+    let loaded = file
+        .walked
+        .iter()
+        .map(|w| w.load(Ordering::Relaxed))
+        .min()
+        .unwrap_or(0);
+    let perc = if total == 0 { 0.0 } else { loaded as f64 * 100.0 / total as f64 };
+    let elapsed = file.started.elapsed().as_secs();
+    let eta = if elapsed == 0 {
+        1
+    } else {
+        elapsed * total.saturating_sub(loaded).max(1) / (loaded + 1)
+    };
+    Progress {
+        loaded,
+        total,
+        perc,
+        eta,
+    }
+}
+
+/// INFO persistence's loading_* lines, while a file loads.
+pub fn info_loading_fields(out: &mut String) {
+    use std::fmt::Write as _;
+    let Some(file) = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+        return;
+    };
+    let p = progress(&file);
+    let _ = write!(
+        out,
+        "loading_start_time:{}\r\nloading_total_bytes:{}\r\nloading_rdb_used_mem:{}\r\n\
+         loading_loaded_bytes:{}\r\nloading_loaded_perc:{:.2}\r\nloading_eta_seconds:{}\r\n",
+        file.started_unix, p.total, file.used_mem, p.loaded, p.perc, p.eta
+    );
+}
+
+/// The CRC64 of a file's first bytes, computed a slice at a time.
+#[derive(Default)]
+struct Checksum {
+    crc: u64,
+    upto: usize,
+}
+
+impl Checksum {
+    const SLICE: usize = 16 << 20;
+
+    /// Takes in the next slice below `limit`; false when there is nothing left.
+    fn advance(&mut self, bytes: &[u8], limit: usize) -> bool {
+        if self.upto >= limit {
+            return false;
+        }
+        let end = (self.upto + Self::SLICE).min(limit);
+        self.crc = crc64(self.crc, &bytes[self.upto..end]);
+        self.upto = end;
+        true
+    }
+
+    /// The CRC64 of `bytes[..len]`.
+    fn finish(&mut self, bytes: &[u8], len: usize) -> u64 {
+        if self.upto > len {
+            *self = Checksum::default();
+        }
+        while self.advance(bytes, len) {}
+        self.crc
+    }
+}
+
+/// A file mapped read-only: the loaders read it as one slice without copying it.
+struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and lives until drop; sharing &[u8] views of it
+// between threads is sound.
+unsafe impl Send for Mapped {}
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    fn open(path: &std::path::Path) -> std::io::Result<Mapped> {
+        use std::os::unix::io::AsRawFd;
+        let file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len() as usize;
+        if len == 0 {
+            return Ok(Mapped {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+            });
+        }
+        // SAFETY: a fresh read-only private mapping of a file we opened; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(ptr, len, libc::MADV_SEQUENTIAL) };
+        Ok(Mapped { ptr, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr` maps `len` readable bytes for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: unmapping the mapping this value owns.
+            unsafe { libc::munmap(self.ptr, self.len) };
+        }
+    }
+}

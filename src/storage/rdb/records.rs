@@ -1,0 +1,295 @@
+//! Reading an RDB file record by record, as Redis 7.0's rdbLoadRio walks it: the
+//! `REDIS` magic and a version Redis 7.0 can load (1 to 10), then opcodes (AUX,
+//! FUNCTION2, SELECTDB, RESIZEDB, EXPIRETIME / EXPIRETIME_MS, IDLE, FREQ) and key
+//! records up to EOF and the CRC64 of everything before it.
+//!
+//! The reader works on the whole file as one slice and never allocates more than a
+//! small multiple of the record it is on. A key record is read in two steps: `next`
+//! reads the key, then the caller either decodes its value (`value`) or steps over it
+//! (`skip_value`), so that every shard can walk the file and decode only its own keys.
+//! Errors carry the offset they were found at and Redis's wording.
+
+use super::decode::{read_value, skip_value, Reader};
+use super::file::{OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME_MS, OPCODE_FUNCTION2, OPCODE_SELECTDB};
+use super::{DumpValue, RestoreError, RDB_VERSION, TYPE_MODULE_2, TYPE_MODULE_PRE_GA};
+
+const OPCODE_FUNCTION_PRE_GA: u8 = 0xF6;
+const OPCODE_MODULE_AUX: u8 = 0xF7;
+const OPCODE_IDLE: u8 = 0xF8;
+const OPCODE_FREQ: u8 = 0xF9;
+const OPCODE_RESIZEDB: u8 = 0xFB;
+const OPCODE_EXPIRETIME: u8 = 0xFD;
+/// The first RDB version with a CRC64 after EOF.
+const FIRST_CHECKSUMMED_VERSION: u16 = 5;
+
+/// Why a file cannot be loaded, at which byte.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadError {
+    pub offset: usize,
+    pub kind: LoadErrorKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoadErrorKind {
+    /// Not an RDB file at all (Redis: "Wrong signature trying to load DB from file").
+    Signature,
+    /// A version Redis 7.0 cannot load.
+    Version(u16),
+    /// The file ends inside a record.
+    ShortRead,
+    /// A record that cannot be read (Redis's corruption report, this reason).
+    Corrupt(String),
+    /// A refusal whose message is whole as it stands (module data Tessera cannot
+    /// load, more databases than configured, a duplicated key ...).
+    Fatal(String),
+}
+
+impl LoadError {
+    /// The lines Redis logs for this failure, in order.
+    pub fn log_lines(&self) -> Vec<String> {
+        let internal = |reason: &str| {
+            format!(
+                "Internal error in RDB reading offset {}, function at rdb loader -> {reason}",
+                self.offset
+            )
+        };
+        match &self.kind {
+            LoadErrorKind::Signature => vec!["Wrong signature trying to load DB from file".into()],
+            LoadErrorKind::Version(v) => vec![format!("Can't handle RDB format version {v}")],
+            LoadErrorKind::ShortRead => vec![
+                "Short read or OOM loading DB. Unrecoverable error, aborting now.".into(),
+                internal("Unexpected EOF reading RDB file"),
+            ],
+            LoadErrorKind::Corrupt(reason) => vec![internal(reason)],
+            LoadErrorKind::Fatal(msg) => vec![msg.clone()],
+        }
+    }
+}
+
+/// One step through the file.
+#[derive(Debug)]
+pub enum Record {
+    /// An AUX field (`redis-ver`, `ctime`, `repl-id`, `%`-prefixed info fields ...).
+    Aux(Vec<u8>, Vec<u8>),
+    /// A function library's code.
+    Function(Vec<u8>),
+    /// The database the following keys belong to.
+    SelectDb(usize),
+    /// A key: its value comes next and must be read with `value` or `skip_value`.
+    Key(KeyHeader),
+    /// The end: the checksum stored in the file (None before RDB version 5), which
+    /// covers the `body_len` bytes before it.
+    Eof { stored: Option<u64>, body_len: usize },
+}
+
+/// A key record's header: what came before its value.
+#[derive(Debug)]
+pub struct KeyHeader {
+    pub value_type: u8,
+    pub key: Vec<u8>,
+    /// Unix ms, from EXPIRETIME_MS (or EXPIRETIME in seconds).
+    pub expire_at: Option<u64>,
+    /// From IDLE: seconds since the last access.
+    pub idle_secs: Option<u64>,
+    /// From FREQ: the LFU counter.
+    pub freq: Option<u8>,
+}
+
+/// An RDB file being walked.
+pub struct RdbReader<'a> {
+    r: Reader<'a>,
+    version: u16,
+}
+
+impl<'a> RdbReader<'a> {
+    /// Checks the magic and version.
+    pub fn new(file: &'a [u8]) -> Result<RdbReader<'a>, LoadError> {
+        let mut r = Reader::new(file);
+        let at = |kind| LoadError { offset: 0, kind };
+        let magic = r.take(9).map_err(|_| at(LoadErrorKind::ShortRead))?;
+        if &magic[..5] != b"REDIS" {
+            return Err(at(LoadErrorKind::Signature));
+        }
+        let version = std::str::from_utf8(&magic[5..])
+            .ok()
+            .and_then(|v| v.parse::<u16>().ok())
+            .unwrap_or(0);
+        if version < 1 || version > RDB_VERSION {
+            return Err(at(LoadErrorKind::Version(version)));
+        }
+        Ok(RdbReader { r, version })
+    }
+
+    /// Bytes read so far (loading progress, error offsets).
+    pub fn offset(&self) -> usize {
+        self.r.pos()
+    }
+
+    /// The next record. After a `Record::Key`, call `value` or `skip_value` first.
+    pub fn next(&mut self) -> Result<Record, LoadError> {
+        let mut header = KeyHeader {
+            value_type: 0,
+            key: Vec::new(),
+            expire_at: None,
+            idle_secs: None,
+            freq: None,
+        };
+        loop {
+            let opcode = self.r.byte().map_err(|e| self.error(e))?;
+            match opcode {
+                OPCODE_EXPIRETIME => {
+                    let secs = i32::from_le_bytes(self.read_array()?);
+                    header.expire_at = Some((i64::from(secs) * 1000).max(0) as u64);
+                }
+                OPCODE_EXPIRETIME_MS => {
+                    let ms = i64::from_le_bytes(self.read_array()?);
+                    header.expire_at = Some(ms.max(0) as u64);
+                }
+                OPCODE_FREQ => header.freq = Some(self.read_array::<1>()?[0]),
+                OPCODE_IDLE => header.idle_secs = Some(self.len()? as u64),
+                OPCODE_EOF => return self.eof(),
+                OPCODE_SELECTDB => return Ok(Record::SelectDb(self.len()?)),
+                OPCODE_RESIZEDB => {
+                    // A sizing hint: the tables grow as keys arrive anyway.
+                    self.len()?;
+                    self.len()?;
+                }
+                OPCODE_AUX => {
+                    let key = self.string()?;
+                    return Ok(Record::Aux(key, self.string()?));
+                }
+                OPCODE_MODULE_AUX => return Err(self.module_aux()),
+                OPCODE_FUNCTION_PRE_GA => {
+                    return Err(self.corrupt("Pre-release function format not supported."));
+                }
+                OPCODE_FUNCTION2 => return Ok(Record::Function(self.string()?)),
+                TYPE_MODULE_PRE_GA => {
+                    return Err(self.corrupt("Pre-release module format not supported"));
+                }
+                TYPE_MODULE_2 => return Err(self.module_value()),
+                value_type if is_value_type(value_type) => {
+                    header.value_type = value_type;
+                    header.key = self.string()?;
+                    return Ok(Record::Key(header));
+                }
+                other => {
+                    return Err(self.corrupt(&format!("Unknown RDB encoding type {other}")));
+                }
+            }
+        }
+    }
+
+    /// Decodes the value of the key `next` returned. `RestoreError::Empty` is a
+    /// collection with no elements, which the caller skips as Redis does.
+    pub fn value(&mut self, header: &KeyHeader) -> Result<DumpValue, (LoadError, RestoreError)> {
+        let start = self.r.pos();
+        read_value(header.value_type, &mut self.r).map_err(|e| (self.value_error(e, start), e))
+    }
+
+    /// Steps over the value of the key `next` returned.
+    pub fn skip_value(&mut self, header: &KeyHeader) -> Result<(), LoadError> {
+        let start = self.r.pos();
+        skip_value(header.value_type, &mut self.r).map_err(|e| self.value_error(e, start))
+    }
+
+    fn eof(&mut self) -> Result<Record, LoadError> {
+        let body_len = self.r.pos();
+        if self.version < FIRST_CHECKSUMMED_VERSION {
+            return Ok(Record::Eof {
+                stored: None,
+                body_len,
+            });
+        }
+        let stored = u64::from_le_bytes(self.read_array()?);
+        Ok(Record::Eof {
+            stored: Some(stored),
+            body_len,
+        })
+    }
+
+    fn value_error(&self, e: RestoreError, start: usize) -> LoadError {
+        match e {
+            RestoreError::Empty => LoadError {
+                offset: start,
+                kind: LoadErrorKind::Corrupt("Empty keys are not allowed".into()),
+            },
+            _ => self.error(e),
+        }
+    }
+
+    fn error(&self, _: RestoreError) -> LoadError {
+        if self.r.ran_short() {
+            LoadError {
+                offset: self.r.pos(),
+                kind: LoadErrorKind::ShortRead,
+            }
+        } else {
+            self.corrupt("Bad data format")
+        }
+    }
+
+    fn corrupt(&self, reason: &str) -> LoadError {
+        LoadError {
+            offset: self.r.pos(),
+            kind: LoadErrorKind::Corrupt(reason.into()),
+        }
+    }
+
+    fn read_array<const N: usize>(&mut self) -> Result<[u8; N], LoadError> {
+        self.r.array().map_err(|e| self.error(e))
+    }
+
+    fn len(&mut self) -> Result<usize, LoadError> {
+        self.r.len().map_err(|e| self.error(e))
+    }
+
+    fn string(&mut self) -> Result<Vec<u8>, LoadError> {
+        self.r.string().map_err(|e| self.error(e))
+    }
+
+    /// MODULE_AUX: module id, then the data only the module can read.
+    fn module_aux(&mut self) -> LoadError {
+        let name = match self.r.len() {
+            Ok(id) => module_type_name(id as u64),
+            Err(e) => return self.error(e),
+        };
+        LoadError {
+            offset: self.r.pos(),
+            kind: LoadErrorKind::Fatal(format!(
+                "The RDB file contains AUX module data I can't load: no matching module '{name}'"
+            )),
+        }
+    }
+
+    /// A module type's value: its 64-bit id names the type.
+    fn module_value(&mut self) -> LoadError {
+        if let Err(e) = self.r.string() {
+            return self.error(e);
+        }
+        let name = match self.r.len() {
+            Ok(id) => module_type_name(id as u64),
+            Err(e) => return self.error(e),
+        };
+        self.corrupt(&format!(
+            "The RDB file contains module data I can't load: no matching module type '{name}'"
+        ))
+    }
+}
+
+/// Whether `t` is a value type Redis 7.0 can load (module types are refused apart).
+fn is_value_type(t: u8) -> bool {
+    matches!(t, 0..=5 | 9..=19)
+}
+
+/// A module type's 9-character name, from the top 54 bits of its id (6 bits a
+/// character), as Redis's moduleTypeNameByID spells it.
+fn module_type_name(id: u64) -> String {
+    const CHARSET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut id = id >> 10;
+    let mut name = [0u8; 9];
+    for c in name.iter_mut().rev() {
+        *c = CHARSET[(id & 63) as usize];
+        id >>= 6;
+    }
+    String::from_utf8_lossy(&name).into_owned()
+}

@@ -876,6 +876,7 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok()
             }
             "change-repl-id" => g.w().ok(),
+            "reload" => debug_reload(g).await,
             "protocol" if g.args.len() == 3 => {
                 let kind = String::from_utf8_lossy(&g.args[2]).to_ascii_lowercase();
                 debug_protocol(&mut g.w(), &kind)
@@ -939,6 +940,19 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "SLEEP <seconds>",
                     "SET-ACTIVE-EXPIRE <0|1>",
                     "OBJECT <key>",
+                    "RELOAD [option ...]",
+                    "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
+                    "    * MERGE: conflicting keys will be loaded from RDB.",
+                    "    * NOFLUSH: the existing database will not be removed before load, but",
+                    "      conflicting keys will generate an exception and kill the server.",
+                    "    * NOSAVE: the database will be loaded from an existing RDB file.",
+                    "    Examples:",
+                    "    * DEBUG RELOAD: verify that the server is able to persist, flush and reload",
+                    "      the database.",
+                    "    * DEBUG RELOAD NOSAVE: replace the current database with the contents of an",
+                    "      existing RDB file.",
+                    "    * DEBUG RELOAD NOSAVE NOFLUSH MERGE: add the contents of an existing RDB",
+                    "      file to the database.",
                     "CHANGE-REPL-ID",
                     "SEGFAULT",
                     "    Crash the server with sigsegv.",
@@ -957,6 +971,29 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             _ => g.unknown_subcommand("DEBUG"),
         }
     })
+}
+
+/// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE] (`persistence::load::reload`).
+async fn debug_reload(g: &mut GlobalCtx<'_>) {
+    let (mut save, mut flush, mut merge) = (true, true, false);
+    for i in 2..g.args.len() {
+        if g.is(i, "merge") {
+            merge = true;
+        } else if g.is(i, "noflush") {
+            flush = false;
+        } else if g.is(i, "nosave") {
+            save = false;
+        } else {
+            return g
+                .w()
+                .error("ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.");
+        }
+    }
+    let cell = g.session.cell.clone();
+    match crate::persistence::load::reload(&cell, save, flush, merge).await {
+        Ok(()) => g.w().ok(),
+        Err(e) => g.w().error(e),
+    }
 }
 
 /// DEBUG PROTOCOL: one sample reply of each RESP type, as Redis's debug.c sends them

@@ -15,7 +15,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::shard::ShardCell;
+use crate::shard::{ShardCell, ShardData};
 use crate::storage::rdb::records::{KeyHeader, LoadError, LoadErrorKind, RdbReader, Record};
 use crate::storage::rdb::{crc64, RestoreError};
 use crate::storage::NO_EXPIRE;
@@ -143,133 +143,169 @@ fn log_aux_fields(bytes: &[u8]) -> u64 {
     used_mem
 }
 
-/// One shard's walk through the file: its own keys into its databases.
+/// One shard's walk through the file at start: its own keys into its databases, a
+/// turn of serving clients every `loading-process-events-interval-bytes`.
 pub async fn load_shard(cell: std::rc::Rc<ShardCell>, file: Arc<RdbFile>, done: Sender<ShardResult>) {
-    let result = walk(&cell, &file).await;
+    let result = walk_serving(&cell, &file).await;
     let result = match result {
-        Ok((loaded, libraries)) if !libraries.is_empty() => {
-            install_libraries(libraries).await.map(|()| loaded)
+        Ok(walk) if !walk.libraries.is_empty() => {
+            install_libraries(walk.libraries, false).await.map(|()| walk.out)
         }
-        other => other.map(|(loaded, _)| loaded),
+        other => other.map(|walk| walk.out),
     };
     let _ = done.send(result);
 }
 
-/// The shard's keys, plus (on shard 0) the function libraries' codes.
-async fn walk(cell: &ShardCell, file: &RdbFile) -> Result<(ShardLoaded, Vec<Vec<u8>>), LoadError> {
-    let (interval, delay, databases, keep_expired) = {
+async fn walk_serving<'a>(cell: &ShardCell, file: &'a RdbFile) -> Result<Walk<'a>, LoadError> {
+    let (mut walk, interval) = {
         let data = cell.data.borrow();
-        let c = &data.config;
-        let interval = c.loading_events_interval_bytes().max(1024) as usize;
-        (interval, c.key_load_delay(), c.databases(), crate::replication::is_replica())
+        let interval = data.config.loading_events_interval_bytes().max(1024) as usize;
+        (Walk::new(file.map.bytes(), &data, false)?, interval)
     };
-    let mut reader = RdbReader::new(file.map.bytes())?;
-    let now = crate::util::now_ms();
-    let lru = crate::util::lru_clock();
-    let mut out = ShardLoaded {
-        loaded: 0,
-        expired: 0,
-        empty_skipped: 0,
-        eof: (0, None),
-    };
-    let mut libraries = Vec::new();
-    let mut db = 0;
-    let mut next_turn = interval;
     loop {
-        match reader.next()? {
-            Record::Aux(..) => {}
-            Record::Function(code) => {
-                if cell.id == 0 {
-                    libraries.push(code);
-                }
-            }
-            Record::SelectDb(n) => {
-                if n >= databases {
-                    return Err(LoadError {
-                        offset: reader.offset(),
-                        kind: LoadErrorKind::Fatal(format!(
-                            "FATAL: Data file was created with a Redis server configured to \
-                             handle more than {databases} databases. Exiting\n"
-                        )),
-                    });
-                }
-                db = n;
-            }
-            Record::Key(header) => {
-                if cell.shard_of(&header.key) != cell.id {
-                    reader.skip_value(&header)?;
-                } else {
-                    let expired = !keep_expired && header.expire_at.is_some_and(|at| at < now);
-                    load_key(cell, &mut reader, &header, db, expired, lru, &mut out)?;
-                    key_load_delay(delay);
-                }
-            }
-            Record::Eof { stored, body_len } => {
-                out.eof = (body_len, stored);
-                file.walked[cell.id].store(file.map.len() as u64, Ordering::Relaxed);
-                return Ok((out, libraries));
-            }
+        let done = walk.run(&mut cell.data.borrow_mut(), interval)?;
+        let walked = if done { file.map.len() } else { walk.reader.offset() };
+        file.walked[cell.id].store(walked as u64, Ordering::Relaxed);
+        if done {
+            return Ok(walk);
         }
-        if reader.offset() >= next_turn {
-            file.walked[cell.id].store(reader.offset() as u64, Ordering::Relaxed);
-            next_turn = reader.offset() + interval;
-            crate::runtime::yield_now().await;
-        }
+        crate::runtime::yield_now().await;
     }
 }
 
-/// Decodes one key this shard owns and stores it (or counts it expired).
-fn load_key(
-    cell: &ShardCell,
-    reader: &mut RdbReader<'_>,
-    header: &KeyHeader,
+/// One shard's walk through a file: where it is, what it has loaded.
+struct Walk<'a> {
+    reader: RdbReader<'a>,
     db: usize,
-    expired: bool,
+    /// Keys that expired before this moment are dropped (on a master).
+    now: u64,
     lru: u32,
-    out: &mut ShardLoaded,
-) -> Result<(), LoadError> {
-    if expired {
-        // A master drops what expired while the file sat on disk (a replica keeps it:
-        // its master decides); the value need not be decoded to be dropped.
-        reader.skip_value(header)?;
-        out.expired += 1;
-        return Ok(());
+    keep_expired: bool,
+    /// DEBUG RELOAD MERGE: a key already present is replaced, not a corrupt file.
+    replace_existing: bool,
+    key_load_delay: i64,
+    databases: usize,
+    out: ShardLoaded,
+    /// Function libraries' codes, collected by shard 0 only.
+    libraries: Vec<Vec<u8>>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(bytes: &'a [u8], data: &ShardData, replace_existing: bool) -> Result<Self, LoadError> {
+        Ok(Walk {
+            reader: RdbReader::new(bytes)?,
+            db: 0,
+            now: crate::util::now_ms(),
+            lru: crate::util::lru_clock(),
+            keep_expired: crate::replication::is_replica(),
+            replace_existing,
+            key_load_delay: data.config.key_load_delay(),
+            databases: data.config.databases(),
+            out: ShardLoaded {
+                loaded: 0,
+                expired: 0,
+                empty_skipped: 0,
+                eof: (0, None),
+            },
+            libraries: Vec::new(),
+        })
     }
-    let offset = reader.offset();
-    let mut data = cell.data.borrow_mut();
-    let value = match reader.value(header) {
-        Ok(v) => v.into_value(&data.limits),
-        Err((_, RestoreError::Empty)) => None,
-        Err((e, _)) => return Err(e),
-    };
-    let Some(value) = value else {
-        // Old versions could write empty collections: Redis skips them, and so do we.
-        out.empty_skipped += 1;
-        if out.empty_skipped <= 10 {
-            let key = String::from_utf8_lossy(&header.key);
-            tracing::info!("rdbLoadObject skipping empty key: {key}");
+
+    /// Walks on for about `budget` bytes. True once EOF is reached.
+    fn run(&mut self, data: &mut ShardData, budget: usize) -> Result<bool, LoadError> {
+        let stop_at = self.reader.offset().saturating_add(budget);
+        while self.reader.offset() < stop_at {
+            match self.reader.next()? {
+                Record::Aux(..) => {}
+                Record::Function(code) => {
+                    if data.id == 0 {
+                        self.libraries.push(code);
+                    }
+                }
+                Record::SelectDb(n) => self.select(n)?,
+                Record::Key(header) => self.key(data, &header)?,
+                Record::Eof { stored, body_len } => {
+                    self.out.eof = (body_len, stored);
+                    return Ok(true);
+                }
+            }
         }
-        return Ok(());
-    };
-    let at = header.expire_at.unwrap_or(NO_EXPIRE);
-    let idle = header.idle_secs.unwrap_or(0).min(u64::from(lru)) as u32;
-    let keyspace = &mut data.dbs[db];
-    let before = keyspace.len();
-    match header.freq {
-        Some(freq) => keyspace.insert_with_access(&header.key, value, at, lru - idle, freq),
-        None => keyspace.insert(&header.key, value, at, lru - idle),
-    };
-    if keyspace.len() == before {
-        let key = String::from_utf8_lossy(&header.key);
-        return Err(LoadError {
-            offset,
-            kind: LoadErrorKind::Fatal(format!(
-                "RDB has duplicated key '{key}' in DB {db}: duplicated key found in RDB file"
-            )),
-        });
+        Ok(false)
     }
-    out.loaded += 1;
-    Ok(())
+
+    fn select(&mut self, db: usize) -> Result<(), LoadError> {
+        if db >= self.databases {
+            return Err(LoadError {
+                offset: self.reader.offset(),
+                kind: LoadErrorKind::Fatal(format!(
+                    "FATAL: Data file was created with a Redis server configured to handle \
+                     more than {} databases. Exiting\n",
+                    self.databases
+                )),
+            });
+        }
+        self.db = db;
+        Ok(())
+    }
+
+    /// A key record: stored if this shard owns its slot, stepped over if not.
+    fn key(&mut self, data: &mut ShardData, header: &KeyHeader) -> Result<(), LoadError> {
+        let keyspace = &data.dbs[self.db];
+        let slot = usize::from(crate::slot::key_slot(&header.key));
+        let first = keyspace.first_slot();
+        if !(first..first + keyspace.slot_count()).contains(&slot) {
+            return self.reader.skip_value(header);
+        }
+        if !self.keep_expired && header.expire_at.is_some_and(|at| at < self.now) {
+            // A master drops what expired while the file sat on disk (a replica keeps
+            // it: its master decides); the value need not be decoded to be dropped.
+            self.reader.skip_value(header)?;
+            self.out.expired += 1;
+        } else {
+            self.store(data, header)?;
+        }
+        key_load_delay(self.key_load_delay);
+        Ok(())
+    }
+
+    /// Decodes one key's value and stores it.
+    fn store(&mut self, data: &mut ShardData, header: &KeyHeader) -> Result<(), LoadError> {
+        let offset = self.reader.offset();
+        let value = match self.reader.value(header) {
+            Ok(v) => v.into_value(&data.limits),
+            Err((_, RestoreError::Empty)) => None,
+            Err((e, _)) => return Err(e),
+        };
+        let Some(value) = value else {
+            // Old versions could write empty collections: Redis skips them, and so do we.
+            self.out.empty_skipped += 1;
+            if self.out.empty_skipped <= 10 {
+                let key = String::from_utf8_lossy(&header.key);
+                tracing::info!("rdbLoadObject skipping empty key: {key}");
+            }
+            return Ok(());
+        };
+        let at = header.expire_at.unwrap_or(NO_EXPIRE);
+        let lru = self.lru - header.idle_secs.unwrap_or(0).min(u64::from(self.lru)) as u32;
+        let keyspace = &mut data.dbs[self.db];
+        let before = keyspace.len();
+        match header.freq {
+            Some(freq) => keyspace.insert_with_access(&header.key, value, at, lru, freq),
+            None => keyspace.insert(&header.key, value, at, lru),
+        };
+        if keyspace.len() == before && !self.replace_existing {
+            let key = String::from_utf8_lossy(&header.key);
+            return Err(LoadError {
+                offset,
+                kind: LoadErrorKind::Fatal(format!(
+                    "RDB has duplicated key '{key}' in DB {}: duplicated key found in RDB file",
+                    self.db
+                )),
+            });
+        }
+        self.out.loaded += 1;
+        Ok(())
+    }
 }
 
 /// `key-load-delay`: Redis's debugDelay, to make loading slow in tests.
@@ -284,13 +320,15 @@ fn key_load_delay(delay: i64) {
     }
 }
 
-/// The function libraries the file holds, compiled and installed (all or none).
-async fn install_libraries(codes: Vec<Vec<u8>>) -> Result<(), LoadError> {
+/// The function libraries the file holds, compiled and installed (all or none);
+/// `replace`: one of the same name is replaced (DEBUG RELOAD MERGE).
+async fn install_libraries(codes: Vec<Vec<u8>>, replace: bool) -> Result<(), LoadError> {
     use crate::scripting::{functions::Policy, vm};
+    let policy = if replace { Policy::Replace } else { Policy::Append };
     let (done, rx) = futures_channel::oneshot::channel();
     vm::run(vm::Job::FunctionRestore {
         codes,
-        policy: Policy::Append,
+        policy,
         done,
     })
     .await;
@@ -303,6 +341,95 @@ async fn install_libraries(codes: Vec<Vec<u8>>) -> Result<(), LoadError> {
         Ok(Err(e)) => Err(failed(e.trim_start_matches("ERR ").to_string())),
         Err(_) => Err(failed("the script engine failed".into())),
     }
+}
+
+/// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE]: save (unless NOSAVE), empty the dataset
+/// (unless NOFLUSH) and load the file back, every shard at once while all are locked,
+/// as Redis does it synchronously. MERGE lets the file's keys replace those present.
+/// A file that fails to load ends the server, as it does in Redis: the dataset is
+/// already gone.
+pub async fn reload(
+    cell: &std::rc::Rc<ShardCell>,
+    save: bool,
+    flush: bool,
+    merge: bool,
+) -> Result<(), &'static str> {
+    if save && super::save::save(cell).await.is_err() {
+        return Err("ERR");
+    }
+    let (path, check) = {
+        let data = cell.data.borrow();
+        let dir = std::path::Path::new(data.config.dir());
+        (dir.join(data.config.dbfilename()), data.config.rdbchecksum())
+    };
+    let Ok(map) = Mapped::open(&path) else {
+        return Err(RELOAD_FAILED);
+    };
+    let file = Arc::new(RdbFile {
+        path: path.display().to_string(),
+        map,
+        walked: Vec::new(),
+        started: Instant::now(),
+        started_unix: crate::util::now_ms() / 1000,
+        used_mem: 0,
+    });
+    let owner = crate::shard::locks::LockOwner {
+        id: cell.next_txn_id(),
+        write: true,
+        client: 0,
+    };
+    let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
+    if flush {
+        op.on_each(cell, |d| d.dbs.iter_mut().for_each(|db| db.clear()))
+            .await;
+        crate::scripting::functions::flush();
+    }
+    let shared = file.clone();
+    let walked: Vec<Result<_, LoadError>> = op
+        .on_each(cell, move |d| {
+            let mut walk = Walk::new(shared.map.bytes(), d, merge)?;
+            walk.run(d, usize::MAX)?;
+            Ok((walk.out, walk.libraries))
+        })
+        .await;
+    let mut done = Vec::with_capacity(walked.len());
+    let mut libraries = Vec::new();
+    for result in walked {
+        match result {
+            Ok((out, libs)) => {
+                done.push(out);
+                libraries.extend(libs);
+            }
+            // A file that is no RDB at all is refused with an error, as Redis does;
+            // one that breaks mid-way ends the server.
+            Err(e) if matches!(e.kind, LoadErrorKind::Signature | LoadErrorKind::Version(_)) => {
+                refuse(&e);
+                op.release(cell).await;
+                return Err(RELOAD_FAILED);
+            }
+            Err(e) => exit_refusing(&e),
+        }
+    }
+    if let Err(e) = verify_checksum(&file, &done, check, &mut Checksum::default()) {
+        exit_refusing(&e);
+    }
+    if !libraries.is_empty() {
+        if let Err(e) = install_libraries(libraries, merge).await {
+            exit_refusing(&e);
+        }
+    }
+    op.release(cell).await;
+    log_done(&done);
+    tracing::warn!("DB reloaded by DEBUG RELOAD");
+    Ok(())
+}
+
+const RELOAD_FAILED: &str = "ERR Error trying to load the RDB dump";
+
+/// A file failed to load into a dataset already emptied: log why and stop.
+fn exit_refusing(e: &LoadError) -> ! {
+    refuse(e);
+    std::process::exit(1)
 }
 
 /// Waits for every shard, checks the CRC64 meanwhile and logs progress every 2 s.
@@ -333,21 +460,50 @@ pub fn finish(file: &RdbFile, results: Receiver<ShardResult>, shards: usize, che
             log_progress(file);
         }
     }
-    let (body_len, stored) = done[0].eof;
-    if let (true, Some(stored)) = (check, stored) {
-        let expected = crc.finish(bytes, body_len);
-        if stored == 0 {
-            tracing::info!("RDB file was saved with checksum disabled: no check performed.");
-        } else if stored != expected {
-            tracing::warn!(
-                "Wrong RDB checksum expected: ({expected:x}) but got ({stored:x}). Aborting now."
-            );
-            return refuse(&LoadError {
-                offset: body_len + 8,
-                kind: LoadErrorKind::Corrupt("RDB CRC error".into()),
-            });
-        }
+    if let Err(e) = verify_checksum(file, &done, check, &mut crc) {
+        return refuse(&e);
     }
+    log_done(&done);
+    let secs = file.started.elapsed().as_secs_f64();
+    tracing::info!("DB loaded from disk: {secs:.3} seconds");
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    super::set_loading(false);
+    true
+}
+
+/// Checks the file's CRC64 against the one after EOF (`crc` holds what was summed
+/// while the shards loaded), as Redis does when `rdbchecksum` is yes.
+fn verify_checksum(
+    file: &RdbFile,
+    done: &[ShardLoaded],
+    check: bool,
+    crc: &mut Checksum,
+) -> Result<(), LoadError> {
+    let Some(&(body_len, Some(stored))) = done.first().map(|d| &d.eof) else {
+        return Ok(());
+    };
+    if !check {
+        return Ok(());
+    }
+    if stored == 0 {
+        tracing::info!("RDB file was saved with checksum disabled: no check performed.");
+        return Ok(());
+    }
+    let expected = crc.finish(file.map.bytes(), body_len);
+    if stored != expected {
+        tracing::warn!(
+            "Wrong RDB checksum expected: ({expected:x}) but got ({stored:x}). Aborting now."
+        );
+        return Err(LoadError {
+            offset: body_len + 8,
+            kind: LoadErrorKind::Corrupt("RDB CRC error".into()),
+        });
+    }
+    Ok(())
+}
+
+/// The counts INFO shows and Redis's "Done loading RDB" line.
+fn log_done(done: &[ShardLoaded]) {
     let sum = |f: fn(&ShardLoaded) -> u64| done.iter().map(f).sum::<u64>();
     let (loaded, expired, empty) = (sum(|d| d.loaded), sum(|d| d.expired), sum(|d| d.empty_skipped));
     LAST_LOAD_KEYS_LOADED.store(loaded, Ordering::Relaxed);
@@ -359,11 +515,6 @@ pub fn finish(file: &RdbFile, results: Receiver<ShardResult>, shards: usize, che
     } else {
         tracing::info!("Done loading RDB, keys loaded: {loaded}, keys expired: {expired}.");
     }
-    let secs = file.started.elapsed().as_secs_f64();
-    tracing::info!("DB loaded from disk: {secs:.3} seconds");
-    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    super::set_loading(false);
-    true
 }
 
 /// Logs why the file is refused, as Redis does before it exits.

@@ -133,6 +133,12 @@ async fn flush(g: &mut GlobalCtx<'_>, only: Option<usize>) {
     g.release(op).await;
     // Every tracking client learns that all it cached is gone (a null).
     crate::tracking::notify_flush(&cell).await;
+    // FLUSHALL with save points saves the empty dataset at once (Redis's
+    // flushAllDataAndResetRDB), so the counter ends clean; a failure is only logged.
+    let save_points = !cell.data.borrow().config.save_points().is_empty();
+    if only.is_none() && save_points {
+        let _ = crate::persistence::save::save_as(&cell, g.owner().id).await;
+    }
     g.w().ok();
 }
 

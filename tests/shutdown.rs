@@ -61,7 +61,8 @@ fn shutdown_and_exit(s: &mut Server, args: &[&str]) {
 /// The first reply line to an inline command, on a fresh connection.
 fn reply_line(s: &Server, line: &str) -> String {
     let mut conn = s.raw();
-    conn.write_all(format!("{line}\r\n").as_bytes()).expect("write");
+    conn.write_all(format!("{line}\r\n").as_bytes())
+        .expect("write");
     let reply = common::read_until_contains(&mut conn, b"\r\n");
     String::from_utf8_lossy(&reply).into_owned()
 }

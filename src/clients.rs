@@ -510,17 +510,26 @@ const QUERY_BUF_RESIZE_THRESHOLD: usize = 32 * 1024;
 /// Free space worth giving back.
 const QUERY_BUF_MIN_WASTE: usize = 4 * 1024;
 
-/// One shard's clients cron (Redis's clientsCron), every 1/hz seconds: closes clients
-/// idle past `timeout` and asks connections holding more query buffer than their recent
+/// DEBUG PAUSE-CRON: every shard's cron skips its work while set.
+pub static CRON_PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// One shard's clients cron (Redis's clientsCron), every 1/hz seconds: on shard 0,
+/// runs the shutdown a signal asked for (Redis's serverCron); closes clients idle
+/// past `timeout` and asks connections holding more query buffer than their recent
 /// input needs to give it back. A check is a few loads per client; with 10k clients on
 /// a shard at hz 10 that is ~100k checks a second, well under a millisecond.
 pub async fn run_cron(cell: Rc<crate::shard::ShardCell>) {
     loop {
+        if CRON_PAUSED.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::runtime::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        }
         let (hz, timeout_s) = {
             let data = cell.data.borrow();
             (data.config.hz().clamp(1, 500), data.config.timeout())
         };
         crate::runtime::sleep(std::time::Duration::from_millis(1000 / hz as u64)).await;
+        crate::server::shutdown::cron(&cell);
         let now = crate::util::now_ms();
         let max_idle_ms = timeout_s.saturating_mul(1000);
         let (mut input_peak, mut output_peak) = (0, 0);

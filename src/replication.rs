@@ -129,8 +129,18 @@ pub async fn snapshot(
     cell: &std::rc::Rc<crate::shard::ShardCell>,
     attach_link: Option<ReplicaPeer>,
 ) -> (Vec<u8>, Option<u64>, Vec<u64>) {
+    snapshot_as(cell, cell.next_txn_id(), attach_link).await
+}
+
+/// `snapshot`, its locks taken as operation `txn`: a command inside EXEC or a script
+/// (FLUSHALL's save) takes them as the transaction, which may already hold them.
+pub async fn snapshot_as(
+    cell: &std::rc::Rc<crate::shard::ShardCell>,
+    txn: crate::shard::locks::TxnId,
+    attach_link: Option<ReplicaPeer>,
+) -> (Vec<u8>, Option<u64>, Vec<u64>) {
     let owner = crate::shard::locks::LockOwner {
-        id: cell.next_txn_id(),
+        id: txn,
         write: false,
         client: 0,
     };

@@ -133,6 +133,12 @@ async fn flush(g: &mut GlobalCtx<'_>, only: Option<usize>) {
     g.release(op).await;
     // Every tracking client learns that all it cached is gone (a null).
     crate::tracking::notify_flush(&cell).await;
+    // FLUSHALL with save points saves the empty dataset at once (Redis's
+    // flushAllDataAndResetRDB), so the counter ends clean; a failure is only logged.
+    let save_points = !cell.data.borrow().config.save_points().is_empty();
+    if only.is_none() && save_points {
+        let _ = crate::persistence::save::save_as(&cell, g.owner().id).await;
+    }
     g.w().ok();
 }
 
@@ -875,6 +881,13 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .await;
                 g.w().ok()
             }
+            // Pauses the shards' cron: client timeouts and the pick-up of a signal's
+            // shutdown (active expiry is SET-ACTIVE-EXPIRE's).
+            "pause-cron" if g.args.len() == 3 => {
+                let on = parse_i64(&g.args[2]).unwrap_or(0) != 0;
+                crate::clients::CRON_PAUSED.store(on, std::sync::atomic::Ordering::Relaxed);
+                g.w().ok()
+            }
             "change-repl-id" => g.w().ok(),
             "reload" => debug_reload(g).await,
             "protocol" if g.args.len() == 3 => {
@@ -940,6 +953,8 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "SLEEP <seconds>",
                     "SET-ACTIVE-EXPIRE <0|1>",
                     "OBJECT <key>",
+                    "PAUSE-CRON <0|1>",
+                    "    Stop periodic cron job processing.",
                     "RELOAD [option ...]",
                     "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
                     "    * MERGE: conflicting keys will be loaded from RDB.",
@@ -1088,21 +1103,38 @@ fn module<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     })
 }
 
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT] (`server::shutdown`): replies only
+/// when the server does not exit.
 fn shutdown<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
+        let mut flags = crate::server::shutdown::Flags::default();
+        let mut abort = false;
         for i in 1..g.args.len() {
-            let ok = ["nosave", "save", "now", "force", "abort"]
-                .iter()
-                .any(|w| g.is(i, w));
-            if !ok {
+            if g.is(i, "abort") {
+                abort = true;
+            } else if !flags.set(&g.args[i]) {
                 return g.w().error(SYNTAX_ERR);
             }
-            if g.is(i, "abort") {
-                return g.w().error("ERR No shutdown in progress.");
+        }
+        let any_flag = flags != crate::server::shutdown::Flags::default();
+        if (abort && any_flag) || (flags.save && flags.nosave) {
+            return g.w().error(SYNTAX_ERR);
+        }
+        if abort {
+            return match crate::server::shutdown::abort() {
+                true => g.w().ok(),
+                false => g.w().error("ERR No shutdown in progress."),
+            };
+        }
+        // A script past busy-reply-threshold holds its keys: only NOSAVE may stop it.
+        if !flags.nosave {
+            if let Some(busy) = crate::scripting::busy_error() {
+                return g.w().error(busy);
             }
         }
-        tracing::warn!("User requested shutdown...");
-        crate::server::shutdown(0);
+        let cell = g.session.cell.clone();
+        crate::server::shutdown::shutdown_command(&cell, flags).await;
+        g.w().error("ERR Errors trying to SHUTDOWN. Check logs.");
     })
 }
 

@@ -306,6 +306,26 @@ impl Config {
         self.str_at(IDX_DIR)
     }
 
+    /// The flags a SIGINT / SIGTERM shutdown runs with (`shutdown-on-sigint` /
+    /// `shutdown-on-sigterm`): `["default"]` or some of save, nosave, now, force.
+    pub fn shutdown_on_signal(&self, sigint: bool) -> &[String] {
+        let idx = if sigint {
+            IDX_SHUTDOWN_ON_SIGINT
+        } else {
+            IDX_SHUTDOWN_ON_SIGTERM
+        };
+        match self.value(idx) {
+            Some(Value::List(l)) => l,
+            _ => &[],
+        }
+    }
+
+    /// `rdb-key-save-delay` (a debugging knob of Redis's test suite): microseconds a
+    /// save spends per key, so tests can catch a save in progress.
+    pub fn rdb_key_save_delay(&self) -> i64 {
+        self.int_at(IDX_RDB_KEY_SAVE_DELAY)
+    }
+
     pub fn appendonly(&self) -> bool {
         self.bool_at(IDX_APPENDONLY)
     }

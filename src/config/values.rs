@@ -221,9 +221,8 @@ fn parse_oom_values(args: &[String]) -> Result<Value, String> {
 /// The words of `shutdown-on-sig*`, in the order CONFIG GET lists them.
 const SHUTDOWN_FLAG_NAMES: &[&str] = &["save", "nosave", "now", "force"];
 
-/// Tessera does not save on shutdown yet (the persistence issue), so asking a
-/// signal to save is refused; `default` (which saves when save points are set in
-/// Redis) is accepted and logged at start as not saving.
+/// `default` (save when save points are set) or some of save, nosave, now, force:
+/// the flags a signal's shutdown runs with, as SHUTDOWN's arguments would give them.
 fn parse_shutdown_flags(args: &[String]) -> Result<Value, String> {
     const ONE_OF: &str =
         "argument(s) must be one of the following: default, save, nosave, now, force";
@@ -250,9 +249,6 @@ fn parse_shutdown_flags(args: &[String]) -> Result<Value, String> {
     }
     if seen[0] && seen[1] {
         return Err("shutdown options SAVE and NOSAVE can't be used simultaneously".to_string());
-    }
-    if seen[0] {
-        return Err("Tessera does not save on shutdown yet: `save` is refused".to_string());
     }
     let words: Vec<String> = SHUTDOWN_FLAG_NAMES
         .iter()

@@ -15,6 +15,7 @@ use crate::slot::SlotTable;
 pub mod crash;
 pub mod log;
 pub mod process;
+pub mod shutdown;
 pub mod topology;
 
 /// The Redis version Tessera reports: clients and test suites choose features by it.
@@ -288,10 +289,10 @@ pub fn run(config: Config) -> i32 {
         pidfile: config.pidfile().map(str::to_string),
         unixsocket: unixsocket.map(|(path, _)| path),
     });
-    let sig = wait_for_signal();
-    tracing::warn!("Received {sig} scheduling shutdown...");
-    tracing::warn!("User requested shutdown...");
-    shutdown(0)
+    // Signals only schedule the shutdown: shard 0 runs it (it may save).
+    loop {
+        shutdown::signal_received(wait_for_signal());
+    }
 }
 
 /// Hands an accepted connection to its own task. False when the server is stopping.
@@ -427,7 +428,7 @@ fn warn_save_points_not_loaded(config: &Config) {
     if !config.save_points().is_empty() {
         tracing::warn!(
             "save points are set, but Tessera does not load {} from disk at start yet: \
-             the dataset starts empty, and SIGTERM/SHUTDOWN do not save",
+             the dataset starts empty",
             config.dbfilename()
         );
     }
@@ -441,9 +442,9 @@ struct ShutdownFiles {
 
 static SHUTDOWN_FILES: std::sync::OnceLock<ShutdownFiles> = std::sync::OnceLock::new();
 
-/// Stops the process: nothing to persist yet (see README: persistence not implemented),
-/// so an orderly shutdown is to stop accepting, remove the pid file and the Unix
-/// socket, log Redis's last line, and exit.
+/// Stops the process, the last step of an orderly shutdown (`shutdown.rs` saved
+/// first if it had to): stop accepting, remove the pid file and the Unix socket, log
+/// Redis's last line, and exit.
 pub fn shutdown(code: i32) -> i32 {
     static ONCE: Mutex<()> = Mutex::new(());
     let _guard = ONCE.lock();
@@ -480,7 +481,8 @@ fn block_signals() {
     }
 }
 
-fn wait_for_signal() -> &'static str {
+/// Waits for SIGTERM or SIGINT; returns which.
+fn wait_for_signal() -> i32 {
     // SAFETY: sigwait on the set blocked in `block_signals`.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -489,10 +491,6 @@ fn wait_for_signal() -> &'static str {
         libc::sigaddset(&mut set, libc::SIGINT);
         let mut sig: libc::c_int = 0;
         libc::sigwait(&set, &mut sig);
-        if sig == libc::SIGINT {
-            "SIGINT"
-        } else {
-            "SIGTERM"
-        }
+        sig
     }
 }

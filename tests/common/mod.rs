@@ -31,6 +31,11 @@ impl Server {
         Server::spawn(threads, &[], Some(log))
     }
 
+    /// `start_with`, with the server's stdout and stderr written to `log`.
+    pub fn start_logged_with(threads: usize, extra: &[&str], log: &std::path::Path) -> Server {
+        Server::spawn(threads, extra, Some(log))
+    }
+
     fn spawn(threads: usize, extra: &[&str], log: Option<&std::path::Path>) -> Server {
         for _ in 0..5 {
             let port = free_port();
@@ -122,6 +127,27 @@ impl Server {
 
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends `sig` (libc::SIGTERM, ...) to the server process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the pid of a child this harness spawned and has not reaped.
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+
+    /// Waits up to `limit` for the server to exit; its exit code (None: still running,
+    /// or killed by a signal).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 }
 

@@ -1,0 +1,164 @@
+//! An orderly shutdown, as Redis 7.0's prepareForShutdown / finishShutdown: save the
+//! dataset when save points are set (or SAVE asks), then remove the pid file and the
+//! Unix socket and exit. A save that fails stops it, unless FORCE: the server logs
+//! why and keeps running.
+//!
+//! SHUTDOWN runs it where it was called. SIGTERM / SIGINT only schedule it (the main
+//! thread waits for them, `signal_received`): shard 0's cron picks the request up
+//! (`cron`, as Redis's serverCron picks up shutdown_asap) and runs it with the flags
+//! of `shutdown-on-sigterm` / `shutdown-on-sigint`, since a save needs a shard. A
+//! second SIGINT while the first is pending or saving exits at once.
+//!
+//! Tessera does not wait for lagging replicas (`shutdown-timeout` is refused), so NOW
+//! has nothing to skip, and a shutdown is never left "in progress" waiting for them:
+//! ABORT can only cancel a signal's request that no shard has picked up yet.
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Duration;
+
+use crate::shard::ShardCell;
+
+/// SHUTDOWN's flags (and `shutdown-on-sig*`'s).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    pub save: bool,
+    pub nosave: bool,
+    /// Do not wait for lagging replicas: Tessera never does (see the module comment).
+    pub now: bool,
+    /// Exit even if the save fails.
+    pub force: bool,
+}
+
+impl Flags {
+    /// Turns on the flag `word` names (case-insensitive); false if it names none.
+    pub fn set(&mut self, word: &[u8]) -> bool {
+        let flag = match word.to_ascii_lowercase().as_slice() {
+            b"save" => &mut self.save,
+            b"nosave" => &mut self.nosave,
+            b"now" => &mut self.now,
+            b"force" => &mut self.force,
+            _ => return false,
+        };
+        *flag = true;
+        true
+    }
+
+    /// The flags `shutdown-on-sigint` / `shutdown-on-sigterm` hold (`default`: none).
+    pub fn from_config(words: &[String]) -> Flags {
+        let mut flags = Flags::default();
+        for w in words {
+            flags.set(w.as_bytes());
+        }
+        flags
+    }
+}
+
+/// The signal that asked for a shutdown, while its request stands (Redis's
+/// shutdown_asap and last_sig_received); 0: none.
+static REQUESTED: AtomicI32 = AtomicI32::new(0);
+
+/// A shutdown is running (saving): from SHUTDOWN or from a signal's request.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// The main thread got SIGTERM or SIGINT: schedule the shutdown, or, on a SIGINT
+/// while one is already requested, exit now without saving (Redis: "You insist").
+pub fn signal_received(sig: i32) {
+    if sig == libc::SIGINT && REQUESTED.load(Ordering::SeqCst) != 0 {
+        tracing::warn!("You insist... exiting now.");
+        crate::persistence::save::remove_temp_file();
+        // Not a clean shutdown: exit with an error, as Redis does.
+        std::process::exit(1);
+    }
+    if crate::persistence::loading() {
+        tracing::warn!("Received shutdown signal during loading, scheduling shutdown.");
+    } else if sig == libc::SIGINT {
+        tracing::warn!("Received SIGINT scheduling shutdown...");
+    } else {
+        tracing::warn!("Received SIGTERM scheduling shutdown...");
+    }
+    REQUESTED.store(sig, Ordering::SeqCst);
+}
+
+/// Shard 0's periodic check (every 1/hz s): runs the shutdown a signal requested.
+pub fn cron(cell: &Rc<ShardCell>) {
+    if cell.id != 0 {
+        return;
+    }
+    let sig = REQUESTED.load(Ordering::SeqCst);
+    if sig == 0 || !begin() {
+        return;
+    }
+    let flags = Flags::from_config(
+        cell.data
+            .borrow()
+            .config
+            .shutdown_on_signal(sig == libc::SIGINT),
+    );
+    let cell = cell.clone();
+    crate::runtime::spawn_detached(async move { finish(&cell, flags).await });
+}
+
+/// SHUTDOWN: runs the shutdown here. Returns only if it failed (the reason is
+/// logged); a SHUTDOWN that came while another shutdown was saving waits for that
+/// one, which either exits the process or failed as well.
+pub async fn shutdown_command(cell: &Rc<ShardCell>, flags: Flags) {
+    if begin() {
+        return finish(cell, flags).await;
+    }
+    while RUNNING.load(Ordering::SeqCst) {
+        crate::runtime::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// SHUTDOWN ABORT: cancels a signal's request no shard has started on. False if
+/// there is none.
+pub fn abort() -> bool {
+    if !begin() {
+        // Already saving: nothing Redis could abort either (its save blocks it).
+        return false;
+    }
+    let requested = REQUESTED.swap(0, Ordering::SeqCst) != 0;
+    RUNNING.store(false, Ordering::SeqCst);
+    if requested {
+        tracing::info!("Shutdown manually aborted.");
+    }
+    requested
+}
+
+/// Takes the right to run the shutdown: false if one is running.
+fn begin() -> bool {
+    RUNNING
+        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
+/// Redis's prepareForShutdown and finishShutdown, for the one holding `RUNNING`:
+/// save as the flags and the save points say, then exit. On a failed save without
+/// FORCE the shutdown is cancelled (a signal's request with it) and this returns.
+async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
+    // A half-loaded dataset must not overwrite the file it comes from.
+    if crate::persistence::loading() {
+        flags.save = false;
+        flags.nosave = true;
+    }
+    tracing::warn!("User requested shutdown...");
+    let save_points = !cell.data.borrow().config.save_points().is_empty();
+    if (save_points && !flags.nosave) || flags.save {
+        tracing::info!("Saving the final RDB snapshot before exiting.");
+        if crate::persistence::save::save(cell).await.is_err() {
+            if flags.force {
+                tracing::warn!("Error trying to save the DB. Exit anyway.");
+            } else {
+                tracing::warn!("Error trying to save the DB, can't exit.");
+                tracing::warn!(
+                    "Errors trying to shut down the server. Check the logs for more information."
+                );
+                REQUESTED.store(0, Ordering::SeqCst);
+                RUNNING.store(false, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+    super::shutdown(0);
+}

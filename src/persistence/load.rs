@@ -433,8 +433,15 @@ fn exit_refusing(e: &LoadError) -> ! {
 }
 
 /// Waits for every shard, checks the CRC64 meanwhile and logs progress every 2 s.
-/// True when the dataset is loaded; false when the file was refused (logged).
-pub fn finish(file: &RdbFile, results: Receiver<ShardResult>, shards: usize, check: bool) -> bool {
+/// `on_tick` runs every 100 ms or so (the server polls its signals there). True when
+/// the dataset is loaded; false when the file was refused (logged).
+pub fn finish(
+    file: &RdbFile,
+    results: Receiver<ShardResult>,
+    shards: usize,
+    check: bool,
+    mut on_tick: impl FnMut(),
+) -> bool {
     let bytes = file.map.bytes();
     let mut crc = Checksum::default();
     let mut done = Vec::with_capacity(shards);
@@ -455,6 +462,7 @@ pub fn finish(file: &RdbFile, results: Receiver<ShardResult>, shards: usize, che
                 return false;
             }
         }
+        on_tick();
         if last_progress.elapsed() >= Duration::from_secs(2) {
             last_progress = Instant::now();
             log_progress(file);

@@ -275,12 +275,20 @@ pub fn run(config: Config) -> i32 {
     }
     drop(loaded_tx);
     if let Some(file) = rdb {
-        if !crate::persistence::load::finish(&file, loaded_rx, n, config.rdbchecksum()) {
+        // A signal while loading schedules the shutdown as at any other time (shard 0
+        // runs it between its loading turns, without saving a half-loaded dataset).
+        let poll_signals = || {
+            if let Some(sig) = pending_signal() {
+                shutdown::signal_received(sig);
+            }
+        };
+        let check = config.rdbchecksum();
+        if !crate::persistence::load::finish(&file, loaded_rx, n, check, poll_signals) {
             return 1;
         }
     }
     crate::storage::memory::record_startup(n);
-    warn_save_points_not_loaded(&config);
+    warn_save_points_not_scheduled(&config);
     tracing::info!("Ready to accept connections");
     if let Some((path, _)) = &unixsocket {
         tracing::info!("The server is now ready to accept connections at {path}");
@@ -422,13 +430,14 @@ fn show_banner(config: &Config, shards: usize) {
     ));
 }
 
-/// `save` points make Redis users expect their data back after a restart; until
-/// Tessera loads an RDB at start, say plainly that it does not.
-fn warn_save_points_not_loaded(config: &Config) {
+/// `save` points are honoured at start (the file loads), on SAVE and at shutdown,
+/// but not yet when one is reached while running: say so plainly.
+fn warn_save_points_not_scheduled(config: &Config) {
     if !config.save_points().is_empty() {
         tracing::warn!(
-            "save points are set, but Tessera does not load {} from disk at start yet: \
-             the dataset starts empty",
+            "save points are set: {} is loaded at start and written by SAVE, SHUTDOWN and \
+             SIGTERM/SIGINT, but Tessera does not save in the background yet when a save \
+             point is reached",
             config.dbfilename()
         );
     }
@@ -482,6 +491,23 @@ fn block_signals() {
 }
 
 /// Waits for SIGTERM or SIGINT; returns which.
+/// SIGTERM or SIGINT, if one is pending (without waiting).
+fn pending_signal() -> Option<i32> {
+    // SAFETY: sigtimedwait with a zero timeout on the set blocked in `block_signals`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let sig = libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
+        (sig > 0).then_some(sig)
+    }
+}
+
 fn wait_for_signal() -> i32 {
     // SAFETY: sigwait on the set blocked in `block_signals`.
     unsafe {

@@ -8,13 +8,16 @@
 //! The seed is printed; `PROPAGATION_SEED=<n>` replays a run.
 
 mod common;
+#[path = "common/dataset.rs"]
+mod dataset;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
+use dataset::canon;
 use redis::Value;
 
 // ---------------------------------------------------------------------------------
@@ -102,68 +105,6 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-/// A reply as one canonical line, whatever the RESP flavour.
-fn canon(v: &Value) -> String {
-    match v {
-        Value::Nil => "nil".into(),
-        Value::Int(i) => i.to_string(),
-        Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(b)),
-        Value::SimpleString(s) => format!("{s:?}"),
-        Value::Okay => "\"OK\"".into(),
-        Value::Double(d) => format!("{d:?}"),
-        Value::Boolean(b) => b.to_string(),
-        Value::Array(xs) | Value::Set(xs) => {
-            format!("[{}]", xs.iter().map(canon).collect::<Vec<_>>().join(", "))
-        }
-        Value::Map(kv) => format!(
-            "{{{}}}",
-            kv.iter()
-                .map(|(k, v)| format!("{}: {}", canon(k), canon(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        other => format!("{other:?}"),
-    }
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Okay => "OK".into(),
-        Value::Int(i) => i.to_string(),
-        other => canon(other),
-    }
-}
-
-fn items(v: &Value) -> Vec<Value> {
-    match v {
-        Value::Array(xs) | Value::Set(xs) => xs.clone(),
-        Value::Map(kv) => kv
-            .iter()
-            .flat_map(|(k, v)| [k.clone(), v.clone()])
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A flat `[field, value, ...]` reply (or a map), as (field, value) pairs.
-fn pairs(v: &Value) -> Vec<(String, Value)> {
-    items(v)
-        .chunks(2)
-        .filter(|p| p.len() == 2)
-        .map(|p| (text(&p[0]), p[1].clone()))
-        .collect()
-}
-
-fn field(v: &Value, name: &str) -> String {
-    pairs(v)
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| canon(&v))
-        .unwrap_or_else(|| "<absent>".into())
 }
 
 // ---------------------------------------------------------------------------------
@@ -957,214 +898,19 @@ impl Runner {
     }
 }
 
-/// What one side holds under one key, each part in a comparable form.
-#[derive(Debug, PartialEq)]
-struct Snap {
-    kind: String,
-    value: String,
-    pttl: i64,
-    expire_at: Option<i64>,
-}
-
-fn snap(c: &mut redis::Connection, key: &str) -> Snap {
-    let kind = text(&must(c, &["TYPE", key]));
-    let pttl = match must(c, &["PTTL", key]) {
-        Value::Int(i) => i,
-        v => panic!("PTTL {key}: {v:?}"),
-    };
-    let expire_at = match redis::cmd("PEXPIRETIME").arg(key).query::<Value>(c) {
-        Ok(Value::Int(i)) => Some(i),
-        _ => None,
-    };
-    let value = match kind.as_str() {
-        "string" => canon(&must(c, &["GET", key])),
-        "list" => canon(&must(c, &["LRANGE", key, "0", "-1"])),
-        "hash" => {
-            let mut kv: Vec<String> = pairs(&must(c, &["HGETALL", key]))
-                .into_iter()
-                .map(|(k, v)| format!("{k:?}={}", canon(&v)))
-                .collect();
-            kv.sort();
-            kv.join(", ")
-        }
-        "set" => {
-            let mut ms: Vec<String> = items(&must(c, &["SMEMBERS", key]))
-                .iter()
-                .map(canon)
-                .collect();
-            ms.sort();
-            ms.join(", ")
-        }
-        "zset" => {
-            // Scores as numbers: how each server prints a double is not replication.
-            items(&must(c, &["ZRANGE", key, "0", "-1", "WITHSCORES"]))
-                .chunks(2)
-                .map(|p| {
-                    let s: f64 = text(&p[1]).parse().unwrap_or(f64::NAN);
-                    format!("{}={s:?}", canon(&p[0]))
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-        "stream" => stream_snap(c, key),
-        "none" => String::new(),
-        other => format!("<type {other}>"),
-    };
-    Snap {
-        kind,
-        value,
-        pttl,
-        expire_at,
-    }
-}
-
-fn stream_snap(c: &mut redis::Connection, key: &str) -> String {
-    let mut out = Vec::new();
-    out.push(format!(
-        "entries {}",
-        canon(&must(c, &["XRANGE", key, "-", "+"]))
-    ));
-    let info = must(c, &["XINFO", "STREAM", key]);
-    for f in [
-        "length",
-        "last-generated-id",
-        "max-deleted-entry-id",
-        "entries-added",
-        "recorded-first-entry-id",
-        "groups",
-    ] {
-        out.push(format!("{f} {}", field(&info, f)));
-    }
-    let groups = items(&must(c, &["XINFO", "GROUPS", key]));
-    for g in &groups {
-        let name = pairs(g)
-            .into_iter()
-            .find(|(k, _)| k == "name")
-            .map(|(_, v)| text(&v))
-            .unwrap_or_default();
-        let mut line = format!("group {name}:");
-        // Not entries-read nor lag: redis-server's own replicas of a redis-server
-        // master disagree on them (XREADGROUP propagates as XCLAIM + XGROUP SETID
-        // without the read counter), so they are no property of the stream.
-        for f in ["consumers", "pending", "last-delivered-id"] {
-            line += &format!(" {f}={}", field(g, f));
-        }
-        out.push(line);
-        let mut consumers: Vec<String> = items(&must(c, &["XINFO", "CONSUMERS", key, &name]))
-            .iter()
-            .map(|cv| format!("{}/{}", field(cv, "name"), field(cv, "pending")))
-            .collect();
-        consumers.sort();
-        out.push(format!("  consumers {}", consumers.join(" ")));
-        // Pending entries: id, owner, delivery count (idle times differ by nature).
-        let pending = items(&must(c, &["XPENDING", key, &name, "-", "+", "100000"]));
-        let pel: Vec<String> = pending
-            .iter()
-            .map(|p| {
-                let p = items(p);
-                format!(
-                    "{}@{}x{}",
-                    text(&p[0]),
-                    text(&p[1]),
-                    p.get(3).map(text).unwrap_or_default()
-                )
-            })
-            .collect();
-        out.push(format!("  pending {}", pel.join(" ")));
-    }
-    out.join("\n    ")
-}
-
-fn scan_all(c: &mut redis::Connection) -> BTreeSet<String> {
-    let mut keys = BTreeSet::new();
-    let mut cursor = "0".to_string();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let reply = items(&must(c, &["SCAN", &cursor, "COUNT", "1000"]));
-        assert_eq!(reply.len(), 2, "SCAN reply {reply:?}");
-        cursor = text(&reply[0]);
-        keys.extend(items(&reply[1]).iter().map(text));
-        if cursor == "0" {
-            return keys;
-        }
-        assert!(Instant::now() < deadline, "SCAN does not end");
-    }
-}
-
-/// Library names and code, as FUNCTION LIST WITHCODE reports them.
-fn libraries(c: &mut redis::Connection) -> Vec<String> {
-    let mut libs: Vec<String> = items(&must(c, &["FUNCTION", "LIST", "WITHCODE"]))
-        .iter()
-        .map(|l| format!("{} {}", field(l, "library_name"), field(l, "library_code")))
-        .collect();
-    libs.sort();
-    libs
-}
-
-/// Time left on a key this close to its expiry may legitimately be seen on one side
-/// and not the other.
-const NEAR_EXPIRY_MS: i64 = 2_000;
-
-fn near_expiry(s: &Snap) -> bool {
-    (0..NEAR_EXPIRY_MS).contains(&s.pttl)
-}
-
+/// Tessera (the master) against its replica, database 0, as common::dataset compares.
 fn compare(
     master: &mut redis::Connection,
     replica: &mut redis::Connection,
     seed: u64,
 ) -> (usize, Vec<String>) {
-    let mut problems = Vec::new();
-    let mk = scan_all(master);
-    let rk = scan_all(replica);
-    let all: BTreeSet<&String> = mk.iter().chain(rk.iter()).collect();
-    for key in &all {
-        let m = snap(master, key);
-        let r = snap(replica, key);
-        if m.kind == "none" && r.kind == "none" {
-            continue;
-        }
-        if (m.kind == "none" && near_expiry(&r)) || (r.kind == "none" && near_expiry(&m)) {
-            continue;
-        }
-        let mut diffs = Vec::new();
-        if m.kind != r.kind {
-            diffs.push("type");
-        } else if m.value != r.value {
-            diffs.push("value");
-        }
-        if (m.pttl < 0) != (r.pttl < 0) && !near_expiry(&m) && !near_expiry(&r) {
-            diffs.push("TTL presence");
-        }
-        // Replicas get absolute expiry times (PXAT / PEXPIREAT): the same instant.
-        if m.kind == r.kind && m.pttl >= 0 && r.pttl >= 0 && m.expire_at != r.expire_at {
-            diffs.push("expiry time");
-        }
-        if !diffs.is_empty() {
-            problems.push(format!(
-                "key {key:?} differs in {diffs:?} (in master SCAN: {}, in replica SCAN: {})\n  \
-                 tessera: {} ttl={} at={:?}\n    {}\n  \
-                 replica: {} ttl={} at={:?}\n    {}\n  (PROPAGATION_SEED={seed})",
-                mk.contains(*key),
-                rk.contains(*key),
-                m.kind,
-                m.pttl,
-                m.expire_at,
-                m.value,
-                r.kind,
-                r.pttl,
-                r.expire_at,
-                r.value,
-            ));
-        }
-    }
-    let (ml, rl) = (libraries(master), libraries(replica));
-    if ml != rl {
-        problems.push(format!(
-            "FUNCTION LIST differs:\n  tessera: {ml:?}\n  replica: {rl:?}"
-        ));
-    }
-    (all.len(), problems)
+    let opts = dataset::Options {
+        names: ["tessera", "replica"],
+        dbs: &[0],
+        note: format!("(PROPAGATION_SEED={seed})"),
+        ..dataset::Options::default()
+    };
+    dataset::compare_with(master, replica, &opts)
 }
 
 fn seed() -> u64 {

@@ -72,6 +72,49 @@ impl Server {
         panic!("tessera did not start");
     }
 
+    /// Starts `tessera --threads N` plus `extra` once, stdout and stderr to `log`, for a
+    /// server that may load a file first or refuse to start: waits up to `within` until
+    /// it answers PING with PONG (`-LOADING` means it is still loading). Err if it exits
+    /// first (with its status and log) or does not serve in time (killed, status None).
+    pub fn start_loading(
+        threads: usize,
+        extra: &[&str],
+        log: &std::path::Path,
+        within: Duration,
+    ) -> Result<Server, StartFailure> {
+        loop {
+            let port = free_port();
+            let out = std::fs::File::create(log).expect("create log");
+            let err = out.try_clone().expect("clone log");
+            let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--threads",
+                    &threads.to_string(),
+                ])
+                .args(["--enable-debug-command", "yes"])
+                .args(extra)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::from(out))
+                .stderr(Stdio::from(err))
+                .spawn()
+                .expect("spawn tessera");
+            let mut s = Server { child, port };
+            match wait_serving(&mut s.child, port, within) {
+                Ok(()) => return Ok(s),
+                Err(status) => {
+                    let text = std::fs::read_to_string(log).unwrap_or_default();
+                    // Another process took the free port first: try another one.
+                    if status.is_some() && text.contains("Address already in use") {
+                        continue;
+                    }
+                    return Err(StartFailure { status, log: text });
+                }
+            }
+        }
+    }
+
     pub fn start(threads: usize) -> Server {
         Server::start_with(threads, &[])
     }
@@ -149,6 +192,45 @@ impl Server {
         }
         None
     }
+}
+
+/// A server that did not come to serve: how it exited (None: still running when time
+/// ran out, then killed) and what it logged.
+#[derive(Debug)]
+pub struct StartFailure {
+    pub status: Option<std::process::ExitStatus>,
+    pub log: String,
+}
+
+/// Waits up to `within` until the process answers PING on `port` with PONG, while it
+/// may answer `-LOADING` first. Err(exit status) if it exits; Err(None) after killing
+/// it when time runs out.
+fn wait_serving(
+    child: &mut Child,
+    port: u16,
+    within: Duration,
+) -> Result<(), Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Some(status));
+        }
+        if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+            if c.write_all(b"PING\r\n").is_ok() {
+                let mut buf = [0u8; 16];
+                if let Ok(n) = c.read(&mut buf) {
+                    if buf[..n].starts_with(b"+PONG") {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(None)
 }
 
 pub fn read_at_least(s: &mut TcpStream, n: usize) -> Vec<u8> {
@@ -299,6 +381,45 @@ impl ReferenceRedis {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+}
+
+impl ReferenceRedis {
+    /// redis-server with extra arguments, its log (stdout, stderr) in `log`, started
+    /// once and given `within` to serve (it may load a file first, or refuse it and
+    /// exit). None when redis-server is not installed.
+    pub fn start_loading(
+        extra: &[&str],
+        log: &std::path::Path,
+        within: Duration,
+    ) -> Option<Result<ReferenceRedis, StartFailure>> {
+        let port = free_port();
+        let out = std::fs::File::create(log).expect("create log");
+        let err = out.try_clone().expect("clone log");
+        let child = Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(extra)
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .ok()?;
+        let mut r = ReferenceRedis { child, port };
+        Some(match wait_serving(&mut r.child, port, within) {
+            Ok(()) => Ok(r),
+            Err(status) => Err(StartFailure {
+                status,
+                log: std::fs::read_to_string(log).unwrap_or_default(),
+            }),
+        })
     }
 }
 

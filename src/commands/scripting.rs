@@ -826,13 +826,13 @@ async fn function_restore(g: &mut GlobalCtx<'_>) {
     } else {
         Policy::Append
     };
-    let codes = match functions::parse_dump(g.arg(2)) {
-        Ok(c) => c,
+    let payload = match functions::parse_dump(g.arg(2)) {
+        Ok(p) => p,
         Err(e) => return g.error(&e),
     };
     let (done, rx) = futures_channel::oneshot::channel();
     vm::run(Job::FunctionRestore {
-        codes,
+        payload,
         policy,
         done,
     })

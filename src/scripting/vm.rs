@@ -81,7 +81,7 @@ pub enum Job {
         done: oneshot::Sender<Result<String, String>>,
     },
     FunctionRestore {
-        codes: Vec<Vec<u8>>,
+        payload: functions::Restored,
         policy: Policy,
         done: oneshot::Sender<Result<(), String>>,
     },
@@ -621,12 +621,11 @@ impl Vm {
                 let _ = done.send(r);
             }
             Job::FunctionRestore {
-                codes,
+                payload,
                 policy,
                 done,
             } => {
-                let libs: Result<Vec<Library>, String> =
-                    codes.iter().map(|c| self.compile_library(c)).collect();
+                let libs = functions::compile_restored(&payload, |c| self.compile_library(c));
                 let _ = done.send(libs.and_then(|l| functions::install(l, policy, true)));
             }
         }

@@ -55,9 +55,10 @@ pub fn assemble(parts: &[Vec<Vec<u8>>], libraries: &[&[u8]]) -> Vec<u8> {
         rdb.extend_from_slice(v.as_bytes());
     }
     for code in libraries {
+        // As rdbSaveFunctions: the code is an RDB string, so LZF-compressed when
+        // that pays, like any other string.
         rdb.push(OPCODE_FUNCTION2);
-        write_len(&mut rdb, code.len());
-        rdb.extend_from_slice(code);
+        write_string(&mut rdb, code);
     }
     let dbs = parts.iter().map(|p| p.len()).max().unwrap_or(0);
     for db in 0..dbs {

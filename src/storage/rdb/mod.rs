@@ -215,6 +215,29 @@ pub fn crc64(crc: u64, data: &[u8]) -> u64 {
     crc64::update(crc, data)
 }
 
+/// Appends `s` as an RDB string, encoded as Redis's `rdbSaveRawString` encodes it
+/// (integer, LZF or verbatim). For records other than keys' values: FUNCTION DUMP's
+/// and snapshots' function libraries.
+pub fn write_rdb_string(out: &mut Vec<u8>, s: &[u8]) {
+    write_string(out, s);
+}
+
+/// Reads the RDB string (verbatim, integer or LZF) at the start of `buf`: its bytes
+/// and how many bytes of `buf` it took. None when it is malformed or runs past `buf`.
+pub fn read_rdb_string(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let mut r = Reader::new(buf);
+    let s = r.string().ok()?;
+    Some((s, buf.len() - r.remaining()))
+}
+
+/// Reads the RDB length (`rdbLoadLen`, not an encoded string) at the start of `buf`:
+/// its value and how many bytes of `buf` it took.
+pub fn read_rdb_len(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut r = Reader::new(buf);
+    let n = r.len().ok()?;
+    Some((n, buf.len() - r.remaining()))
+}
+
 fn finish_payload(out: &mut Vec<u8>, start: usize) {
     out.extend_from_slice(&RDB_VERSION.to_le_bytes());
     let crc = crc64(0, &out[start..]);

@@ -89,7 +89,8 @@ fn class_index(shard: bool) -> usize {
 }
 
 /// Copies the pub/sub related configuration into the process-wide caches, and has
-/// the other services do the same (client output limits, the replication gate).
+/// the other services do the same (client output limits, the replication gate, RDB
+/// compression).
 /// Called at startup and after every CONFIG SET (the configuration is the same on
 /// all shards).
 pub fn sync_config(config: &Config) {
@@ -97,6 +98,7 @@ pub fn sync_config(config: &Config) {
     crate::storage::events::set_sink(notify_enabled);
     crate::clients::sync_output_limits(config);
     crate::replication::sync_config(config);
+    crate::storage::rdb::set_compression(config.rdbcompression());
 }
 
 /* ------------------------------------------------------------------------ */

@@ -280,6 +280,11 @@ impl Config {
         }
     }
 
+    /// `rdbcompression`: LZF for long strings in RDB files and DUMP payloads.
+    pub fn rdbcompression(&self) -> bool {
+        self.bool_at(IDX_RDBCOMPRESSION)
+    }
+
     /// `rdbchecksum`: verify the CRC64 of RDB files loaded (and write one).
     pub fn rdbchecksum(&self) -> bool {
         self.bool_at(IDX_RDBCHECKSUM)

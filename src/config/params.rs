@@ -543,6 +543,7 @@ pub(super) const IDX_BIND: usize = param_index("bind");
 pub(super) const IDX_REPLICAOF: usize = param_index("replicaof");
 pub(super) const IDX_PORT: usize = param_index("port");
 pub(super) const IDX_RDBCHECKSUM: usize = param_index("rdbchecksum");
+pub(super) const IDX_RDBCOMPRESSION: usize = param_index("rdbcompression");
 pub(super) const IDX_KEY_LOAD_DELAY: usize = param_index("key-load-delay");
 pub(super) const IDX_LOADING_EVENTS_BYTES: usize =
     param_index("loading-process-events-interval-bytes");

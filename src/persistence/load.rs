@@ -145,12 +145,16 @@ fn log_aux_fields(bytes: &[u8]) -> u64 {
 
 /// One shard's walk through the file at start: its own keys into its databases, a
 /// turn of serving clients every `loading-process-events-interval-bytes`.
-pub async fn load_shard(cell: std::rc::Rc<ShardCell>, file: Arc<RdbFile>, done: Sender<ShardResult>) {
+pub async fn load_shard(
+    cell: std::rc::Rc<ShardCell>,
+    file: Arc<RdbFile>,
+    done: Sender<ShardResult>,
+) {
     let result = walk_serving(&cell, &file).await;
     let result = match result {
-        Ok(walk) if !walk.libraries.is_empty() => {
-            install_libraries(walk.libraries, false).await.map(|()| walk.out)
-        }
+        Ok(walk) if !walk.libraries.is_empty() => install_libraries(walk.libraries, false)
+            .await
+            .map(|()| walk.out),
         other => other.map(|walk| walk.out),
     };
     let _ = done.send(result);
@@ -164,7 +168,11 @@ async fn walk_serving<'a>(cell: &ShardCell, file: &'a RdbFile) -> Result<Walk<'a
     };
     loop {
         let done = walk.run(&mut cell.data.borrow_mut(), interval)?;
-        let walked = if done { file.map.len() } else { walk.reader.offset() };
+        let walked = if done {
+            file.map.len()
+        } else {
+            walk.reader.offset()
+        };
         file.walked[cell.id].store(walked as u64, Ordering::Relaxed);
         if done {
             return Ok(walk);
@@ -324,10 +332,14 @@ fn key_load_delay(delay: i64) {
 /// `replace`: one of the same name is replaced (DEBUG RELOAD MERGE).
 async fn install_libraries(codes: Vec<Vec<u8>>, replace: bool) -> Result<(), LoadError> {
     use crate::scripting::{functions::Policy, vm};
-    let policy = if replace { Policy::Replace } else { Policy::Append };
+    let policy = if replace {
+        Policy::Replace
+    } else {
+        Policy::Append
+    };
     let (done, rx) = futures_channel::oneshot::channel();
     vm::run(vm::Job::FunctionRestore {
-        codes,
+        payload: crate::scripting::functions::Restored { codes, error: None },
         policy,
         done,
     })
@@ -360,7 +372,10 @@ pub async fn reload(
     let (path, check) = {
         let data = cell.data.borrow();
         let dir = std::path::Path::new(data.config.dir());
-        (dir.join(data.config.dbfilename()), data.config.rdbchecksum())
+        (
+            dir.join(data.config.dbfilename()),
+            data.config.rdbchecksum(),
+        )
     };
     let Ok(map) = Mapped::open(&path) else {
         return Err(RELOAD_FAILED);
@@ -513,7 +528,11 @@ fn verify_checksum(
 /// The counts INFO shows and Redis's "Done loading RDB" line.
 fn log_done(done: &[ShardLoaded]) {
     let sum = |f: fn(&ShardLoaded) -> u64| done.iter().map(f).sum::<u64>();
-    let (loaded, expired, empty) = (sum(|d| d.loaded), sum(|d| d.expired), sum(|d| d.empty_skipped));
+    let (loaded, expired, empty) = (
+        sum(|d| d.loaded),
+        sum(|d| d.expired),
+        sum(|d| d.empty_skipped),
+    );
     LAST_LOAD_KEYS_LOADED.store(loaded, Ordering::Relaxed);
     LAST_LOAD_KEYS_EXPIRED.store(expired, Ordering::Relaxed);
     if empty > 0 {
@@ -565,7 +584,11 @@ fn progress(file: &RdbFile) -> Progress {
         .map(|w| w.load(Ordering::Relaxed))
         .min()
         .unwrap_or(0);
-    let perc = if total == 0 { 0.0 } else { loaded as f64 * 100.0 / total as f64 };
+    let perc = if total == 0 {
+        0.0
+    } else {
+        loaded as f64 * 100.0 / total as f64
+    };
     let elapsed = file.started.elapsed().as_secs();
     let eta = if elapsed == 0 {
         1

@@ -63,7 +63,7 @@ pub(super) fn write_string(out: &mut Vec<u8>, s: &[u8]) {
             }
         }
     }
-    if s.len() > 20 && write_lzf_string(out, s) {
+    if s.len() > 20 && super::compression() && write_lzf_string(out, s) {
         return;
     }
     write_len(out, s.len());

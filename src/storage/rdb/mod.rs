@@ -210,6 +210,19 @@ pub fn restore(payload: &[u8]) -> Result<DumpValue, RestoreError> {
     Ok(value)
 }
 
+/// `rdbcompression`: strings longer than 20 bytes are LZF-compressed in DUMP payloads
+/// and RDB files (when that saves 4 bytes). A process-wide copy of the setting, kept
+/// by `set_compression` at start and on CONFIG SET.
+static COMPRESSION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+pub fn set_compression(on: bool) {
+    COMPRESSION.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn compression() -> bool {
+    COMPRESSION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Redis's CRC64 (Jones polynomial, reflected, no final xor), continuing from `crc`.
 pub fn crc64(crc: u64, data: &[u8]) -> u64 {
     crc64::update(crc, data)

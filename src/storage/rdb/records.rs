@@ -10,7 +10,9 @@
 //! Errors carry the offset they were found at and Redis's wording.
 
 use super::decode::{read_value, skip_value, Reader};
-use super::file::{OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME_MS, OPCODE_FUNCTION2, OPCODE_SELECTDB};
+use super::file::{
+    OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME_MS, OPCODE_FUNCTION2, OPCODE_SELECTDB,
+};
 use super::{DumpValue, RestoreError, RDB_VERSION, TYPE_MODULE_2, TYPE_MODULE_PRE_GA};
 
 const OPCODE_FUNCTION_PRE_GA: u8 = 0xF6;
@@ -79,7 +81,10 @@ pub enum Record {
     Key(KeyHeader),
     /// The end: the checksum stored in the file (None before RDB version 5), which
     /// covers the `body_len` bytes before it.
-    Eof { stored: Option<u64>, body_len: usize },
+    Eof {
+        stored: Option<u64>,
+        body_len: usize,
+    },
 }
 
 /// A key record's header: what came before its value.

@@ -167,7 +167,7 @@ async fn walk_serving<'a>(cell: &ShardCell, file: &'a RdbFile) -> Result<Walk<'a
         (Walk::new(file.map.bytes(), &data, false)?, interval)
     };
     loop {
-        let done = walk.run(&mut cell.data.borrow_mut(), interval)?;
+        let done = walk.run(&mut cell.data.borrow_mut(), interval, true)?;
         let walked = if done {
             file.map.len()
         } else {
@@ -219,10 +219,19 @@ impl<'a> Walk<'a> {
         })
     }
 
-    /// Walks on for about `budget` bytes. True once EOF is reached.
-    fn run(&mut self, data: &mut ShardData, budget: usize) -> Result<bool, LoadError> {
+    /// Walks on for about `budget` bytes, or (checked every 64 records) `TURN_TIME`
+    /// when `timed`: slow keys (`key-load-delay`, huge values) must not keep the
+    /// shard's clients, INFO and a shutdown waiting. True once EOF is reached.
+    fn run(&mut self, data: &mut ShardData, budget: usize, timed: bool) -> Result<bool, LoadError> {
+        const TURN_TIME: Duration = Duration::from_millis(50);
         let stop_at = self.reader.offset().saturating_add(budget);
+        let started = Instant::now();
+        let mut records = 0u32;
         while self.reader.offset() < stop_at {
+            records = records.wrapping_add(1);
+            if timed && records % 64 == 0 && started.elapsed() >= TURN_TIME {
+                break;
+            }
             match self.reader.next()? {
                 Record::Aux(..) => {}
                 Record::Function(code) => {
@@ -403,7 +412,7 @@ pub async fn reload(
     let walked: Vec<Result<_, LoadError>> = op
         .on_each(cell, move |d| {
             let mut walk = Walk::new(shared.map.bytes(), d, merge)?;
-            walk.run(d, usize::MAX)?;
+            walk.run(d, usize::MAX, false)?;
             Ok((walk.out, walk.libraries))
         })
         .await;

@@ -14,6 +14,7 @@ pub mod bitops;
 pub mod blocking;
 pub mod client;
 pub mod config_cmd;
+pub mod digest;
 pub mod geo;
 pub mod hashes;
 pub mod hll;

@@ -890,6 +890,8 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             }
             "change-repl-id" => g.w().ok(),
             "reload" => debug_reload(g).await,
+            "digest" if g.args.len() == 2 => super::digest::debug_digest(g).await,
+            "digest-value" => super::digest::debug_digest_value(g).await,
             "protocol" if g.args.len() == 3 => {
                 let kind = String::from_utf8_lossy(&g.args[2]).to_ascii_lowercase();
                 debug_protocol(&mut g.w(), &kind)
@@ -969,6 +971,10 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "    * DEBUG RELOAD NOSAVE NOFLUSH MERGE: add the contents of an existing RDB",
                     "      file to the database.",
                     "CHANGE-REPL-ID",
+                    "DIGEST",
+                    "    Output a hex signature representing the current DB content.",
+                    "DIGEST-VALUE <key> [<key> ...]",
+                    "    Output a hex signature of the values of all the specified keys.",
                     "SEGFAULT",
                     "    Crash the server with sigsegv.",
                     "PROTOCOL <type>",

@@ -71,16 +71,15 @@ pub static LAST_LOAD_KEYS_LOADED: AtomicU64 = AtomicU64::new(0);
 pub static LAST_LOAD_KEYS_EXPIRED: AtomicU64 = AtomicU64::new(0);
 
 /// Opens `dir`/`dbfilename` for loading: None when there is none (an empty dataset,
-/// as Redis starts), an error text (already logged) when it cannot be read.
-pub fn open(config: &crate::config::Config, shards: usize) -> Result<Option<Arc<RdbFile>>, ()> {
+/// as Redis starts), Redis's fatal line when it cannot be read.
+pub fn open(config: &crate::config::Config, shards: usize) -> Result<Option<Arc<RdbFile>>, String> {
     let path = std::path::Path::new(config.dir()).join(config.dbfilename());
     let map = match Mapped::open(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
             let text = crate::util::io_error_text(&e);
-            tracing::warn!("Fatal error loading the DB: {text}. Exiting.");
-            return Err(());
+            return Err(format!("Fatal error loading the DB: {text}. Exiting."));
         }
     };
     let mut file = RdbFile {
@@ -105,7 +104,7 @@ fn log_aux_fields(bytes: &[u8]) -> u64 {
         return 0; // every shard reports the bad header
     };
     let (mut used_mem, mut repl) = (0, (None, None, None));
-    while let Ok(Record::Aux(key, value)) = reader.next() {
+    while let Ok(Record::Aux(key, value)) = reader.next_record() {
         let key = String::from_utf8_lossy(&key).into_owned();
         let value = String::from_utf8_lossy(&value).into_owned();
         let number = || value.trim().parse::<i64>().unwrap_or(0);
@@ -229,10 +228,10 @@ impl<'a> Walk<'a> {
         let mut records = 0u32;
         while self.reader.offset() < stop_at {
             records = records.wrapping_add(1);
-            if timed && records % 64 == 0 && started.elapsed() >= TURN_TIME {
+            if timed && records.is_multiple_of(64) && started.elapsed() >= TURN_TIME {
                 break;
             }
-            match self.reader.next()? {
+            match self.reader.next_record()? {
                 Record::Aux(..) => {}
                 Record::Function(code) => {
                     if data.id == 0 {
@@ -329,7 +328,7 @@ impl<'a> Walk<'a> {
 fn key_load_delay(delay: i64) {
     let micros = match delay {
         0 => return,
-        d if d < 0 => u64::from(crate::util::now_us() % d.unsigned_abs() == 0),
+        d if d < 0 => u64::from(crate::util::now_us().is_multiple_of(d.unsigned_abs())),
         d => d as u64,
     };
     if micros > 0 {

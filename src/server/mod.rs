@@ -169,8 +169,12 @@ pub fn run(config: Config) -> i32 {
     tracing::warn!("Server initialized");
     // The file is opened and mapped here; every shard loads its slots of it once it
     // listens, answering -LOADING meanwhile, and `finish` below waits for them all.
-    let Ok(rdb) = crate::persistence::load::open(&config, n) else {
-        return 1;
+    let rdb = match crate::persistence::load::open(&config, n) {
+        Ok(file) => file,
+        Err(fatal) => {
+            tracing::warn!("{fatal}");
+            return 1;
+        }
     };
     let (loaded_tx, loaded_rx) = std::sync::mpsc::channel();
     let hasher = DefaultHashBuilder::default();

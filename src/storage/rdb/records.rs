@@ -4,7 +4,7 @@
 //! records up to EOF and the CRC64 of everything before it.
 //!
 //! The reader works on the whole file as one slice and never allocates more than a
-//! small multiple of the record it is on. A key record is read in two steps: `next`
+//! small multiple of the record it is on. A key record is read in two steps: `next_record`
 //! reads the key, then the caller either decodes its value (`value`) or steps over it
 //! (`skip_value`), so that every shard can walk the file and decode only its own keys.
 //! Errors carry the offset they were found at and Redis's wording.
@@ -119,7 +119,7 @@ impl<'a> RdbReader<'a> {
             .ok()
             .and_then(|v| v.parse::<u16>().ok())
             .unwrap_or(0);
-        if version < 1 || version > RDB_VERSION {
+        if !(1..=RDB_VERSION).contains(&version) {
             return Err(at(LoadErrorKind::Version(version)));
         }
         Ok(RdbReader { r, version })
@@ -131,7 +131,7 @@ impl<'a> RdbReader<'a> {
     }
 
     /// The next record. After a `Record::Key`, call `value` or `skip_value` first.
-    pub fn next(&mut self) -> Result<Record, LoadError> {
+    pub fn next_record(&mut self) -> Result<Record, LoadError> {
         let mut header = KeyHeader {
             value_type: 0,
             key: Vec::new(),
@@ -184,14 +184,14 @@ impl<'a> RdbReader<'a> {
         }
     }
 
-    /// Decodes the value of the key `next` returned. `RestoreError::Empty` is a
+    /// Decodes the value of the key `next_record` returned. `RestoreError::Empty` is a
     /// collection with no elements, which the caller skips as Redis does.
     pub fn value(&mut self, header: &KeyHeader) -> Result<DumpValue, (LoadError, RestoreError)> {
         let start = self.r.pos();
         read_value(header.value_type, &mut self.r).map_err(|e| (self.value_error(e, start), e))
     }
 
-    /// Steps over the value of the key `next` returned.
+    /// Steps over the value of the key `next_record` returned.
     pub fn skip_value(&mut self, header: &KeyHeader) -> Result<(), LoadError> {
         let start = self.r.pos();
         skip_value(header.value_type, &mut self.r).map_err(|e| self.value_error(e, start))
@@ -309,7 +309,7 @@ pub fn walk_both_ways(file: &[u8]) {
         return;
     };
     for _ in 0..file.len() + 1 {
-        let (a, b) = (decoding.next(), skipping.next());
+        let (a, b) = (decoding.next_record(), skipping.next_record());
         assert_eq!(decoding.offset(), skipping.offset(), "records frame alike");
         let (Ok(Record::Key(ka)), Ok(Record::Key(kb))) = (&a, &b) else {
             assert_eq!(a.is_ok(), b.is_ok());
@@ -383,7 +383,7 @@ mod tests {
         let mut r = RdbReader::new(&file).expect("header");
         let (mut keys, mut dbs) = (0, Vec::new());
         loop {
-            match r.next().expect("record") {
+            match r.next_record().expect("record") {
                 Record::SelectDb(n) => dbs.push(n),
                 Record::Key(h) => {
                     assert!(h.expire_at.is_some());
@@ -434,7 +434,7 @@ mod tests {
         let cut = &file[..file.len() / 2];
         let mut r = RdbReader::new(cut).expect("header");
         let err = loop {
-            match r.next() {
+            match r.next_record() {
                 Ok(Record::Key(h)) => {
                     if let Err((e, _)) = r.value(&h) {
                         break e;
@@ -447,7 +447,7 @@ mod tests {
         assert_eq!(err.kind, LoadErrorKind::ShortRead);
         let mut garbage = b"REDIS0010".to_vec();
         garbage.push(0x42);
-        let err = RdbReader::new(&garbage).and_then(|mut r| r.next().map(drop));
+        let err = RdbReader::new(&garbage).and_then(|mut r| r.next_record().map(drop));
         assert_eq!(
             err.map_err(|e| e.kind),
             Err(LoadErrorKind::Corrupt(

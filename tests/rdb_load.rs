@@ -403,3 +403,38 @@ fn rdbcompression_no_writes_strings_as_they_are() {
     );
     assert_eq!(&plain[3..103], long.as_bytes());
 }
+
+#[test]
+fn debug_populate_creates_the_missing_keys_on_every_shard() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let _: () = redis::cmd("SET")
+        .arg("key:3")
+        .arg("mine")
+        .query(&mut c)
+        .expect("set");
+    assert_eq!(q::<String>(&mut c, &["DEBUG", "POPULATE", "1000"]), "OK");
+    assert_eq!(q::<usize>(&mut c, &["DBSIZE"]), 1000);
+    assert_eq!(
+        q::<String>(&mut c, &["GET", "key:3"]),
+        "mine",
+        "existing keys are kept"
+    );
+    assert_eq!(q::<String>(&mut c, &["GET", "key:999"]), "value:999");
+    assert_eq!(
+        q::<String>(&mut c, &["DEBUG", "POPULATE", "2", "p", "10"]),
+        "OK"
+    );
+    let padded: Vec<u8> = redis::cmd("GET").arg("p:1").query(&mut c).expect("get");
+    assert_eq!(padded, b"value:1\0\0\0");
+    assert_eq!(
+        q::<String>(&mut c, &["DEBUG", "POPULATE", "2", "q", "3"]),
+        "OK"
+    );
+    assert_eq!(q::<String>(&mut c, &["GET", "q:0"]), "val");
+    let refused = err(&mut c, &["DEBUG", "POPULATE", "-1"]);
+    assert!(
+        refused.contains("value is out of range, must be positive"),
+        "{refused}"
+    );
+}

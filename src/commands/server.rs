@@ -890,6 +890,7 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             }
             "change-repl-id" => g.w().ok(),
             "reload" => debug_reload(g).await,
+            "populate" if (3..=5).contains(&g.args.len()) => debug_populate(g).await,
             "digest" if g.args.len() == 2 => super::digest::debug_digest(g).await,
             "digest-value" => super::digest::debug_digest_value(g).await,
             "protocol" if g.args.len() == 3 => {
@@ -955,6 +956,11 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "SLEEP <seconds>",
                     "SET-ACTIVE-EXPIRE <0|1>",
                     "OBJECT <key>",
+                    "POPULATE <count> [<prefix>] [<size>]",
+                    "    Create <count> string keys named key:<num>. If <prefix> is specified then",
+                    "    it is used instead of the 'key' prefix. These are not propagated to",
+                    "    replicas. Cluster slots are not respected so keys not belonging to the",
+                    "    current node can be created in cluster mode.",
                     "PAUSE-CRON <0|1>",
                     "    Stop periodic cron job processing.",
                     "RELOAD [option ...]",
@@ -992,6 +998,67 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             _ => g.unknown_subcommand("DEBUG"),
         }
     })
+}
+
+/// DEBUG POPULATE count [prefix] [size]: `prefix:N` = `value:N` (padded with zero
+/// bytes, or cut, to `size`) for N below `count`, skipping keys that exist, as Redis's
+/// debug.c does. Every shard runs the whole count and creates the keys of its slots.
+async fn debug_populate(g: &mut GlobalCtx<'_>) {
+    let positive = |arg: &[u8]| match super::parse_i64(arg) {
+        Some(n) if n >= 0 => Ok(n as u64),
+        Some(_) => Err("ERR value is out of range, must be positive"),
+        None => Err("ERR value is not an integer or out of range"),
+    };
+    let count = match positive(&g.args[2]) {
+        Ok(n) => n,
+        Err(e) => return g.w().error(e),
+    };
+    let size = match g.args.get(4).map(|a| positive(a)).transpose() {
+        Ok(size) => size.unwrap_or(0) as usize,
+        Err(e) => return g.w().error(e),
+    };
+    let prefix = g.args.get(3).cloned().unwrap_or_else(|| b"key".to_vec());
+    let db = g.session.db;
+    g.session
+        .cell
+        .call_all(move |c| {
+            let mut data = c.data.borrow_mut();
+            populate_shard(&mut data, db, count, &prefix, size);
+        })
+        .await;
+    g.w().ok()
+}
+
+fn populate_shard(
+    data: &mut crate::shard::ShardData,
+    db: usize,
+    count: u64,
+    prefix: &[u8],
+    size: usize,
+) {
+    let (now, lru) = (crate::util::now_ms(), crate::util::lru_clock());
+    let (first, slots) = (data.dbs[db].first_slot(), data.dbs[db].slot_count());
+    let mut key = Vec::with_capacity(prefix.len() + 21);
+    for n in 0..count {
+        key.clear();
+        key.extend_from_slice(prefix);
+        key.push(b':');
+        key.extend_from_slice(n.to_string().as_bytes());
+        let slot = usize::from(crate::slot::key_slot(&key));
+        if !(first..first + slots).contains(&slot) || data.dbs[db].get(&key, now).is_some() {
+            continue;
+        }
+        let mut value = format!("value:{n}").into_bytes();
+        if size > 0 {
+            value.resize(size, 0);
+        }
+        let value = crate::storage::Value::Str(crate::storage::StrValue::from_vec(value));
+        data.dbs[db].insert(&key, value, crate::storage::NO_EXPIRE, lru);
+        if !data.write_hooks_idle() {
+            data.tracking.writer = 0;
+            data.signal_modified(db, &key);
+        }
+    }
 }
 
 /// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE] (`persistence::load::reload`).

@@ -104,8 +104,10 @@ pub fn replid() -> &'static str {
     })
 }
 
-/// One shard's live keys as RDB records, per database index.
-pub fn shard_records(data: &ShardData, now: u64) -> Vec<Vec<u8>> {
+/// One shard's keys as RDB records, per database index: every key it holds, those
+/// whose TTL ran out but are not deleted yet included, as Redis 7.0's rdbSave writes
+/// them (a loading master drops and counts them; a replica gets their DELs later).
+pub fn shard_records(data: &ShardData) -> Vec<Vec<u8>> {
     data.dbs
         .iter()
         .map(|db| {
@@ -114,7 +116,8 @@ pub fn shard_records(data: &ShardData, now: u64) -> Vec<Vec<u8>> {
                 return out;
             }
             for idx in 0..db.slot_count() {
-                db.for_each_in_slot(idx, now, |e| {
+                // A clock at 0: nothing counts as expired.
+                db.for_each_in_slot(idx, 0, |e| {
                     rdb::file::write_record(&mut out, e.key(), e.value(), e.expire_at());
                 });
             }
@@ -146,7 +149,7 @@ pub async fn snapshot_as(
     };
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
     let parts = op
-        .on_each(cell, |d| (shard_records(d, crate::util::now_ms()), d.dirty))
+        .on_each(cell, |d| (shard_records(d), d.dirty))
         .await;
     let id = attach_link.map(attach);
     op.release(cell).await;

@@ -161,7 +161,7 @@ fn spawn_raw(dir: &Path, extra: &[&str]) -> (Child, u16) {
 fn clients_get_loading_while_the_file_loads() {
     let dir = temp_dir("loading");
     write_dataset(&dir, 20_000);
-    // 200 us a key, ~10,000 keys a shard: about two seconds of loading.
+    // 200 us a key of the file, in every shard: about four seconds of loading.
     let (mut child, port) = spawn_raw(
         &dir,
         &[

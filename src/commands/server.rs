@@ -890,6 +890,11 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             }
             "change-repl-id" => g.w().ok(),
             "reload" => debug_reload(g).await,
+            // Redis's tests mark their place in a server's log with it.
+            "log" if g.args.len() == 3 => {
+                tracing::warn!("DEBUG LOG: {}", String::from_utf8_lossy(&g.args[2]));
+                g.w().ok()
+            }
             "populate" if (3..=5).contains(&g.args.len()) => debug_populate(g).await,
             "digest" if g.args.len() == 2 => super::digest::debug_digest(g).await,
             "digest-value" => super::digest::debug_digest_value(g).await,
@@ -956,6 +961,8 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "SLEEP <seconds>",
                     "SET-ACTIVE-EXPIRE <0|1>",
                     "OBJECT <key>",
+                    "LOG <message>",
+                    "    Write <message> to the server log.",
                     "POPULATE <count> [<prefix>] [<size>]",
                     "    Create <count> string keys named key:<num>. If <prefix> is specified then",
                     "    it is used instead of the 'key' prefix. These are not propagated to",

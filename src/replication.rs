@@ -148,9 +148,7 @@ pub async fn snapshot_as(
         client: 0,
     };
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
-    let parts = op
-        .on_each(cell, |d| (shard_records(d), d.dirty))
-        .await;
+    let parts = op.on_each(cell, |d| (shard_records(d), d.dirty)).await;
     let id = attach_link.map(attach);
     op.release(cell).await;
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();

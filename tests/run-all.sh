@@ -41,8 +41,11 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 PORT=$(free_port)
 LOG=$(mktemp)
 # As Redis's suite configures its own servers (tests/assets/default.conf): DEBUG on.
-SERVER_ARGS=(--port "$PORT" --threads 2 --enable-debug-command yes)
-./target/release/tessera "${SERVER_ARGS[@]}" >"$LOG" 2>&1 &
+# No save points and a scratch dir: a server restarted between units must start empty,
+# not load what the previous unit left.
+SCRATCH=$(mktemp -d)
+SERVER_ARGS=(--port "$PORT" --threads 2 --enable-debug-command yes --dir "$SCRATCH")
+./target/release/tessera "${SERVER_ARGS[@]}" --save "" >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill "$(cat "$OUT/pid" 2>/dev/null || echo "$SERVER")" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -57,7 +60,7 @@ OUT=$(mktemp -d)
 # wait until it answers. (Killing $SERVER every time left the second unit's server
 # running for all later units, with whatever CONFIG SET they had left behind.)
 echo "$SERVER" > "$OUT/pid"
-export BEFORE_UNIT_CMD="kill \$(cat $OUT/pid) 2>/dev/null; for _ in \$(seq 50); do redis-cli -p $PORT ping >/dev/null 2>&1 || break; sleep 0.1; done; $ROOT/target/release/tessera ${SERVER_ARGS[*]} >>$LOG 2>&1 & echo \$! > $OUT/pid; for _ in \$(seq 50); do redis-cli -p $PORT ping >/dev/null 2>&1 && break; sleep 0.1; done"
+export BEFORE_UNIT_CMD="kill \$(cat $OUT/pid) 2>/dev/null; for _ in \$(seq 50); do redis-cli -p $PORT ping >/dev/null 2>&1 || break; sleep 0.1; done; $ROOT/target/release/tessera ${SERVER_ARGS[*]} --save '' >>$LOG 2>&1 & echo \$! > $OUT/pid; for _ in \$(seq 50); do redis-cli -p $PORT ping >/dev/null 2>&1 && break; sleep 0.1; done"
 # tests/compat/skip-tests.txt = the shared skip list plus tests that race in Tessera
 # by design: "BRPOPLPUSH with multiple blocked clients" sends two blocking commands on
 # two connections without waiting, which may land on different shards and register in

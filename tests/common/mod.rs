@@ -12,6 +12,15 @@ pub struct Server {
     pub port: u16,
 }
 
+/// Every test server gets a directory of its own (`extra` may name another): one
+/// that saves at SHUTDOWN or loads at start must not meet another test's dump.rdb.
+fn private_dir_args(port: u16) -> [String; 2] {
+    let dir = std::env::temp_dir().join(format!("tessera-test-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::create_dir_all(&dir);
+    ["--dir".into(), dir.display().to_string()]
+}
+
 /// A loopback port nothing listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -57,6 +66,7 @@ impl Server {
                 // As Redis's own test suite runs its servers: the tests use DEBUG
                 // (OBJECT, SLEEP, SET-ACTIVE-EXPIRE); `extra` may say otherwise.
                 .args(["--enable-debug-command", "yes"])
+                .args(private_dir_args(port))
                 .args(extra)
                 .env("RUST_LOG", "warn")
                 .stdout(out)
@@ -94,6 +104,7 @@ impl Server {
                     &threads.to_string(),
                 ])
                 .args(["--enable-debug-command", "yes"])
+                .args(private_dir_args(port))
                 .args(extra)
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::from(out))

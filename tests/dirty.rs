@@ -350,7 +350,9 @@ fn dirty_counter_moves_like_redis() {
         eprintln!("redis-server not installed: skipped");
         return;
     };
-    let server = Server::start(2);
+    // As the reference runs: no save points (with them FLUSHALL saves, which resets the
+    // counter, in both servers alike).
+    let server = Server::start_with(2, &["--save", ""]);
     let mut t = server.client();
     let mut r = reference.client();
     // The counter is read on other connections: inside MULTI, INFO would be queued.

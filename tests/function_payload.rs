@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{q, ReferenceRedis, Server};
+use common::{crc64, q, ReferenceRedis, Server};
 
 /// 71 bytes LZF cannot shrink by 4: stored verbatim.
 const SHORT: &str = "#!lua name=short\nredis.register_function('f1', function() return 1 end)";
@@ -114,23 +114,6 @@ fn with_footer(body: &[u8]) -> Vec<u8> {
     let crc = crc64(&p);
     p.extend_from_slice(&crc.to_le_bytes());
     p
-}
-
-/// Redis's CRC64 (Jones polynomial, reflected), bit by bit: slow and obvious.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= u64::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
 }
 
 #[test]

@@ -297,23 +297,6 @@ fn rdb_file(body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Redis's CRC64 (Jones polynomial, reflected), bit by bit: slow and obviously right.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= u64::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// Starts Tessera on `file` and expects it to exit non-zero with `line` in its log.
 fn refused_with(name: &str, file: &[u8], line: &str) {
     let dir = temp_dir(name);

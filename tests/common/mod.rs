@@ -12,6 +12,51 @@ pub struct Server {
     pub port: u16,
 }
 
+/// `tessera --port P --threads N`, DEBUG enabled as Redis's own test suite runs its
+/// servers (the tests use OBJECT, SLEEP, SET-ACTIVE-EXPIRE ...), in a directory of
+/// its own, then `extra`, which may say otherwise.
+fn tessera_command(port: u16, threads: usize, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--threads",
+        &threads.to_string(),
+    ])
+    .args(["--enable-debug-command", "yes"])
+    .args(private_dir_args(port))
+    .args(extra)
+    .env("RUST_LOG", "warn");
+    cmd
+}
+
+/// Redis's CRC64 (Jones polynomial, reflected), bit by bit: slow and obviously right,
+/// for tests that build RDB files and payloads by hand.
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= u64::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// `redis-server` on loopback port `port`, no save points, no AOF, then `extra`.
+fn redis_server_command(port: u16, extra: &[&str]) -> Command {
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(extra);
+    cmd
+}
+
 /// Every test server gets a directory of its own (`extra` may name another): one
 /// that saves at SHUTDOWN or loads at start must not meet another test's dump.rdb.
 fn private_dir_args(port: u16) -> [String; 2] {
@@ -56,19 +101,7 @@ impl Server {
                 }
                 None => (Stdio::null(), Stdio::null()),
             };
-            let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--threads",
-                    &threads.to_string(),
-                ])
-                // As Redis's own test suite runs its servers: the tests use DEBUG
-                // (OBJECT, SLEEP, SET-ACTIVE-EXPIRE); `extra` may say otherwise.
-                .args(["--enable-debug-command", "yes"])
-                .args(private_dir_args(port))
-                .args(extra)
-                .env("RUST_LOG", "warn")
+            let child = tessera_command(port, threads, extra)
                 .stdout(out)
                 .stderr(err)
                 .spawn()
@@ -96,17 +129,7 @@ impl Server {
             let port = free_port();
             let out = std::fs::File::create(log).expect("create log");
             let err = out.try_clone().expect("clone log");
-            let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--threads",
-                    &threads.to_string(),
-                ])
-                .args(["--enable-debug-command", "yes"])
-                .args(private_dir_args(port))
-                .args(extra)
-                .env("RUST_LOG", "warn")
+            let child = tessera_command(port, threads, extra)
                 .stdout(Stdio::from(out))
                 .stderr(Stdio::from(err))
                 .spawn()
@@ -357,18 +380,7 @@ impl ReferenceRedis {
     /// redis-server with extra `--directive value` arguments after the defaults.
     pub fn start_with(extra: &[&str]) -> Option<ReferenceRedis> {
         let port = free_port();
-        let child = Command::new("redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
+        let child = redis_server_command(port, extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -407,18 +419,7 @@ impl ReferenceRedis {
         let port = free_port();
         let out = std::fs::File::create(log).expect("create log");
         let err = out.try_clone().expect("clone log");
-        let child = Command::new("redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
+        let child = redis_server_command(port, extra)
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()

@@ -699,7 +699,7 @@ fn semantic_errors_are_corrupt() {
     assert_eq!(corrupt(&body), Err(RestoreError::Empty));
     let mut body = vec![TYPE_LIST_QUICKLIST_2, 1, 2];
     raw_string(&mut body, &empty_lp);
-    assert_eq!(corrupt(&body), Err(RestoreError::Corrupt));
+    assert_eq!(corrupt(&body), Err(RestoreError::Empty), "only empty nodes");
 }
 
 // ---- Property tests ----------------------------------------------------------

@@ -392,7 +392,7 @@ fn appendonly_yes_is_refused_until_there_is_an_aof() {
 }
 
 #[test]
-fn save_points_not_loaded_is_logged_at_start() {
+fn save_points_not_acted_on_while_running_is_logged_at_start() {
     let log = std::env::temp_dir().join(format!("tessera-hardening-{}.log", std::process::id()));
     let server = Server::start_logged(1, &log);
     // Shards may answer PING a moment before the main thread logs its start lines.
@@ -405,7 +405,8 @@ fn save_points_not_loaded_is_logged_at_start() {
     drop(server);
     let _ = std::fs::remove_file(&log);
     assert!(
-        text.contains("save points are set, but Tessera does not load dump.rdb"),
+        text.contains("save points are set: dump.rdb is loaded at start and written by SAVE")
+            && text.contains("does not save in the background yet when a save point is reached"),
         "{text}"
     );
 }

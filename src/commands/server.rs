@@ -1044,15 +1044,13 @@ fn populate_shard(
     size: usize,
 ) {
     let (now, lru) = (crate::util::now_ms(), crate::util::lru_clock());
-    let (first, slots) = (data.dbs[db].first_slot(), data.dbs[db].slot_count());
     let mut key = Vec::with_capacity(prefix.len() + 21);
     for n in 0..count {
         key.clear();
         key.extend_from_slice(prefix);
         key.push(b':');
         key.extend_from_slice(n.to_string().as_bytes());
-        let slot = usize::from(crate::slot::key_slot(&key));
-        if !(first..first + slots).contains(&slot) || data.dbs[db].get(&key, now).is_some() {
+        if !data.dbs[db].holds_slot_of(&key) || data.dbs[db].get(&key, now).is_some() {
             continue;
         }
         let mut value = format!("value:{n}").into_bytes();

@@ -32,6 +32,19 @@ pub struct RdbFile {
     used_mem: u64,
 }
 
+impl RdbFile {
+    fn new(path: &std::path::Path, map: Mapped, shards: usize) -> RdbFile {
+        RdbFile {
+            path: path.display().to_string(),
+            map,
+            walked: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            started: Instant::now(),
+            started_unix: crate::util::now_ms() / 1000,
+            used_mem: 0,
+        }
+    }
+}
+
 /// What one shard loaded.
 pub struct ShardLoaded {
     loaded: u64,
@@ -82,14 +95,7 @@ pub fn open(config: &crate::config::Config, shards: usize) -> Result<Option<Arc<
             return Err(format!("Fatal error loading the DB: {text}. Exiting."));
         }
     };
-    let mut file = RdbFile {
-        path: path.display().to_string(),
-        map,
-        walked: (0..shards).map(|_| AtomicU64::new(0)).collect(),
-        started: Instant::now(),
-        started_unix: crate::util::now_ms() / 1000,
-        used_mem: 0,
-    };
+    let mut file = RdbFile::new(&path, map, shards);
     file.used_mem = log_aux_fields(file.map.bytes());
     let file = Arc::new(file);
     *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = Some(file.clone());
@@ -266,13 +272,10 @@ impl<'a> Walk<'a> {
 
     /// A key record: stored if this shard owns its slot, stepped over if not.
     fn key(&mut self, data: &mut ShardData, header: &KeyHeader) -> Result<(), LoadError> {
-        let keyspace = &data.dbs[self.db];
-        let slot = usize::from(crate::slot::key_slot(&header.key));
-        let first = keyspace.first_slot();
         // key-load-delay slows every shard by every key of the file, so a load takes
         // as long as Redis's would (tests rely on it to catch a server loading).
         key_load_delay(self.key_load_delay);
-        if !(first..first + keyspace.slot_count()).contains(&slot) {
+        if !data.dbs[self.db].holds_slot_of(&header.key) {
             return self.reader.skip_value(header);
         }
         if !self.keep_expired && header.expire_at.is_some_and(|at| at < self.now) {
@@ -390,14 +393,8 @@ pub async fn reload(
     let Ok(map) = Mapped::open(&path) else {
         return Err(RELOAD_FAILED);
     };
-    let file = Arc::new(RdbFile {
-        path: path.display().to_string(),
-        map,
-        walked: Vec::new(),
-        started: Instant::now(),
-        started_unix: crate::util::now_ms() / 1000,
-        used_mem: 0,
-    });
+    // Nobody watches a reload's progress: no per-shard counters.
+    let file = Arc::new(RdbFile::new(&path, map, 0));
     let owner = crate::shard::locks::LockOwner {
         id: cell.next_txn_id(),
         write: true,

@@ -412,6 +412,11 @@ impl Db {
     }
 
     #[inline]
+    /// Whether `key`'s slot is one of this database's (this shard's) slots.
+    pub fn holds_slot_of(&self, key: &[u8]) -> bool {
+        (key_slot(key) as usize).wrapping_sub(self.first_slot) < self.slot_count
+    }
+
     fn locate(&self, key: &[u8]) -> (usize, u64) {
         // SAFETY: the memo is only written by `set` below, never while this reference
         // lives (a Db belongs to one shard thread).

@@ -240,7 +240,7 @@ pub fn write_rdb_string(out: &mut Vec<u8>, s: &[u8]) {
 pub fn read_rdb_string(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
     let mut r = Reader::new(buf);
     let s = r.string().ok()?;
-    Some((s, buf.len() - r.remaining()))
+    Some((s, r.pos()))
 }
 
 /// Reads the RDB length (`rdbLoadLen`, not an encoded string) at the start of `buf`:
@@ -248,7 +248,7 @@ pub fn read_rdb_string(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
 pub fn read_rdb_len(buf: &[u8]) -> Option<(usize, usize)> {
     let mut r = Reader::new(buf);
     let n = r.len().ok()?;
-    Some((n, buf.len() - r.remaining()))
+    Some((n, r.pos()))
 }
 
 fn finish_payload(out: &mut Vec<u8>, start: usize) {

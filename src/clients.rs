@@ -514,7 +514,8 @@ const QUERY_BUF_MIN_WASTE: usize = 4 * 1024;
 pub static CRON_PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// One shard's clients cron (Redis's clientsCron), every 1/hz seconds: on shard 0,
-/// runs the shutdown a signal asked for (Redis's serverCron); closes clients idle
+/// runs the shutdown a signal asked for and the background saves' done handler and
+/// save points (Redis's serverCron); closes clients idle
 /// past `timeout` and asks connections holding more query buffer than their recent
 /// input needs to give it back. A check is a few loads per client; with 10k clients on
 /// a shard at hz 10 that is ~100k checks a second, well under a millisecond.
@@ -530,6 +531,7 @@ pub async fn run_cron(cell: Rc<crate::shard::ShardCell>) {
         };
         crate::runtime::sleep(std::time::Duration::from_millis(1000 / hz as u64)).await;
         crate::server::shutdown::cron(&cell);
+        crate::persistence::bgsave::cron(&cell);
         let now = crate::util::now_ms();
         let max_idle_ms = timeout_s.saturating_mul(1000);
         let (mut input_peak, mut output_peak) = (0, 0);

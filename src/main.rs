@@ -19,7 +19,12 @@ pub static MALLOC_CONF: Option<&'static u8> =
     Some(&b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0"[0]);
 
 fn main() {
-    let config = match tessera::config::Config::load(std::env::args().skip(1)) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(tessera::persistence::writer::CHILD_FLAG) {
+        // The process a BGSAVE spawns to write its file (persistence/writer.rs).
+        std::process::exit(tessera::persistence::writer::child_main(&args[1..]));
+    }
+    let config = match tessera::config::Config::load(args.into_iter()) {
         Ok(c) => c,
         Err(e) => {
             // redis-server starts its fatal config report on a fresh line.

@@ -29,11 +29,13 @@ pub fn sync_config(config: &crate::config::Config) {
     WRITES_NEED_REPLICAS.store(need, Ordering::Relaxed);
 }
 
-/// Whether `check` can refuse anything: only on a replica, or on a master whose writes
-/// need good replicas.
+/// Whether `check` can refuse anything: only on a replica, on a master whose writes
+/// need good replicas, or after a failed background save.
 #[inline]
 pub fn may_refuse() -> bool {
-    IS_REPLICA.load(Ordering::Relaxed) || WRITES_NEED_REPLICAS.load(Ordering::Relaxed)
+    IS_REPLICA.load(Ordering::Relaxed)
+        || WRITES_NEED_REPLICAS.load(Ordering::Relaxed)
+        || crate::persistence::bgsave::last_failed()
 }
 
 pub fn set_replica(on: bool) {
@@ -55,8 +57,15 @@ pub fn master_slot() -> std::sync::MutexGuard<'static, Option<(String, u16)>> {
     MASTER.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The error a command with these traits gets under the replication settings.
+/// The error a command with these traits gets under the replication settings, in
+/// Redis's processCommand order: first -MISCONF, the refusal of writes after a failed
+/// background save (persistence's rule, checked wherever these are).
 pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Option<&'static str> {
+    if write {
+        if let Some(e) = crate::persistence::bgsave::write_refusal(config) {
+            return Some(e);
+        }
+    }
     let replica = is_replica();
     if write && !replica {
         let min = config.min_replicas_to_write();

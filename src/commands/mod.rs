@@ -22,6 +22,7 @@ pub mod keys;
 pub mod latency;
 pub mod lists;
 pub mod multi;
+pub mod persistence;
 pub mod pubsub;
 pub mod replication;
 pub mod scripting;

@@ -7,9 +7,7 @@
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
-use super::{ClientCtx, GlobalCtx};
-
-type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+use super::ClientCtx;
 use crate::replication;
 
 macro_rules! rcmd {
@@ -37,16 +35,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     rcmd!("replconf", -1, ADMIN | NOSCRIPT | LOADING | STALE | ALLOW_BUSY, Kind::Client(replconf), "3.0.0", "An internal command for configuring the replication stream"),
     rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
     rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
-    rcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
-    rcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk"),
     rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication"),
 ];
-
-/// LASTSAVE: when the last SAVE succeeded (the server's start before the first).
-fn lastsave(ctx: &mut ClientCtx) {
-    let t = crate::persistence::last_save_unix(ctx.session.cell.info.started_unix_ms);
-    ctx.out.integer(t as i64);
-}
 
 /// SYNC / PSYNC reach here only where a connection cannot become a link (a script).
 fn sync_elsewhere(ctx: &mut ClientCtx) {
@@ -149,15 +139,4 @@ fn role(ctx: &mut ClientCtx) {
             ctx.out.array_len(0);
         }
     }
-}
-
-/// SAVE: the dataset written to `dir`/`dbfilename` now (`persistence::save`).
-fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
-    Box::pin(async move {
-        let cell = g.session.cell.clone();
-        match crate::persistence::save::save(&cell).await {
-            Ok(()) => g.w().ok(),
-            Err(_) => g.w().error("ERR"),
-        }
-    })
 }

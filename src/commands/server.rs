@@ -111,9 +111,15 @@ async fn flush(g: &mut GlobalCtx<'_>, only: Option<usize>) {
         return;
     };
     let cell = g.session.cell.clone();
+    // FLUSHALL ends a background save (Redis's flushAllDataAndResetRDB kills the
+    // child): what it would write is gone, and the save points save anew below.
+    let abandon = only.is_none() && crate::persistence::bgsave::abandon();
     let mut op = MultiShardOp::lock_all(g.owner(), &cell).await;
     let removed = op
         .on_each(&cell, move |d| {
+            if abandon {
+                d.dbs.iter_mut().for_each(|db| db.abandon_snapshot());
+            }
             d.watches.touch_flushed(only, &d.dbs, crate::util::now_ms());
             d.tracking.clear();
             let dbs = match only {

@@ -428,6 +428,7 @@ fn build() -> CommandTable {
         super::bitops::COMMANDS,
         super::multi::COMMANDS,
         super::replication::COMMANDS,
+        super::persistence::COMMANDS,
         super::sort::COMMANDS,
         super::blocking::COMMANDS,
         super::streams::COMMANDS,

@@ -331,6 +331,10 @@ impl Config {
         self.int_at(IDX_RDB_KEY_SAVE_DELAY)
     }
 
+    pub fn stop_writes_on_bgsave_error(&self) -> bool {
+        self.bool_at(IDX_STOP_WRITES_ON_BGSAVE_ERROR)
+    }
+
     pub fn appendonly(&self) -> bool {
         self.bool_at(IDX_APPENDONLY)
     }

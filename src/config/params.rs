@@ -583,6 +583,8 @@ pub(super) const IDX_DIR: usize = param_index("dir");
 pub(super) const IDX_SHUTDOWN_ON_SIGINT: usize = param_index("shutdown-on-sigint");
 pub(super) const IDX_SHUTDOWN_ON_SIGTERM: usize = param_index("shutdown-on-sigterm");
 pub(super) const IDX_RDB_KEY_SAVE_DELAY: usize = param_index("rdb-key-save-delay");
+pub(super) const IDX_STOP_WRITES_ON_BGSAVE_ERROR: usize =
+    param_index("stop-writes-on-bgsave-error");
 pub(super) const IDX_APPENDONLY: usize = param_index("appendonly");
 pub(super) const IDX_APPENDFILENAME: usize = param_index("appendfilename");
 pub(super) const IDX_APPENDFSYNC: usize = param_index("appendfsync");

@@ -232,10 +232,16 @@ impl Connection {
         }
         let write = spec.has(flags::WRITE);
         let stale_ok = spec.has(flags::STALE);
+        let config = &self.session.cell.data.borrow().config;
+        // Redis refuses PING too while writes are refused for a failed save.
+        if spec.name == "ping" {
+            if let Some(e) = crate::persistence::bgsave::write_refusal(config) {
+                return Some(e);
+            }
+        }
         if !crate::replication::is_replica() && !write {
             return None;
         }
-        let config = &self.session.cell.data.borrow().config;
         crate::replication::check(config, write, stale_ok)
     }
 

@@ -6,16 +6,21 @@
 //! * `mod.rs` (here): the process-wide bookkeeping (last save, load counters, the
 //!   loading flag the gate checks) and INFO's persistence section;
 //! * `save.rs`: writing `dir`/`dbfilename` (SAVE, and the saves on shutdown);
+//! * `bgsave.rs`: BGSAVE without fork — the cut, each shard's walk, the done handler,
+//!   the save points; `writer.rs`: the thread and child process that write its file;
 //! * `load.rs`: loading it at start, every shard its own slots, in parallel.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod bgsave;
 pub mod load;
 pub mod save;
+pub mod writer;
 
 /// When the last successful save finished (unix seconds; 0: none yet, so the server's
-/// start counts, as Redis's lastsave starts there) and how many there were.
+/// start counts, as Redis's lastsave starts there) and how many were tried (SAVE and
+/// BGSAVE, Redis's stat_rdb_saves).
 pub static LAST_SAVE_UNIX: AtomicU64 = AtomicU64::new(0);
 pub static SAVES: AtomicU64 = AtomicU64::new(0);
 
@@ -49,12 +54,11 @@ pub fn info_section(started_unix_ms: u64, dirty: u64, out: &mut String) {
     let saves = SAVES.load(Ordering::Relaxed);
     let _ = write!(out, "# Persistence\r\nloading:{}\r\n", loading() as u8);
     load::info_loading_fields(out);
+    out.push_str("async_loading:0\r\n");
+    bgsave::info_fields(out, dirty, last, saves);
     let _ = write!(
         out,
-        "async_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:{}\r\nrdb_last_load_keys_loaded:{}\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
-        dirty,
-        last,
-        saves,
+        "rdb_last_load_keys_expired:{}\r\nrdb_last_load_keys_loaded:{}\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
         load::LAST_LOAD_KEYS_EXPIRED.load(Ordering::Relaxed),
         load::LAST_LOAD_KEYS_LOADED.load(Ordering::Relaxed),
     );

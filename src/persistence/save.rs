@@ -19,6 +19,7 @@ pub async fn save(cell: &Rc<ShardCell>) -> std::io::Result<()> {
 /// `save`, its snapshot's locks taken as operation `txn` (a command inside EXEC or a
 /// script saves as its transaction, which may hold every shard already).
 pub async fn save_as(cell: &Rc<ShardCell>, txn: TxnId) -> std::io::Result<()> {
+    super::SAVES.fetch_add(1, Ordering::Relaxed);
     let (rdb, _, dirty) = crate::replication::snapshot_as(cell, txn, None).await;
     let (path, key_delay) = {
         let data = cell.data.borrow();
@@ -44,7 +45,6 @@ pub async fn save_as(cell: &Rc<ShardCell>, txn: TxnId) -> std::io::Result<()> {
     })
     .await;
     super::LAST_SAVE_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
-    super::SAVES.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -54,12 +54,14 @@ fn temp_file() -> std::sync::MutexGuard<'static, Option<PathBuf>> {
     TEMP.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Removes the temporary file of a save in progress, if one is: the process is
-/// about to exit without finishing it (a second SIGINT, Redis's rdbRemoveTempFile).
+/// Removes the temporary file of a save in progress, if one is, and ends a
+/// background save's writer: the process is about to exit without finishing them (a
+/// second SIGINT, Redis's rdbRemoveTempFile).
 pub fn remove_temp_file() {
     if let Some(tmp) = temp_file().take() {
         let _ = std::fs::remove_file(tmp);
     }
+    super::bgsave::kill_writer_now();
 }
 
 /// Writes `bytes` to `path` and waits until they are on disk. With

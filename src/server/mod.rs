@@ -292,7 +292,6 @@ pub fn run(config: Config) -> i32 {
         }
     }
     crate::storage::memory::record_startup(n);
-    warn_save_points_not_scheduled(&config);
     tracing::info!("Ready to accept connections");
     if let Some((path, _)) = &unixsocket {
         tracing::info!("The server is now ready to accept connections at {path}");
@@ -432,19 +431,6 @@ fn show_banner(config: &Config, shards: usize) {
          \x20   |   |###|   |###|     Shards: {shards}\n\
          \x20   +---+---+---+---+\n\n"
     ));
-}
-
-/// `save` points are honoured at start (the file loads), on SAVE and at shutdown,
-/// but not yet when one is reached while running: say so plainly.
-fn warn_save_points_not_scheduled(config: &Config) {
-    if !config.save_points().is_empty() {
-        tracing::warn!(
-            "save points are set: {} is loaded at start and written by SAVE, SHUTDOWN and \
-             SIGTERM/SIGINT, but Tessera does not save in the background yet when a save \
-             point is reached",
-            config.dbfilename()
-        );
-    }
 }
 
 /// Files the server created and removes when it exits.

@@ -126,6 +126,11 @@ pub fn abort() -> bool {
     requested
 }
 
+/// Whether a shutdown is running (it saves itself: the save points wait).
+pub fn in_progress() -> bool {
+    RUNNING.load(Ordering::SeqCst)
+}
+
 /// Takes the right to run the shutdown: false if one is running.
 fn begin() -> bool {
     RUNNING
@@ -143,6 +148,7 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
         flags.nosave = true;
     }
     tracing::warn!("User requested shutdown...");
+    crate::persistence::bgsave::abandon_for_shutdown().await;
     let save_points = !cell.data.borrow().config.save_points().is_empty();
     if (save_points && !flags.nosave) || flags.save {
         tracing::info!("Saving the final RDB snapshot before exiting.");

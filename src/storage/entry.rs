@@ -14,8 +14,9 @@
 //! 0   value: Value (16)       the only part commands touch by reference
 //! 16  lru: u32                access clock (LRU, OBJECT IDLETIME, LFU decay)
 //! 20  meta: u32               LFU counter (top 8 bits) | charge (low 24 bits)
-//! 24  tag: u8                 bit 0: a deadline follows; bits 1..7: key length,
-//!                             or 127: the length follows as a u64
+//! 24  tag: u8                 bit 0: a deadline follows; bits 1..6: key length,
+//!                             or 63: the length follows as a u64; bit 7: the
+//!                             snapshot mark (see `Db`'s running snapshot)
 //! 25  [deadline: u64]         unix ms, only if bit 0 (0 there means none)
 //!     [key length: u64]       only if the tag says 127
 //!     key bytes
@@ -43,8 +44,13 @@ struct Head {
 const HEAD: usize = std::mem::size_of::<Head>();
 const HAS_DEADLINE: u8 = 1;
 /// Longest key length held in the tag byte itself.
-const SHORT_KEY_MAX: usize = 126;
-const LONG_KEY: u8 = 127;
+const SHORT_KEY_MAX: usize = 62;
+const LONG_KEY: u8 = 63;
+/// The tag bit a snapshot (BGSAVE) compares with its database's mark to tell the
+/// entries it still has to write from those it wrote or that came after its cut.
+const SNAPSHOT_MARK: u8 = 0x80;
+/// The tag bits of the key length.
+const KEY_LEN_BITS: u8 = 0x3F;
 
 pub struct Entry {
     block: NonNull<Head>,
@@ -138,6 +144,23 @@ impl Entry {
         crate::util::prefetch::read(start.wrapping_add(key_end - 1));
     }
 
+    /// The snapshot mark: equal to the database's mark when no running snapshot has
+    /// to write this entry any more (or none runs).
+    #[inline]
+    pub fn snapshot_mark(&self) -> bool {
+        self.tag() & SNAPSHOT_MARK != 0
+    }
+
+    #[inline]
+    pub fn set_snapshot_mark(&mut self, mark: bool) {
+        // SAFETY: every block has its tag byte right after the head; `&mut self`
+        // makes the write unique.
+        unsafe {
+            let tag = self.block.as_ptr().cast::<u8>().add(HEAD);
+            *tag = (*tag & !SNAPSHOT_MARK) | if mark { SNAPSHOT_MARK } else { 0 };
+        }
+    }
+
     #[inline]
     fn has_deadline_room(&self) -> bool {
         self.tag() & HAS_DEADLINE != 0
@@ -151,7 +174,7 @@ impl Entry {
         // SAFETY: offsets follow the layout written by `new`.
         unsafe {
             let p = self.block.as_ptr().cast::<u8>().add(HEAD + 1 + deadline);
-            match (tag >> 1) as usize {
+            match ((tag >> 1) & KEY_LEN_BITS) as usize {
                 n if n <= SHORT_KEY_MAX => (p, n),
                 _ => (p.add(8), ptr::read_unaligned(p.cast::<u64>()) as usize),
             }
@@ -224,7 +247,8 @@ impl Entry {
         } else if at != NO_EXPIRE {
             let head = self.head();
             let placeholder = Value::Str(StrValue::Int(0));
-            let moved = Entry::new(self.key(), placeholder, at, head.lru, head.meta);
+            let mut moved = Entry::new(self.key(), placeholder, at, head.lru, head.meta);
+            moved.set_snapshot_mark(self.snapshot_mark());
             let old = std::mem::replace(self, moved);
             let value = old.into_value();
             *self.value_mut() = value;
@@ -340,7 +364,7 @@ mod tests {
 
     #[test]
     fn keys_of_every_length_class_round_trip() {
-        for n in [0usize, 1, 15, 16, 126, 127, 128, 1000, 70_000] {
+        for n in [0usize, 1, 15, 16, 62, 63, 64, 126, 127, 128, 1000, 70_000] {
             let key: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
             for at in [NO_EXPIRE, 1_700_000_000_000] {
                 let mut e = Entry::new(&key, s(b"hello"), at, 7, 9);
@@ -371,6 +395,7 @@ mod tests {
         Lru(u32),
         Lfu(u8),
         Touch(u32),
+        Mark(bool),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -381,6 +406,7 @@ mod tests {
             any::<u32>().prop_map(Op::Lru),
             any::<u8>().prop_map(Op::Lfu),
             any::<u32>().prop_map(Op::Touch),
+            any::<bool>().prop_map(Op::Mark),
         ]
     }
 
@@ -396,6 +422,7 @@ mod tests {
         ) {
             let mut e = Entry::new(&key, s(&first), at, 1, 0x0500_0000);
             let (mut value, mut deadline, mut lru, mut lfu) = (first, at, 1u32, 5u8);
+            let mut mark = false;
             for o in ops {
                 match o {
                     Op::Expire(t) => { e.set_expire_at(t); deadline = t; }
@@ -407,7 +434,9 @@ mod tests {
                     Op::Lru(l) => { e.set_lru(l); lru = l; }
                     Op::Lfu(c) => { e.set_lfu_counter(c); lfu = c; }
                     Op::Touch(now) => { e.touch(now, None); lru = now; }
+                    Op::Mark(m) => { e.set_snapshot_mark(m); mark = m; }
                 }
+                prop_assert_eq!(e.snapshot_mark(), mark);
                 prop_assert_eq!(e.key(), &key[..]);
                 prop_assert_eq!(e.expire_at(), deadline);
                 prop_assert_eq!((e.lru(), e.lfu_counter()), (lru, lfu));

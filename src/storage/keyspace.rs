@@ -10,6 +10,7 @@ use std::hash::BuildHasher;
 use super::entry::block_size;
 use super::events::{notify, STREAM_READERS, TRACKING_CLIENTS};
 use super::memory;
+use super::snapshot::{Cut, SKIPS_PER_SAVE};
 use super::value::Value;
 use crate::config::notify as class;
 use crate::slot::key_slot;
@@ -257,6 +258,11 @@ pub struct Db {
     located: Cell<LocateMemo>,
     /// Keys whose charge is current (see `ExactCharges`).
     exact: ExactCharges,
+    /// The snapshot mark entries carry once the running snapshot has them, or all
+    /// carry while none runs (see `storage::snapshot`).
+    mark: bool,
+    /// The running snapshot's state here, while one runs.
+    cut: Option<Box<Cut>>,
 }
 
 /// Most keys `ExactCharges` remembers: MSET's ten keys in redis-benchmark fit.
@@ -372,6 +378,8 @@ impl Db {
             used: 0,
             located: Cell::new(LocateMemo::EMPTY),
             exact: ExactCharges::default(),
+            mark: false,
+            cut: None,
         }
     }
 
@@ -499,7 +507,11 @@ impl Db {
         self.exact.forget();
         let (idx, hash) = self.locate(key);
         let slot = self.slots.get_mut(idx)?;
-        let occupied = slot.table.find_entry(hash, |e| key_eq(e.key(), key)).ok()?;
+        let mut occupied = slot.table.find_entry(hash, |e| key_eq(e.key(), key)).ok()?;
+        // The caller may change the value: a running snapshot takes it first.
+        if let Some(cut) = self.cut.as_deref_mut() {
+            cut.save_ahead(occupied.get_mut(), self.mark);
+        }
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
         }
@@ -557,6 +569,9 @@ impl Db {
             self.add(key, value, expire_at, lru);
             return None;
         };
+        if let Some(cut) = self.cut.as_deref_mut() {
+            cut.save_ahead(e, self.mark);
+        }
         let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at() != NO_EXPIRE) as i64;
         let old = e.replace_value(value);
         e.set_expire_at(expire_at);
@@ -642,10 +657,13 @@ impl Db {
             slot.ttl_count += 1;
             self.expires += 1;
         }
+        let mut entry = Entry::new(key, value, expire_at, lru, meta);
+        if self.mark {
+            // Born after any running snapshot's cut: no snapshot ever saves it.
+            entry.set_snapshot_mark(true);
+        }
         slot.table
-            .insert_unique(hash, Entry::new(key, value, expire_at, lru, meta), |e| {
-                hasher.hash_one(e.key())
-            });
+            .insert_unique(hash, entry, |e| hasher.hash_one(e.key()));
         self.keys += 1;
         self.exact.note(hash);
     }
@@ -658,11 +676,11 @@ impl Db {
 
     fn remove_at(&mut self, idx: usize, hash: u64, key: &[u8]) -> Option<Entry> {
         let slot = self.slots.get_mut(idx)?;
-        let (entry, _) = slot
-            .table
-            .find_entry(hash, |e| key_eq(e.key(), key))
-            .ok()?
-            .remove();
+        let mut found = slot.table.find_entry(hash, |e| key_eq(e.key(), key)).ok()?;
+        if let Some(cut) = self.cut.as_deref_mut() {
+            cut.save_ahead(found.get_mut(), self.mark);
+        }
+        let (entry, _) = found.remove();
         if entry.expire_at() != NO_EXPIRE {
             slot.ttl_count -= 1;
             self.expires -= 1;
@@ -682,6 +700,9 @@ impl Db {
         let Some(entry) = slot.table.find_mut(hash, |e| key_eq(e.key(), key)) else {
             return false;
         };
+        if let Some(cut) = self.cut.as_deref_mut() {
+            cut.save_ahead(entry, self.mark);
+        }
         match (entry.expire_at() != NO_EXPIRE, expire_at != NO_EXPIRE) {
             (false, true) => {
                 slot.ttl_count += 1;
@@ -701,6 +722,7 @@ impl Db {
     }
 
     pub fn clear(&mut self) {
+        self.save_rest_of_snapshot(false);
         self.slots = SlotTables::default();
         self.keys = 0;
         self.expires = 0;
@@ -710,6 +732,7 @@ impl Db {
     /// Empties the database at once, handing its tables back to be freed later
     /// (FLUSHALL/FLUSHDB ASYNC).
     pub fn detach(&mut self) -> Detached {
+        self.save_rest_of_snapshot(false);
         let d = Detached {
             slots: std::mem::take(&mut self.slots),
             big: Vec::new(),
@@ -903,8 +926,9 @@ impl Db {
             let db = self.index;
             let log = STREAM_READERS.any();
             let expired_log = &mut self.expired_log;
+            let (mut cut, mark) = (self.cut.as_deref_mut(), self.mark);
             let mut freed = 0usize;
-            for e in slot.table.extract_if(|e| {
+            for mut e in slot.table.extract_if(|e| {
                 let at = e.expire_at();
                 if at == NO_EXPIRE {
                     return false;
@@ -912,6 +936,9 @@ impl Db {
                 stats.sampled += 1;
                 at <= now_ms
             }) {
+                if let Some(cut) = cut.as_deref_mut() {
+                    cut.save_ahead(&mut e, mark);
+                }
                 if log {
                     expired_log.push(e.key().to_vec());
                 }
@@ -932,6 +959,95 @@ impl Db {
         stats
     }
 
+    /// Cuts a snapshot here (see `storage::snapshot`): from this instant on, the walk
+    /// and the writes save every entry as it is now. No snapshot may be running.
+    pub fn begin_snapshot(&mut self) {
+        debug_assert!(self.cut.is_none(), "a snapshot is already running");
+        self.mark = !self.mark;
+        self.cut = Some(Box::default());
+    }
+
+    /// The running snapshot's state here, if one runs.
+    pub fn snapshot(&self) -> Option<&Cut> {
+        self.cut.as_deref()
+    }
+
+    /// Takes the records written since the last call.
+    pub fn take_snapshot_records(&mut self) -> Vec<u8> {
+        self.cut
+            .as_deref_mut()
+            .map(|c| std::mem::take(&mut c.out))
+            .unwrap_or_default()
+    }
+
+    /// Walks the running snapshot on: writes the entries it still lacks, whole slots
+    /// at a time, until about `budget` entries' worth of work is done (`one_key`:
+    /// stop after one entry written). Returns true once every slot was walked.
+    pub fn snapshot_step(&mut self, budget: usize, one_key: bool) -> bool {
+        let span = self.slot_span();
+        let mark = self.mark;
+        let Some(cut) = self.cut.as_deref_mut() else {
+            return true;
+        };
+        let mut spent = 0;
+        while cut.walk < span {
+            if let Some(slot) = self.slots.get_mut(cut.walk) {
+                for e in slot.table.iter_mut() {
+                    spent += 1;
+                    if e.snapshot_mark() != mark {
+                        cut.save(e, mark);
+                        spent += SKIPS_PER_SAVE;
+                        if one_key {
+                            // The slot is walked again from its start next time:
+                            // what was saved is skipped at the cost of a load.
+                            return false;
+                        }
+                    }
+                }
+            }
+            cut.walk += 1;
+            if spent >= budget {
+                break;
+            }
+        }
+        cut.walk >= span
+    }
+
+    /// Gives the running snapshot up here: nothing more is written, but the walk
+    /// must still go on to bring the marks back into agreement.
+    pub fn abandon_snapshot(&mut self) {
+        if let Some(cut) = self.cut.as_deref_mut() {
+            cut.abandon();
+        }
+    }
+
+    /// Ends the running snapshot here (its walk is done), returning its state.
+    pub fn end_snapshot(&mut self) -> Option<Box<Cut>> {
+        debug_assert!(self.cut.as_ref().is_none_or(|c| c.walk >= self.slot_span()));
+        self.cut.take()
+    }
+
+    /// Saves every entry the running snapshot still lacks, before a change to the
+    /// whole database. `keep_marks`: the entries stay (SWAPDB), so even a snapshot
+    /// given up marks them; otherwise they are about to go and need nothing then.
+    fn save_rest_of_snapshot(&mut self, keep_marks: bool) {
+        let span = self.slot_span();
+        let mark = self.mark;
+        let Some(cut) = self.cut.as_deref_mut() else {
+            return;
+        };
+        if cut.abandoned && !keep_marks {
+            return;
+        }
+        for idx in 0..span {
+            if let Some(slot) = self.slots.get_mut(idx) {
+                for e in slot.table.iter_mut() {
+                    cut.save_ahead(e, mark);
+                }
+            }
+        }
+    }
+
     /// Slot indexes to visit when walking the tables: none before the first write.
     fn slot_span(&self) -> usize {
         if self.slots.is_empty() {
@@ -943,6 +1059,11 @@ impl Db {
 
     /// Moves every entry of `other` into `self` (both must cover the same slots).
     pub fn swap(&mut self, other: &mut Db) {
+        // A running snapshot saves each database's entries under its own number, and
+        // the walk of each must find every mark agreeing afterwards: both are
+        // finished here first (SWAPDB while a BGSAVE runs costs that walk at once).
+        self.save_rest_of_snapshot(true);
+        other.save_rest_of_snapshot(true);
         std::mem::swap(&mut self.slots, &mut other.slots);
         std::mem::swap(&mut self.keys, &mut other.keys);
         std::mem::swap(&mut self.expires, &mut other.expires);
@@ -1238,6 +1359,211 @@ mod tests {
                 prop_assert!(d.len() >= model.values().filter(|(_, at)| *at == NO_EXPIRE || *at > now).count());
                 prop_assert_eq!(d.expires_len() <= d.len(), true);
             }
+        }
+    }
+}
+
+/// The snapshot (serialize-before-mutate) against a model: whatever the writes do
+/// while the walk goes on, the records it writes are exactly the dataset at the cut.
+#[cfg(test)]
+mod snapshot_tests {
+    use super::*;
+    use crate::storage::rdb::records::{RdbReader, Record};
+    use crate::storage::rdb::DumpValue;
+    use crate::storage::value::StrValue;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    type Model = BTreeMap<Vec<u8>, (Vec<u8>, u64)>;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set(u8, u8),
+        Expire(u8, u64),
+        Del(u8),
+        Append(u8),
+        Step(usize),
+        ExpireCycle,
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (any::<u8>(), any::<u8>()).prop_map(|(k, v)| Op::Set(k, v)),
+            1 => (any::<u8>(), 1u64..3).prop_map(|(k, t)| Op::Expire(k, t)),
+            2 => any::<u8>().prop_map(Op::Del),
+            2 => any::<u8>().prop_map(Op::Append),
+            3 => (1usize..40).prop_map(Op::Step),
+            1 => Just(Op::ExpireCycle),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    fn key(k: u8) -> Vec<u8> {
+        format!("key:{}", k % 64).into_bytes()
+    }
+
+    fn text(v: &Value) -> Vec<u8> {
+        match v {
+            Value::Str(s) => s.to_vec(),
+            _ => unreachable!("the model only writes strings"),
+        }
+    }
+
+    fn apply(db: &mut Db, model: &mut Model, op: &Op) {
+        match *op {
+            Op::Set(k, v) => {
+                let value = vec![v; 1 + v as usize % 40];
+                db.insert(
+                    &key(k),
+                    Value::Str(StrValue::from_bytes(&value)),
+                    NO_EXPIRE,
+                    0,
+                );
+                model.insert(key(k), (value, NO_EXPIRE));
+            }
+            Op::Expire(k, at) => {
+                if db.set_expire(&key(k), at) {
+                    if let Some(e) = model.get_mut(&key(k)) {
+                        e.1 = at;
+                    }
+                }
+            }
+            Op::Del(k) => {
+                db.remove(&key(k));
+                model.remove(&key(k));
+            }
+            Op::Append(k) => {
+                // A read-modify-write through `get`, as APPEND does (clock 0: nothing
+                // expires on access, so the model need not know the time).
+                if let Some(e) = db.get(&key(k), 0) {
+                    let mut v = text(e.value());
+                    v.push(b'+');
+                    *e.value_mut() = Value::Str(StrValue::from_bytes(&v));
+                    if let Some(m) = model.get_mut(&key(k)) {
+                        m.0 = v;
+                    }
+                }
+            }
+            Op::ExpireCycle => {
+                // Deadlines are 1 or 2 ms since the epoch: all long past.
+                db.expire_some(u64::MAX, 1000);
+                model.retain(|_, (_, at)| *at == NO_EXPIRE);
+            }
+            Op::Clear => {
+                db.clear();
+                model.clear();
+            }
+            Op::Step(_) => {}
+        }
+    }
+
+    /// The records as key -> (value, deadline).
+    fn decode(records: &[u8]) -> Model {
+        let file = crate::storage::rdb::file::assemble(&[vec![records.to_vec()]], &[]);
+        let mut r = RdbReader::new(&file).expect("header");
+        let mut out = Model::new();
+        loop {
+            match r.next_record().expect("record") {
+                Record::Key(h) => {
+                    let DumpValue::Str(v) = r.value(&h).expect("value") else {
+                        panic!("not a string");
+                    };
+                    let fresh = out.insert(h.key.clone(), (v, h.expire_at.unwrap_or(NO_EXPIRE)));
+                    assert!(fresh.is_none(), "{:?} written twice", h.key);
+                }
+                Record::Eof { .. } => return out,
+                _ => {}
+            }
+        }
+    }
+
+    fn run(before: &[Op], during: &[Op], second: bool) -> Result<(), TestCaseError> {
+        let mut db = Db::new(0, crate::slot::SLOT_COUNT, DefaultHashBuilder::default());
+        let mut model = Model::new();
+        for op in before {
+            apply(&mut db, &mut model, op);
+        }
+        if second {
+            // A first snapshot run to its end leaves the marks ready for the next.
+            db.begin_snapshot();
+            while !db.snapshot_step(7, false) {}
+            db.end_snapshot();
+        }
+        db.begin_snapshot();
+        let at_cut = model.clone();
+        let mut records = Vec::new();
+        let mut done = false;
+        for op in during {
+            if let Op::Step(budget) = *op {
+                done = done || db.snapshot_step(budget, budget % 5 == 0);
+            } else {
+                apply(&mut db, &mut model, op);
+            }
+            records.extend(db.take_snapshot_records());
+        }
+        while !done {
+            done = db.snapshot_step(3, false);
+        }
+        records.extend(db.take_snapshot_records());
+        db.end_snapshot();
+        prop_assert_eq!(decode(&records), at_cut);
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn snapshot_is_the_dataset_at_the_cut(
+            before in proptest::collection::vec(op(), 0..120),
+            during in proptest::collection::vec(op(), 0..200),
+            second in any::<bool>(),
+        ) {
+            run(&before, &during, second)?;
+        }
+    }
+
+    #[test]
+    fn abandoned_snapshot_leaves_marks_for_the_next() {
+        let mut db = Db::new(0, crate::slot::SLOT_COUNT, DefaultHashBuilder::default());
+        let mut model = Model::new();
+        for k in 0..200u8 {
+            apply(&mut db, &mut model, &Op::Set(k, k));
+        }
+        db.begin_snapshot();
+        db.snapshot_step(10, false);
+        db.abandon_snapshot();
+        assert!(db.take_snapshot_records().is_empty());
+        apply(&mut db, &mut model, &Op::Set(3, 9));
+        while !db.snapshot_step(10, false) {}
+        assert!(db.take_snapshot_records().is_empty());
+        db.end_snapshot();
+        db.begin_snapshot();
+        while !db.snapshot_step(10, false) {}
+        let records = db.take_snapshot_records();
+        db.end_snapshot();
+        assert_eq!(decode(&records), model);
+    }
+
+    #[test]
+    fn swap_saves_both_databases_under_their_own_numbers() {
+        let hasher = DefaultHashBuilder::default();
+        let mut a = Db::new(0, crate::slot::SLOT_COUNT, hasher);
+        let mut b = Db::new(0, crate::slot::SLOT_COUNT, hasher);
+        let (mut ma, mut mb) = (Model::new(), Model::new());
+        for k in 0..50u8 {
+            apply(&mut a, &mut ma, &Op::Set(k, 1));
+            apply(&mut b, &mut mb, &Op::Set(k + 100, 2));
+        }
+        a.begin_snapshot();
+        b.begin_snapshot();
+        a.snapshot_step(5, false);
+        a.swap(&mut b);
+        apply(&mut a, &mut Model::new(), &Op::Set(1, 7));
+        for (db, want) in [(&mut a, &ma), (&mut b, &mb)] {
+            while !db.snapshot_step(5, false) {}
+            let records = db.take_snapshot_records();
+            db.end_snapshot();
+            assert_eq!(&decode(&records), want);
         }
     }
 }

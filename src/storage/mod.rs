@@ -12,6 +12,7 @@ pub mod memory;
 pub mod rdb;
 pub mod set;
 pub mod short_bytes;
+pub mod snapshot;
 pub mod stream;
 pub mod value;
 pub mod zset;

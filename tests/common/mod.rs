@@ -206,6 +206,11 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `sig` (libc::SIGTERM, ...) to the server process.
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on the pid of a child this harness spawned and has not reaped.

@@ -1,8 +1,9 @@
 //! RDB files: the snapshot a replica receives on SYNC / PSYNC (and SAVE writes). The
 //! `REDIS0010` magic and AUX fields, then per database a SELECTDB opcode and its key
 //! records (an optional EXPIRETIME_MS, the value's type byte, the key, the value in
-//! the encoding DUMP uses), then EOF and the CRC64 of every byte before it. No
-//! RESIZEDB: it is only a loading hint, and snapshots have never carried one.
+//! the encoding DUMP uses), then EOF and the CRC64 of every byte before it. The
+//! snapshot a replica gets carries no RESIZEDB (only a loading hint); BGSAVE's file,
+//! which knows the sizes at its cut, does.
 
 use super::crc64;
 use super::encode::{write_len, write_string};
@@ -41,11 +42,13 @@ pub fn write_record(out: &mut Vec<u8>, key: &[u8], value: &Value, expire_at: u64
     out.splice(after_type..after_type, encoded_key);
 }
 
-/// A whole RDB file from records grouped by shard and database (`parts[shard][db]`,
-/// each the concatenation of `write_record`s): one SELECTDB per database that has
-/// records in any shard. `libraries` are the function libraries' codes, which go
-/// before the keys as in Redis's rdbSaveFunctions.
-pub fn assemble(parts: &[Vec<Vec<u8>>], libraries: &[&[u8]]) -> Vec<u8> {
+/// RESIZEDB: the number of keys and of keys with a TTL in the database just
+/// selected, a hint that lets the loader size its tables once.
+pub(super) const OPCODE_RESIZEDB: u8 = 0xFB;
+
+/// The start of an RDB file: the magic, the AUX fields and the function libraries'
+/// codes, which go before the keys as in Redis's rdbSaveFunctions.
+pub fn header(libraries: &[&[u8]]) -> Vec<u8> {
     let mut rdb = MAGIC.to_vec();
     for (k, v) in AUX_FIELDS {
         rdb.push(OPCODE_AUX);
@@ -60,6 +63,35 @@ pub fn assemble(parts: &[Vec<Vec<u8>>], libraries: &[&[u8]]) -> Vec<u8> {
         rdb.push(OPCODE_FUNCTION2);
         write_string(&mut rdb, code);
     }
+    rdb
+}
+
+/// Selects database `db` for the records that follow; `sizes` (keys, keys with a
+/// TTL) adds the RESIZEDB hint, as Redis writes after each SELECTDB.
+pub fn select_db(out: &mut Vec<u8>, db: usize, sizes: Option<(u64, u64)>) {
+    out.push(OPCODE_SELECTDB);
+    write_len(out, db);
+    if let Some((keys, expires)) = sizes {
+        out.push(OPCODE_RESIZEDB);
+        write_len(out, keys as usize);
+        write_len(out, expires as usize);
+    }
+}
+
+/// The end of a file whose bytes so far have the CRC64 `crc`: EOF and the checksum
+/// of every byte before the checksum itself.
+pub fn trailer(crc: u64) -> [u8; 9] {
+    let crc = crc64::update(crc, &[OPCODE_EOF]);
+    let mut out = [OPCODE_EOF; 9];
+    out[1..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A whole RDB file from records grouped by shard and database (`parts[shard][db]`,
+/// each the concatenation of `write_record`s): one SELECTDB per database that has
+/// records in any shard. `libraries` are the function libraries' codes.
+pub fn assemble(parts: &[Vec<Vec<u8>>], libraries: &[&[u8]]) -> Vec<u8> {
+    let mut rdb = header(libraries);
     let dbs = parts.iter().map(|p| p.len()).max().unwrap_or(0);
     for db in 0..dbs {
         let mut selected = false;
@@ -68,16 +100,14 @@ pub fn assemble(parts: &[Vec<Vec<u8>>], libraries: &[&[u8]]) -> Vec<u8> {
                 continue;
             };
             if !selected {
-                rdb.push(OPCODE_SELECTDB);
-                write_len(&mut rdb, db);
+                select_db(&mut rdb, db, None);
                 selected = true;
             }
             rdb.extend_from_slice(records);
         }
     }
-    rdb.push(OPCODE_EOF);
     let crc = crc64::update(0, &rdb);
-    rdb.extend_from_slice(&crc.to_le_bytes());
+    rdb.extend_from_slice(&trailer(crc));
     rdb
 }
 

@@ -11,7 +11,8 @@
 
 use super::decode::{read_value, skip_value, Reader};
 use super::file::{
-    OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME_MS, OPCODE_FUNCTION2, OPCODE_SELECTDB,
+    OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME_MS, OPCODE_FUNCTION2, OPCODE_RESIZEDB,
+    OPCODE_SELECTDB,
 };
 use super::{DumpValue, RestoreError, RDB_VERSION, TYPE_MODULE_2, TYPE_MODULE_PRE_GA};
 
@@ -19,7 +20,6 @@ const OPCODE_FUNCTION_PRE_GA: u8 = 0xF6;
 const OPCODE_MODULE_AUX: u8 = 0xF7;
 const OPCODE_IDLE: u8 = 0xF8;
 const OPCODE_FREQ: u8 = 0xF9;
-const OPCODE_RESIZEDB: u8 = 0xFB;
 const OPCODE_EXPIRETIME: u8 = 0xFD;
 /// The first RDB version with a CRC64 after EOF.
 const FIRST_CHECKSUMMED_VERSION: u16 = 5;

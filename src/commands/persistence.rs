@@ -1,0 +1,82 @@
+//! Persistence commands (Redis's rdb.c commands): SAVE, BGSAVE, LASTSAVE. What they
+//! start lives in `crate::persistence`.
+
+use super::strings::cmd;
+use super::table::{flags::*, CommandSpec, KeySpec, Kind};
+use super::{ClientCtx, GlobalCtx, SYNTAX_ERR};
+use crate::persistence::bgsave;
+
+type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+
+macro_rules! pcmd {
+    ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
+        CommandSpec {
+            group: "server",
+            acl: &["@admin", "@slow", "@dangerous"],
+            ..cmd!(
+                $name,
+                $arity,
+                $flags,
+                KeySpec::None,
+                $kind,
+                $since,
+                $summary
+            )
+        }
+    };
+}
+
+#[rustfmt::skip]
+pub static COMMANDS: &[CommandSpec] = &[
+    pcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
+    pcmd!("bgsave", -1, ADMIN | NOSCRIPT, Kind::Global(bgsave_command), "1.0.0", "Asynchronously save the dataset to disk"),
+    pcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk"),
+];
+
+/// Redis's reply when a save is asked for while a background one runs.
+const IN_PROGRESS: &str = "ERR Background save already in progress";
+
+/// LASTSAVE: when the last save succeeded (the server's start before the first).
+fn lastsave(ctx: &mut ClientCtx) {
+    let t = crate::persistence::last_save_unix(ctx.session.cell.info.started_unix_ms);
+    ctx.out.integer(t as i64);
+}
+
+/// SAVE: the dataset written to `dir`/`dbfilename` now (`persistence::save`).
+fn save<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        if bgsave::in_progress() {
+            return g.w().error(IN_PROGRESS);
+        }
+        let cell = g.session.cell.clone();
+        match crate::persistence::save::save(&cell).await {
+            Ok(()) => g.w().ok(),
+            Err(_) => g.w().error("ERR"),
+        }
+    })
+}
+
+/// BGSAVE [SCHEDULE]: a background save (`persistence::bgsave`). Inside EXEC, or with
+/// SCHEDULE while one runs, it is scheduled for when none does, as Redis does.
+fn bgsave_command<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        let schedule = match g.args.len() {
+            1 => false,
+            2 if g.args[1].eq_ignore_ascii_case(b"schedule") => true,
+            _ => return g.w().error(SYNTAX_ERR),
+        };
+        if bgsave::in_progress() && !schedule {
+            return g.w().error(IN_PROGRESS);
+        }
+        if bgsave::in_progress() || g.session.exec_owner.is_some() {
+            bgsave::schedule();
+            return g.w().simple("Background saving scheduled");
+        }
+        let cell = g.session.cell.clone();
+        match bgsave::start(&cell).await {
+            Ok(()) => g.w().simple("Background saving started"),
+            Err(bgsave::StartError::InProgress) => g.w().error(IN_PROGRESS),
+            Err(bgsave::StartError::Spawn) => g.w().error("ERR"),
+        }
+    })
+}

@@ -1,0 +1,544 @@
+//! BGSAVE without fork (Redis's rdbSaveBackground, its done handler and serverCron's
+//! save points), as DESIGN.md's "snapshots without fork()" has it.
+//!
+//! * **The cut.** Every shard is locked whole (`MultiShardOp::lock_all`: in-flight
+//!   multi-shard operations finish first, new ones wait), and while all are held each
+//!   database cuts its snapshot (`Db::begin_snapshot`, a flip of one bit). A multi-key
+//!   MSET or an EXEC is therefore in the file whole or not at all, and no write is in
+//!   the file whose cause is not.
+//! * **The walk.** Each shard then walks its slots between its other tasks, a few
+//!   slots per step, writing the entries as RDB records; a write to an entry the walk
+//!   has not reached saves it first (`storage::snapshot`). Records go to the framing
+//!   thread (`writer.rs`) in pieces; above `MAX_IN_FLIGHT` bytes not yet written the
+//!   walk waits, so a slow disk bounds the memory held, not the dataset.
+//! * **The end.** The writer child renames the file into place; shard 0's cron
+//!   (`cron`) then does what Redis's backgroundSaveDoneHandler does: the log line, the
+//!   change counter minus what it was at the cut, LASTSAVE, the status that
+//!   `stop-writes-on-bgsave-error` reads.
+//!
+//! Giving a save up (FLUSHALL, SHUTDOWN, the writer killed or failing) makes the walks
+//! go on without writing, only to leave every entry's mark agreeing again; a new cut
+//! waits for that.
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::writer;
+use crate::shard::locks::LockOwner;
+use crate::shard::multi::MultiShardOp;
+use crate::shard::ShardCell;
+
+/// What a shard hands the framing thread.
+pub enum Piece {
+    /// Records of database `db`.
+    Records { db: usize, bytes: Vec<u8> },
+    /// The shard's walk is over: it sends nothing more.
+    ShardDone,
+}
+
+/// How a save ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome {
+    Saved,
+    /// The writer failed (its message is in the log).
+    Failed,
+    /// The writer was ended by this signal.
+    Killed(i32),
+}
+
+/// One background save.
+pub struct Job {
+    pieces: Sender<Piece>,
+    /// Bytes sent to the framing thread and not yet written.
+    pub(super) in_flight: AtomicUsize,
+    abandoned: AtomicBool,
+    outcome: Mutex<Option<Outcome>>,
+    pub(super) dir: std::path::PathBuf,
+    child_pid: u32,
+    started: Instant,
+    keys_total: u64,
+    keys_saved: AtomicU64,
+    /// Bytes of records saved ahead of the walk (INFO's current_cow_size).
+    ahead_bytes: AtomicU64,
+    /// Each shard's change counter at the cut.
+    dirty_at_cut: Vec<u64>,
+}
+
+impl Job {
+    pub fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn finish(&self, outcome: Outcome) {
+        *lock(&self.outcome) = Some(outcome);
+    }
+
+    fn outcome(&self) -> Option<Outcome> {
+        *lock(&self.outcome)
+    }
+
+    fn send(&self, piece: Piece) {
+        if let Piece::Records { bytes, .. } = &piece {
+            self.in_flight.fetch_add(bytes.len(), Ordering::Relaxed);
+        }
+        // A framing thread that is gone has given the save up already.
+        let _ = self.pieces.send(piece);
+    }
+}
+
+/// The save in progress, from its cut until the done handler has run.
+static JOB: Mutex<Option<Arc<Job>>> = Mutex::new(None);
+/// Shards whose walk is not over (of a save in progress or given up).
+static WALKING: AtomicUsize = AtomicUsize::new(0);
+/// A BGSAVE is being started (between the checks and the cut).
+static STARTING: AtomicBool = AtomicBool::new(false);
+/// The done handler is running.
+static FINISHING: AtomicBool = AtomicBool::new(false);
+/// BGSAVE SCHEDULE (or BGSAVE inside EXEC) asked for one once possible.
+static SCHEDULED: AtomicBool = AtomicBool::new(false);
+/// Whether the last background save succeeded (INFO rdb_last_bgsave_status).
+static LAST_OK: AtomicBool = AtomicBool::new(true);
+/// When the last one was tried (unix s), its duration (s; -1: none yet) and the bytes
+/// saved ahead of its walk.
+static LAST_TRY_UNIX: AtomicU64 = AtomicU64::new(0);
+static LAST_TIME_SEC: AtomicI64 = AtomicI64::new(-1);
+static LAST_AHEAD_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of records the walks may have in flight to the writer before they wait.
+const MAX_IN_FLIGHT: usize = 16 << 20;
+/// How long one step of a walk may run before the shard serves its clients again.
+const STEP: Duration = Duration::from_micros(100);
+/// A failed save is retried by the save points only after this many seconds
+/// (Redis's CONFIG_BGSAVE_RETRY_DELAY).
+const RETRY_DELAY_S: u64 = 5;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn job() -> Option<Arc<Job>> {
+    lock(&JOB).clone()
+}
+
+/// Whether a background save is in progress (INFO rdb_bgsave_in_progress).
+pub fn in_progress() -> bool {
+    lock(&JOB).is_some()
+}
+
+/// Why a BGSAVE could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// One is in progress already.
+    InProgress,
+    /// The writer process could not be started (logged).
+    Spawn,
+}
+
+/// Starts a background save: the cut, the walks, the writer. Returns once the cut is
+/// taken (what BGSAVE's "Background saving started" means).
+pub async fn start(cell: &Rc<ShardCell>) -> Result<(), StartError> {
+    if STARTING.swap(true, Ordering::SeqCst) {
+        return Err(StartError::InProgress);
+    }
+    let started = begin(cell).await;
+    STARTING.store(false, Ordering::SeqCst);
+    started
+}
+
+async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
+    if in_progress() {
+        return Err(StartError::InProgress);
+    }
+    // A save given up is still restoring its marks: a matter of milliseconds.
+    while WALKING.load(Ordering::SeqCst) > 0 {
+        crate::runtime::sleep(Duration::from_millis(1)).await;
+    }
+    super::SAVES.fetch_add(1, Ordering::Relaxed);
+    LAST_TRY_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+    let (dir, dbfilename) = {
+        let data = cell.data.borrow();
+        (
+            std::path::PathBuf::from(data.config.dir()),
+            data.config.dbfilename().to_string(),
+        )
+    };
+    let child = match writer::spawn_child(&dir, &dbfilename) {
+        Ok(c) => c,
+        Err(e) => {
+            LAST_OK.store(false, Ordering::Relaxed);
+            tracing::warn!("Can't save in background: fork: {e}");
+            return Err(StartError::Spawn);
+        }
+    };
+    let owner = LockOwner {
+        id: cell.next_txn_id(),
+        write: false,
+        client: 0,
+    };
+    let op = MultiShardOp::lock_all(owner, cell).await;
+    let cuts = op
+        .on_each(cell, |d| {
+            let sizes: Vec<(u64, u64)> = d
+                .dbs
+                .iter_mut()
+                .map(|db| {
+                    db.begin_snapshot();
+                    (db.len() as u64, db.expires_len() as u64)
+                })
+                .collect();
+            (sizes, d.dirty)
+        })
+        .await;
+    let (_, libraries) = crate::scripting::functions::snapshot();
+    op.release(cell).await;
+
+    let mut db_sizes = vec![(0u64, 0u64); cuts.first().map_or(0, |(s, _)| s.len())];
+    for (sizes, _) in &cuts {
+        for (total, s) in db_sizes.iter_mut().zip(sizes) {
+            total.0 += s.0;
+            total.1 += s.1;
+        }
+    }
+    let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
+    let framing = writer::Framing {
+        header: crate::storage::rdb::file::header(&codes),
+        db_sizes: db_sizes.clone(),
+        shards: cuts.len(),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job = Arc::new(Job {
+        pieces: tx,
+        in_flight: AtomicUsize::new(0),
+        abandoned: AtomicBool::new(false),
+        outcome: Mutex::new(None),
+        dir,
+        child_pid: child.id(),
+        started: Instant::now(),
+        keys_total: db_sizes.iter().map(|s| s.0).sum(),
+        keys_saved: AtomicU64::new(0),
+        ahead_bytes: AtomicU64::new(0),
+        dirty_at_cut: cuts.iter().map(|(_, dirty)| *dirty).collect(),
+    });
+    let pid = child.id();
+    WALKING.store(cuts.len(), Ordering::SeqCst);
+    *lock(&JOB) = Some(job.clone());
+    let framer = job.clone();
+    let spawned = std::thread::Builder::new()
+        .name("rdb-writer".into())
+        .spawn(move || {
+            unpin_current_thread();
+            writer::run(framer, rx, child, framing)
+        });
+    if spawned.is_err() {
+        // The child, left without a pipe writer, sees end-of-file and gives up.
+        job.abandon();
+        job.finish(Outcome::Failed);
+    }
+    cell.call_all(move |c| {
+        let (c, job) = (c.clone(), job.clone());
+        crate::runtime::spawn_detached(async move { walk(c, job).await });
+    })
+    .await;
+    tracing::info!("Background saving started by pid {pid}");
+    Ok(())
+}
+
+/// The framing thread is spawned from a shard's thread, whose CPU it would inherit:
+/// it may run anywhere instead (Redis's bgsave_cpulist defaults to no binding).
+fn unpin_current_thread() {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity reads it only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// One shard's walk of a save: steps of at most `STEP` between its other tasks (one
+/// key per `rdb-key-save-delay` microseconds when that is set, Redis's test knob),
+/// records handed to the framing thread after each step.
+async fn walk(cell: Rc<ShardCell>, job: Arc<Job>) {
+    let mut counted = (0u64, 0u64);
+    loop {
+        let abandoned = job.abandoned();
+        if !abandoned && job.in_flight.load(Ordering::Relaxed) > MAX_IN_FLIGHT {
+            crate::runtime::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        let key_delay = cell.data.borrow().config.rdb_key_save_delay();
+        let done = step(&cell, &job, abandoned, key_delay > 0, &mut counted);
+        if done {
+            break;
+        }
+        if key_delay > 0 && !abandoned {
+            pause(&job, Duration::from_micros(key_delay as u64)).await;
+        } else {
+            crate::runtime::yield_now().await;
+        }
+    }
+    WALKING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Sleeps `d`, waking early if the save is given up.
+async fn pause(job: &Job, d: Duration) {
+    let until = Instant::now() + d;
+    while !job.abandoned() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        crate::runtime::sleep(left.min(Duration::from_millis(20))).await;
+    }
+}
+
+/// One step of a shard's walk; true when the walk is over (the shard's snapshot is
+/// ended and its last records sent).
+fn step(
+    cell: &ShardCell,
+    job: &Job,
+    abandoned: bool,
+    one_key: bool,
+    counted: &mut (u64, u64),
+) -> bool {
+    let mut data = cell.data.borrow_mut();
+    let dbs = &mut data.dbs;
+    if abandoned {
+        dbs.iter_mut().for_each(|db| db.abandon_snapshot());
+    }
+    let start = Instant::now();
+    let mut done = true;
+    // Given up, the walk only restores marks: bigger steps.
+    let budget = if abandoned { 1 << 16 } else { 4096 };
+    for db in dbs.iter_mut() {
+        let walked = db.snapshot_step(budget, one_key && !abandoned);
+        if !walked {
+            done = false;
+            if one_key || start.elapsed() >= STEP {
+                break;
+            }
+        }
+    }
+    let (mut keys, mut ahead) = (0, 0);
+    for (i, db) in dbs.iter_mut().enumerate() {
+        if let Some(cut) = db.snapshot() {
+            keys += cut.keys_saved;
+            ahead += cut.ahead_bytes;
+        }
+        let bytes = db.take_snapshot_records();
+        if !bytes.is_empty() && !abandoned {
+            job.send(Piece::Records { db: i, bytes });
+        }
+        if done {
+            db.end_snapshot();
+        }
+    }
+    job.keys_saved
+        .fetch_add(keys.saturating_sub(counted.0), Ordering::Relaxed);
+    job.ahead_bytes
+        .fetch_add(ahead.saturating_sub(counted.1), Ordering::Relaxed);
+    *counted = (keys, ahead);
+    if done && !abandoned {
+        job.send(Piece::ShardDone);
+    }
+    done
+}
+
+/// Gives the save in progress up, as Redis's killRDBChild: its writer is ended with
+/// SIGUSR1 (the save's status stays "ok") and its shards stop writing. Returns whether
+/// one was in progress.
+pub fn abandon() -> bool {
+    let Some(job) = job() else {
+        return false;
+    };
+    job.abandon();
+    // SAFETY: kill(2) on the writer child's pid; the framing thread reaps it (and
+    // removes its temporary file) once it is gone.
+    unsafe { libc::kill(job.child_pid as i32, libc::SIGUSR1) };
+    true
+}
+
+/// SHUTDOWN while a save runs (Redis's prepareForShutdown): the save is given up and
+/// its temporary file removed before the process goes.
+pub async fn abandon_for_shutdown() {
+    let Some(job) = job() else {
+        return;
+    };
+    tracing::warn!("There is a child saving an .rdb. Killing it!");
+    abandon();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while job.outcome().is_none() && Instant::now() < deadline {
+        crate::runtime::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = std::fs::remove_file(writer::temp_path(&job.dir, job.child_pid));
+}
+
+/// The process is about to exit at once (a second SIGINT): the writer child is ended
+/// and its temporary file removed.
+pub fn kill_writer_now() {
+    if let Some(job) = job() {
+        job.abandon();
+        // SAFETY: kill(2) on the writer child's pid.
+        unsafe { libc::kill(job.child_pid as i32, libc::SIGKILL) };
+        let _ = std::fs::remove_file(writer::temp_path(&job.dir, job.child_pid));
+    }
+}
+
+/// Shard 0's part of Redis's serverCron, every 1/hz s: the done handler of a save
+/// that ended, a BGSAVE scheduled, or the save points.
+pub fn cron(cell: &Rc<ShardCell>) {
+    if cell.id != 0 || STARTING.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Some(job) = job() {
+        if let Some(outcome) = job.outcome() {
+            if !FINISHING.swap(true, Ordering::SeqCst) {
+                let cell = cell.clone();
+                crate::runtime::spawn_detached(async move {
+                    done(&cell, &job, outcome).await;
+                    FINISHING.store(false, Ordering::SeqCst);
+                });
+            }
+        }
+        return;
+    }
+    let now = crate::util::now_ms() / 1000;
+    let may_retry = LAST_OK.load(Ordering::Relaxed)
+        || now.saturating_sub(LAST_TRY_UNIX.load(Ordering::Relaxed)) > RETRY_DELAY_S;
+    if !may_retry || WALKING.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    if SCHEDULED.load(Ordering::Relaxed) {
+        let cell = cell.clone();
+        crate::runtime::spawn_detached(async move {
+            if start(&cell).await.is_ok() {
+                SCHEDULED.store(false, Ordering::Relaxed);
+            }
+        });
+        return;
+    }
+    let points = cell.data.borrow().config.save_points().to_vec();
+    if points.is_empty() || crate::server::shutdown::in_progress() {
+        return;
+    }
+    let cell = cell.clone();
+    crate::runtime::spawn_detached(async move { check_save_points(&cell, &points).await });
+}
+
+/// Starts a save if a save point is reached: that many changes, and more than that
+/// many seconds since the last save.
+async fn check_save_points(cell: &Rc<ShardCell>, points: &[crate::config::SavePoint]) {
+    if STARTING.load(Ordering::SeqCst) {
+        return;
+    }
+    let dirty: u64 = cell
+        .call_all(|c| c.data.borrow().dirty)
+        .await
+        .into_iter()
+        .sum();
+    let now = crate::util::now_ms() / 1000;
+    let since = now.saturating_sub(super::last_save_unix(cell.info.started_unix_ms));
+    let reached = points
+        .iter()
+        .find(|p| dirty >= p.changes as u64 && since > p.seconds as u64);
+    if let Some(p) = reached {
+        tracing::info!("{} changes in {} seconds. Saving...", p.changes, p.seconds);
+        let _ = start(cell).await;
+    }
+}
+
+/// Redis's backgroundSaveDoneHandlerDisk.
+async fn done(cell: &Rc<ShardCell>, job: &Arc<Job>, outcome: Outcome) {
+    match outcome {
+        Outcome::Saved => {
+            tracing::info!("Background saving terminated with success");
+            let dirty = Arc::new(job.dirty_at_cut.clone());
+            cell.call_all(move |c| {
+                let mut d = c.data.borrow_mut();
+                let saved = dirty.get(c.id).copied().unwrap_or(0);
+                d.dirty = d.dirty.saturating_sub(saved);
+            })
+            .await;
+            super::LAST_SAVE_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+            LAST_OK.store(true, Ordering::Relaxed);
+        }
+        Outcome::Failed => {
+            tracing::warn!("Background saving error");
+            LAST_OK.store(false, Ordering::Relaxed);
+        }
+        Outcome::Killed(sig) => {
+            tracing::warn!("Background saving terminated by signal {sig}");
+            // SIGUSR1 is how the server itself ends a save: not an error.
+            if sig != libc::SIGUSR1 {
+                LAST_OK.store(false, Ordering::Relaxed);
+            }
+        }
+    }
+    LAST_TIME_SEC.store(job.started.elapsed().as_secs() as i64, Ordering::Relaxed);
+    LAST_AHEAD_BYTES.store(job.ahead_bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+    *lock(&JOB) = None;
+}
+
+/// BGSAVE SCHEDULE: a save once the one in progress is over.
+pub fn schedule() {
+    SCHEDULED.store(true, Ordering::Relaxed);
+}
+
+/// The last background save failed: with `stop-writes-on-bgsave-error` and save
+/// points set, writes are refused (checked cheaply first by the gate's fast path).
+#[inline]
+pub fn last_failed() -> bool {
+    !LAST_OK.load(Ordering::Relaxed)
+}
+
+/// The MISCONF refusal, if writes are refused (Redis's writeCommandsDeniedByDiskError
+/// for the RDB).
+pub fn write_refusal(config: &crate::config::Config) -> Option<&'static str> {
+    (last_failed() && config.stop_writes_on_bgsave_error() && !config.save_points().is_empty())
+        .then_some(MISCONF_ERR)
+}
+
+/// Redis's shared.bgsaveerr.
+pub const MISCONF_ERR: &str = "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
+
+/// INFO persistence's background-save fields, in Redis's order, from
+/// `current_cow_peak` to `rdb_last_cow_size` (`dirty` and `last_save` go between).
+pub fn info_fields(out: &mut String, dirty: u64, last_save: u64, saves: u64) {
+    use std::fmt::Write as _;
+    let job = job();
+    let (ahead, processed, total, perc, current) = match &job {
+        Some(j) => {
+            let processed = j.keys_saved.load(Ordering::Relaxed);
+            let perc = if j.keys_total == 0 {
+                0.0
+            } else {
+                processed as f64 * 100.0 / j.keys_total as f64
+            };
+            let ahead = j.ahead_bytes.load(Ordering::Relaxed);
+            (
+                ahead,
+                processed,
+                j.keys_total,
+                perc,
+                j.started.elapsed().as_secs() as i64,
+            )
+        }
+        None => (0, 0, 0, 0.0, -1),
+    };
+    let _ = write!(
+        out,
+        "current_cow_peak:{ahead}\r\ncurrent_cow_size:{ahead}\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:{perc:.2}\r\ncurrent_save_keys_processed:{processed}\r\ncurrent_save_keys_total:{total}\r\nrdb_changes_since_last_save:{dirty}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{last_save}\r\nrdb_last_bgsave_status:{}\r\nrdb_last_bgsave_time_sec:{}\r\nrdb_current_bgsave_time_sec:{current}\r\nrdb_saves:{saves}\r\nrdb_last_cow_size:{}\r\n",
+        job.is_some() as u8,
+        if last_failed() { "err" } else { "ok" },
+        LAST_TIME_SEC.load(Ordering::Relaxed),
+        LAST_AHEAD_BYTES.load(Ordering::Relaxed),
+    );
+}

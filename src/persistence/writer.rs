@@ -1,0 +1,242 @@
+//! The disk side of a BGSAVE: a thread that frames the shards' records into one RDB
+//! file, and the process that writes it.
+//!
+//! The shards serialize (bgsave.rs); this thread puts the pieces in file order —
+//! header, a SELECTDB (with RESIZEDB, the sizes at the cut) whenever the database
+//! changes, the records, EOF and the CRC64 — and pipes them to a child process,
+//! `tessera --rdb-writer DIR DBFILENAME`, which writes `DIR/temp-<its pid>.rdb`,
+//! flushes it to disk and renames it into place, as Redis's fork child does. The child
+//! holds nothing but the bytes in flight: it is spawned with posix_spawn, so no page
+//! of the dataset is shared or copied. Why a process and not this thread alone: a
+//! writer stuck on a slow or failing disk stalls no thread of the server, and
+//! operators and Redis's tooling find the save where Redis has it (a child of the
+//! server, `temp-<child pid>.rdb`, killed with a signal to abort it).
+//!
+//! The pipe carries frames: an 8-byte little-endian length, then that many bytes;
+//! length 0 commits. A child that reads end-of-file before the commit (the server
+//! died or gave the save up) removes its temporary file and exits 1.
+
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::bgsave::{Job, Outcome, Piece};
+use crate::storage::rdb::{crc64, file};
+
+/// The first argument that makes the binary the writer child, not a server.
+pub const CHILD_FLAG: &str = "--rdb-writer";
+
+/// Starts the writer process for `dir`/`dbfilename`.
+pub fn spawn_child(dir: &Path, dbfilename: &str) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt as _;
+    Command::new("/proc/self/exe")
+        // What `ps` shows, as Redis's child is "redis-rdb-bgsave".
+        .arg0("tessera-rdb-bgsave")
+        .arg(CHILD_FLAG)
+        .arg(dir)
+        .arg(dbfilename)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+}
+
+/// The temporary file the writer child `pid` writes in `dir`.
+pub fn temp_path(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("temp-{pid}.rdb"))
+}
+
+/// What the framing thread starts from.
+pub struct Framing {
+    pub header: Vec<u8>,
+    /// Keys and keys with a TTL per database at the cut.
+    pub db_sizes: Vec<(u64, u64)>,
+    pub shards: usize,
+}
+
+/// The framing thread's body: returns when the file is committed, or the save failed
+/// or was given up; `job`'s outcome says which.
+pub fn run(job: Arc<Job>, pieces: Receiver<Piece>, mut child: Child, framing: Framing) {
+    let outcome = match child.stdin.take() {
+        Some(pipe) => frame(&job, &pieces, pipe, &mut child, framing),
+        None => Err(()),
+    };
+    let status = match outcome {
+        // Commit sent: the child finishes the file whatever happens to us now.
+        Ok(()) => child.wait(),
+        Err(()) => {
+            // Given up or broken: the child is ended if it still runs (SIGUSR1 is what
+            // Redis's killRDBChild sends, and what keeps the save's status "ok").
+            if matches!(child.try_wait(), Ok(None)) {
+                // SAFETY: kill(2) on the pid of our own unreaped child.
+                unsafe { libc::kill(child.id() as i32, libc::SIGUSR1) };
+            }
+            child.wait()
+        }
+    };
+    let mut report = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut report);
+    }
+    for line in report.lines().filter(|l| !l.is_empty()) {
+        tracing::warn!("{line}");
+    }
+    let outcome = match status {
+        Ok(s) if s.success() => Outcome::Saved,
+        Ok(s) => match s.signal() {
+            Some(sig) => Outcome::Killed(sig),
+            None => Outcome::Failed,
+        },
+        Err(_) => Outcome::Failed,
+    };
+    if !matches!(outcome, Outcome::Saved) {
+        job.abandon();
+        // A child ended by a signal could not remove its file (rdbRemoveTempFile).
+        let _ = std::fs::remove_file(temp_path(&job.dir, child.id()));
+    }
+    job.finish(outcome);
+}
+
+/// Sends the file to the child: Ok once the commit frame is written.
+fn frame(
+    job: &Job,
+    pieces: &Receiver<Piece>,
+    pipe: std::process::ChildStdin,
+    child: &mut Child,
+    framing: Framing,
+) -> Result<(), ()> {
+    let mut out = Frames { pipe, crc: 0 };
+    let mut send = |bytes: &[u8]| out.send(bytes);
+    send(&framing.header)?;
+    let mut selected = None;
+    let mut seen = vec![false; framing.db_sizes.len()];
+    let mut done = 0;
+    while done < framing.shards {
+        if job.abandoned() {
+            return Err(());
+        }
+        match pieces.recv_timeout(Duration::from_millis(50)) {
+            Ok(Piece::Records { db, bytes }) => {
+                job.in_flight.fetch_sub(bytes.len(), Ordering::Relaxed);
+                if selected != Some(db) {
+                    let mut select = Vec::with_capacity(16);
+                    let first = !std::mem::replace(&mut seen[db], true);
+                    file::select_db(&mut select, db, first.then(|| framing.db_sizes[db]));
+                    send(&select)?;
+                    selected = Some(db);
+                }
+                send(&bytes)?;
+            }
+            Ok(Piece::ShardDone) => done += 1,
+            Err(RecvTimeoutError::Timeout) => {
+                // A child killed while nothing was to be written is noticed here.
+                if !matches!(child.try_wait(), Ok(None)) {
+                    return Err(());
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err(()),
+        }
+    }
+    out.send(&file::trailer(out.crc))?;
+    out.pipe.write_all(&0u64.to_le_bytes()).map_err(|_| ())
+}
+
+/// The pipe to the child, and the CRC64 of the file's bytes sent so far.
+struct Frames {
+    pipe: std::process::ChildStdin,
+    crc: u64,
+}
+
+impl Frames {
+    fn send(&mut self, bytes: &[u8]) -> Result<(), ()> {
+        self.crc = crc64(self.crc, bytes);
+        let len = (bytes.len() as u64).to_le_bytes();
+        self.pipe
+            .write_all(&len)
+            .and_then(|_| self.pipe.write_all(bytes))
+            .map_err(|_| ())
+    }
+}
+
+/// The writer child's main: `args` are DIR and DBFILENAME. Returns the exit code.
+pub fn child_main(args: &[String]) -> i32 {
+    let [dir, dbfilename] = args else {
+        eprintln!("usage: {CHILD_FLAG} DIR DBFILENAME");
+        return 2;
+    };
+    let dir = Path::new(dir);
+    let tmp = temp_path(dir, std::process::id());
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    let mut out = match std::fs::File::create(&tmp) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "Failed opening the temp RDB file {} (in server root dir {cwd}) for saving: {e}",
+                tmp.display()
+            );
+            return 1;
+        }
+    };
+    let written = copy_frames(&mut std::io::stdin().lock(), &mut out);
+    let result = match written {
+        Ok(true) => commit(out, &tmp, &dir.join(dbfilename), &cwd),
+        Ok(false) => Err(String::new()),
+        Err(e) => Err(format!("Write error saving DB on disk: {e}")),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(msg) => {
+            if !msg.is_empty() {
+                eprintln!("{msg}");
+            }
+            let _ = std::fs::remove_file(&tmp);
+            1
+        }
+    }
+}
+
+/// Copies frames to `out` until the commit (true) or end-of-file (false).
+fn copy_frames(input: &mut impl Read, out: &mut std::fs::File) -> std::io::Result<bool> {
+    let mut len = [0u8; 8];
+    loop {
+        if input.read_exact(&mut len).is_err() {
+            return Ok(false);
+        }
+        let n = u64::from_le_bytes(len);
+        if n == 0 {
+            return Ok(true);
+        }
+        let copied = std::io::copy(&mut input.take(n), out)?;
+        if copied < n {
+            return Ok(false);
+        }
+    }
+}
+
+/// Flushes the file to disk and renames it into place (rdbSave's last steps).
+fn commit(out: std::fs::File, tmp: &Path, path: &Path, cwd: &str) -> Result<(), String> {
+    out.sync_all()
+        .map_err(|e| format!("Write error saving DB on disk: {e}"))?;
+    drop(out);
+    std::fs::rename(tmp, path).map_err(|e| {
+        format!(
+            "Error moving temp DB file {} on the final destination {} (in server root dir {cwd}): {e}",
+            tmp.display(),
+            path.display()
+        )
+    })?;
+    // The rename itself is durable only once the directory is.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}

@@ -46,6 +46,20 @@ pub fn spawn_child(dir: &Path, dbfilename: &str) -> std::io::Result<Child> {
         .spawn()
 }
 
+/// Makes the calling thread (the framing thread, the child) yield the CPU to the
+/// shards and to anything else busier: a save is background work, and on a host
+/// whose cores are all busy serving it should take the time that is left over.
+pub fn lower_priority() {
+    // SAFETY: setpriority on the calling thread (tid 0 would be the process).
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, SAVE_NICE);
+    }
+}
+
+/// The niceness of a save's threads: well below the shards, not starved.
+const SAVE_NICE: i32 = 19;
+
 /// The temporary file the writer child `pid` writes in `dir`.
 pub fn temp_path(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("temp-{pid}.rdb"))
@@ -169,6 +183,7 @@ pub fn child_main(args: &[String]) -> i32 {
         eprintln!("usage: {CHILD_FLAG} DIR DBFILENAME");
         return 2;
     };
+    lower_priority();
     let dir = Path::new(dir);
     let tmp = temp_path(dir, std::process::id());
     let cwd = std::env::current_dir()

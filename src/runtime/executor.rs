@@ -110,6 +110,9 @@ pub struct Executor {
     /// that runs a nested loop, see `block_on_nested`): they go back on the ready
     /// queue once that loop ends, not lost and not polled re-entrantly.
     parked: RefCell<Vec<TaskId>>,
+    /// Background work waiting for a moment when nothing else is ready (`WhenIdle`),
+    /// each with the flag that tells it that moment came.
+    idle: RefCell<Vec<(Rc<Cell<bool>>, Waker)>>,
     pub(crate) reactor: Reactor,
 }
 
@@ -153,6 +156,7 @@ impl Executor {
             ready: RefCell::new(VecDeque::new()),
             round_end: RefCell::new(Vec::new()),
             parked: RefCell::new(Vec::new()),
+            idle: RefCell::new(Vec::new()),
             reactor,
         });
         CURRENT_ID.with(|c| c.set(ex.remote.executor_id));
@@ -359,6 +363,19 @@ impl Executor {
             polled_last_round = true;
             self.drain_remote();
             let idle = self.ready.borrow().is_empty();
+            if idle && !self.idle.borrow().is_empty() {
+                // Background work runs only if no task is ready once pending I/O is
+                // collected: the executor is idle, so it need not block yet.
+                self.reactor.poll(false);
+                self.drain_remote();
+                if self.ready.borrow().is_empty() {
+                    for (came, waker) in std::mem::take(&mut *self.idle.borrow_mut()) {
+                        came.set(true);
+                        waker.wake();
+                    }
+                }
+                continue;
+            }
             if idle {
                 self.remote.sleeping.store(true, Ordering::SeqCst);
                 if self.remote.pending.load(Ordering::SeqCst) {
@@ -447,6 +464,53 @@ pub fn wake_at_round_end(waker: &Waker) {
     match try_current() {
         Some(ex) => ex.round_end.borrow_mut().push(waker.clone()),
         None => waker.wake_by_ref(),
+    }
+}
+
+/// Ready when this executor has nothing else to do (no task ready, no I/O pending):
+/// how background work (a BGSAVE's walk) yields to clients.
+pub struct WhenIdle(Option<Rc<Cell<bool>>>);
+
+impl WhenIdle {
+    pub fn new() -> WhenIdle {
+        WhenIdle(None)
+    }
+}
+
+impl Default for WhenIdle {
+    fn default() -> Self {
+        WhenIdle::new()
+    }
+}
+
+impl Future for WhenIdle {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(came) = &self.0 {
+            if came.get() {
+                return Poll::Ready(());
+            }
+        }
+        let Some(ex) = try_current() else {
+            return Poll::Ready(());
+        };
+        let came = self
+            .0
+            .get_or_insert_with(|| Rc::new(Cell::new(false)))
+            .clone();
+        let mut idle = ex.idle.borrow_mut();
+        // One registration per future: a re-poll replaces its waker.
+        idle.retain(|(c, _)| !Rc::ptr_eq(c, &came));
+        idle.push((came, cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+impl Drop for WhenIdle {
+    fn drop(&mut self) {
+        if let (Some(came), Some(ex)) = (&self.0, try_current()) {
+            ex.idle.borrow_mut().retain(|(c, _)| !Rc::ptr_eq(c, came));
+        }
     }
 }
 

@@ -71,6 +71,22 @@ pub fn wake_at_round_end(waker: &std::task::Waker) {
     executor::wake_at_round_end(waker)
 }
 
+/// Waits until this shard has nothing else to do, or `at_most` has passed (so the
+/// caller progresses under full load too): for background work such as a BGSAVE's
+/// walk, which must not take time clients are waiting for.
+pub async fn idle_or_after(at_most: Duration) {
+    let mut idle = std::pin::pin!(executor::WhenIdle::new());
+    let mut timer = std::pin::pin!(sleep(at_most));
+    std::future::poll_fn(|cx| {
+        if idle.as_mut().poll(cx).is_ready() || timer.as_mut().poll(cx).is_ready() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 /// Lets every other ready task of this shard run once before continuing.
 pub async fn yield_now() {
     executor::YieldNow(false).await

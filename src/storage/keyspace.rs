@@ -992,6 +992,12 @@ impl Db {
         let mut spent = 0;
         while cut.walk < span {
             if let Some(slot) = self.slots.get_mut(cut.walk) {
+                // Every block is a cache miss of its own: requested all at once
+                // first, they arrive together (a slot's blocks fit in L2), instead of
+                // one after the other as the walk reaches them.
+                if !one_key {
+                    slot.table.iter().for_each(|e| e.prefetch(0));
+                }
                 for e in slot.table.iter_mut() {
                     spent += 1;
                     if e.snapshot_mark() != mark {

@@ -336,3 +336,79 @@ fn bgsave_replies_as_redis() {
     wait_for_bgsave(&mut c, Duration::from_secs(10));
     assert!(dir.join("dump.rdb").exists());
 }
+
+/// A disk that takes no more (the writer child past RLIMIT_FSIZE, whose writes then
+/// fail with EFBIG as on a full disk with ENOSPC): the save fails with Redis's log
+/// lines, the old file and no temporary file are left, writes are refused with
+/// -MISCONF; once the disk has room again a save succeeds and writes are back.
+#[test]
+fn full_disk_fails_the_save_and_recovers() {
+    let dir = scratch("full");
+    let d = dir.display().to_string();
+    let log = dir.join("log");
+    let s = Server::start_logged_with(2, &["--dir", &d, "--save", "3600 1"], &log);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["SET", "before", "1"]);
+    let _: () = q(&mut c, &["SAVE"]);
+    let old = std::fs::read(dir.join("dump.rdb")).expect("first dump.rdb");
+    let _: () = q(&mut c, &["DEBUG", "POPULATE", "20000", "key", "100"]);
+    let set_fsize = |bytes: u64| {
+        let lim = libc::rlimit {
+            rlim_cur: bytes,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: prlimit(2) on our own child process, setting one limit.
+        let rc = unsafe {
+            libc::prlimit(
+                s.pid() as i32,
+                libc::RLIMIT_FSIZE,
+                &lim,
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(rc, 0, "prlimit");
+    };
+    set_fsize(64 * 1024);
+    let _: String = q(&mut c, &["BGSAVE"]);
+    wait_for_bgsave(&mut c, Duration::from_secs(10));
+    assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "err");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("Write error saving DB on disk: File too large"),
+        "{text}"
+    );
+    assert!(text.contains("Background saving error"), "{text}");
+    assert_eq!(std::fs::read(dir.join("dump.rdb")).expect("dump.rdb"), old);
+    let temps = std::fs::read_dir(&dir)
+        .expect("dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("temp-"))
+        .count();
+    assert_eq!(temps, 0, "a temporary file is left");
+    assert!(err(&mut c, &["SET", "x", "1"]).contains("MISCONF"));
+    set_fsize(libc::RLIM_INFINITY);
+    let _: String = q(&mut c, &["BGSAVE"]);
+    wait_for_bgsave(&mut c, Duration::from_secs(10));
+    assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "ok");
+    let _: () = q(&mut c, &["SET", "x", "1"]);
+    let (_, _server, mut loaded) = load_elsewhere(&dir, "full-load");
+    let n: i64 = q(&mut loaded, &["DBSIZE"]);
+    assert_eq!(n, 20001);
+}
+
+/// `rdbchecksum no`: the file ends with a zero checksum, which both servers load.
+#[test]
+fn rdbchecksum_no_writes_a_zero_checksum() {
+    let dir = scratch("nocrc");
+    let d = dir.display().to_string();
+    let s = Server::start_with(2, &["--dir", &d, "--save", "", "--rdbchecksum", "no"]);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["DEBUG", "POPULATE", "1000"]);
+    let _: String = q(&mut c, &["BGSAVE"]);
+    wait_for_bgsave(&mut c, Duration::from_secs(10));
+    let file = std::fs::read(dir.join("dump.rdb")).expect("dump.rdb");
+    assert_eq!(&file[file.len() - 9..], &[0xFF, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let (_, _server, mut loaded) = load_elsewhere(&dir, "nocrc-load");
+    let n: i64 = q(&mut loaded, &["DBSIZE"]);
+    assert_eq!(n, 1000);
+}

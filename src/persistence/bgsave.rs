@@ -167,11 +167,12 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
     }
     super::SAVES.fetch_add(1, Ordering::Relaxed);
     LAST_TRY_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
-    let (dir, dbfilename) = {
+    let (dir, dbfilename, checksum) = {
         let data = cell.data.borrow();
         (
             std::path::PathBuf::from(data.config.dir()),
             data.config.dbfilename().to_string(),
+            data.config.rdbchecksum(),
         )
     };
     let child = match writer::spawn_child(&dir, &dbfilename) {
@@ -216,6 +217,7 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
         header: crate::storage::rdb::file::header(&codes),
         db_sizes: db_sizes.clone(),
         shards: cuts.len(),
+        checksum,
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let job = Arc::new(Job {

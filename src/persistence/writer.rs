@@ -71,6 +71,9 @@ pub struct Framing {
     /// Keys and keys with a TTL per database at the cut.
     pub db_sizes: Vec<(u64, u64)>,
     pub shards: usize,
+    /// `rdbchecksum`: off, the file ends with a zero checksum, as Redis writes it
+    /// then (loaders skip the check on a zero).
+    pub checksum: bool,
 }
 
 /// The framing thread's body: returns when the file is committed, or the save failed
@@ -124,7 +127,11 @@ fn frame(
     child: &mut Child,
     framing: Framing,
 ) -> Result<(), ()> {
-    let mut out = Frames { pipe, crc: 0 };
+    let mut out = Frames {
+        pipe,
+        crc: 0,
+        checksum: framing.checksum,
+    };
     let mut send = |bytes: &[u8]| out.send(bytes);
     send(&framing.header)?;
     let mut selected = None;
@@ -156,7 +163,11 @@ fn frame(
             Err(RecvTimeoutError::Disconnected) => return Err(()),
         }
     }
-    out.send(&file::trailer(out.crc))?;
+    let trailer = match out.checksum {
+        true => file::trailer(out.crc),
+        false => file::trailer_without_checksum(),
+    };
+    out.send(&trailer)?;
     out.pipe.write_all(&0u64.to_le_bytes()).map_err(|_| ())
 }
 
@@ -164,11 +175,14 @@ fn frame(
 struct Frames {
     pipe: std::process::ChildStdin,
     crc: u64,
+    checksum: bool,
 }
 
 impl Frames {
     fn send(&mut self, bytes: &[u8]) -> Result<(), ()> {
-        self.crc = crc64(self.crc, bytes);
+        if self.checksum {
+            self.crc = crc64(self.crc, bytes);
+        }
         let len = (bytes.len() as u64).to_le_bytes();
         self.pipe
             .write_all(&len)
@@ -184,6 +198,10 @@ pub fn child_main(args: &[String]) -> i32 {
         return 2;
     };
     lower_priority();
+    // Past RLIMIT_FSIZE a write then fails with EFBIG, reported like any write error
+    // (a full disk), instead of the signal's core dump.
+    // SAFETY: setting a signal's disposition to ignore.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     let dir = Path::new(dir);
     let tmp = temp_path(dir, std::process::id());
     let cwd = std::env::current_dir()
@@ -193,8 +211,9 @@ pub fn child_main(args: &[String]) -> i32 {
         Ok(f) => f,
         Err(e) => {
             eprintln!(
-                "Failed opening the temp RDB file {} (in server root dir {cwd}) for saving: {e}",
-                tmp.display()
+                "Failed opening the temp RDB file {} (in server root dir {cwd}) for saving: {}",
+                tmp.display(),
+                strerror(&e)
             );
             return 1;
         }
@@ -203,7 +222,7 @@ pub fn child_main(args: &[String]) -> i32 {
     let result = match written {
         Ok(true) => commit(out, &tmp, &dir.join(dbfilename), &cwd),
         Ok(false) => Err(String::new()),
-        Err(e) => Err(format!("Write error saving DB on disk: {e}")),
+        Err(e) => Err(format!("Write error saving DB on disk: {}", strerror(&e))),
     };
     match result {
         Ok(()) => 0,
@@ -238,13 +257,14 @@ fn copy_frames(input: &mut impl Read, out: &mut std::fs::File) -> std::io::Resul
 /// Flushes the file to disk and renames it into place (rdbSave's last steps).
 fn commit(out: std::fs::File, tmp: &Path, path: &Path, cwd: &str) -> Result<(), String> {
     out.sync_all()
-        .map_err(|e| format!("Write error saving DB on disk: {e}"))?;
+        .map_err(|e| format!("Write error saving DB on disk: {}", strerror(&e)))?;
     drop(out);
     std::fs::rename(tmp, path).map_err(|e| {
         format!(
-            "Error moving temp DB file {} on the final destination {} (in server root dir {cwd}): {e}",
+            "Error moving temp DB file {} on the final destination {} (in server root dir {cwd}): {}",
             tmp.display(),
-            path.display()
+            path.display(),
+            strerror(&e)
         )
     })?;
     // The rename itself is durable only once the directory is.
@@ -254,4 +274,14 @@ fn commit(out: std::fs::File, tmp: &Path, path: &Path, cwd: &str) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// An I/O error as strerror(3) words it, which Redis's log lines quote ("No space
+/// left on device"), without Rust's " (os error N)".
+fn strerror(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
 }

@@ -87,6 +87,14 @@ pub fn trailer(crc: u64) -> [u8; 9] {
     out
 }
 
+/// The end of a file saved with `rdbchecksum no`: EOF and a zero checksum, which
+/// loaders take as "not computed".
+pub fn trailer_without_checksum() -> [u8; 9] {
+    let mut out = [0; 9];
+    out[0] = OPCODE_EOF;
+    out
+}
+
 /// A whole RDB file from records grouped by shard and database (`parts[shard][db]`,
 /// each the concatenation of `write_record`s): one SELECTDB per database that has
 /// records in any shard. `libraries` are the function libraries' codes.

@@ -276,6 +276,7 @@ fn unpin_current_thread() {
 /// knob), records handed to the framing thread after each step.
 async fn walk(cell: Rc<ShardCell>, job: Arc<Job>) {
     let mut counted = (0u64, 0u64);
+    let mut served = u64::MAX;
     loop {
         let abandoned = job.abandoned();
         if !abandoned && job.in_flight.load(Ordering::Relaxed) > MAX_IN_FLIGHT {
@@ -290,10 +291,14 @@ async fn walk(cell: Rc<ShardCell>, job: Arc<Job>) {
         if key_delay > 0 && !abandoned {
             pause(&job, Duration::from_micros(key_delay as u64)).await;
         } else if !abandoned {
-            // The shard's thread sleeps between steps even when it has nothing else
-            // to do: on a host whose cores are shared (clients, the writer) the walk
-            // takes about a sixth of a core, not all the time the others leave.
-            crate::runtime::sleep(STEP_GAP).await;
+            // While the shard serves clients its thread also sleeps between steps,
+            // even when it has nothing else to do: on a host whose cores are shared
+            // (clients, the writer) the walk then takes about a sixth of a core, not
+            // all the time the others leave. A shard nobody talks to walks flat out.
+            let now_served = cell.data.borrow().stats.total_commands;
+            if std::mem::replace(&mut served, now_served) != now_served {
+                crate::runtime::sleep(STEP_GAP).await;
+            }
             crate::runtime::idle_or_after(FORCED_STEP_EVERY).await;
         } else {
             crate::runtime::yield_now().await;

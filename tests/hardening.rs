@@ -390,23 +390,3 @@ fn appendonly_yes_is_refused_until_there_is_an_aof() {
     assert_eq!(v, ["appendonly", "no"]);
     let _: () = q(&mut c, &["CONFIG", "SET", "appendonly", "no"]);
 }
-
-#[test]
-fn save_points_not_acted_on_while_running_is_logged_at_start() {
-    let log = std::env::temp_dir().join(format!("tessera-hardening-{}.log", std::process::id()));
-    let server = Server::start_logged(1, &log);
-    // Shards may answer PING a moment before the main thread logs its start lines.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut text = String::new();
-    while Instant::now() < deadline && !text.contains("Ready to accept connections") {
-        std::thread::sleep(Duration::from_millis(20));
-        text = std::fs::read_to_string(&log).unwrap_or_default();
-    }
-    drop(server);
-    let _ = std::fs::remove_file(&log);
-    assert!(
-        text.contains("save points are set: dump.rdb is loaded at start and written by SAVE")
-            && text.contains("does not save in the background yet when a save point is reached"),
-        "{text}"
-    );
-}

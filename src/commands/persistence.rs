@@ -1,6 +1,7 @@
 //! Persistence commands (Redis's rdb.c commands): SAVE, BGSAVE, LASTSAVE. What they
 //! start lives in `crate::persistence`.
 
+use super::replication::rcmd;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
 use super::{ClientCtx, GlobalCtx, SYNTAX_ERR};
@@ -8,29 +9,11 @@ use crate::persistence::bgsave;
 
 type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 
-macro_rules! pcmd {
-    ($name:expr, $arity:expr, $flags:expr, $kind:expr, $since:expr, $summary:expr) => {
-        CommandSpec {
-            group: "server",
-            acl: &["@admin", "@slow", "@dangerous"],
-            ..cmd!(
-                $name,
-                $arity,
-                $flags,
-                KeySpec::None,
-                $kind,
-                $since,
-                $summary
-            )
-        }
-    };
-}
-
 #[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
-    pcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
-    pcmd!("bgsave", -1, ADMIN | NOSCRIPT, Kind::Global(bgsave_command), "1.0.0", "Asynchronously save the dataset to disk"),
-    pcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk"),
+    rcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
+    rcmd!("bgsave", -1, ADMIN | NOSCRIPT, Kind::Global(bgsave_command), "1.0.0", "Asynchronously save the dataset to disk"),
+    rcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk"),
 ];
 
 /// Redis's reply when a save is asked for while a background one runs.

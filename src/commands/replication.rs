@@ -27,6 +27,7 @@ macro_rules! rcmd {
         }
     };
 }
+pub(super) use rcmd;
 
 #[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[

@@ -479,14 +479,7 @@ async fn done(cell: &Rc<ShardCell>, job: &Arc<Job>, outcome: Outcome) {
     match outcome {
         Outcome::Saved => {
             tracing::info!("Background saving terminated with success");
-            let dirty = Arc::new(job.dirty_at_cut.clone());
-            cell.call_all(move |c| {
-                let mut d = c.data.borrow_mut();
-                let saved = dirty.get(c.id).copied().unwrap_or(0);
-                d.dirty = d.dirty.saturating_sub(saved);
-            })
-            .await;
-            super::LAST_SAVE_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+            super::saved(cell, job.dirty_at_cut.clone()).await;
             LAST_OK.store(true, Ordering::Relaxed);
         }
         Outcome::Failed => {

@@ -24,6 +24,22 @@ pub mod writer;
 pub static LAST_SAVE_UNIX: AtomicU64 = AtomicU64::new(0);
 pub static SAVES: AtomicU64 = AtomicU64::new(0);
 
+/// A save succeeded: each shard's change counter drops by what it was at the save's
+/// snapshot (`dirty_at_snapshot[shard]`; writes since still count) and LASTSAVE moves.
+pub(crate) async fn saved(
+    cell: &std::rc::Rc<crate::shard::ShardCell>,
+    dirty_at_snapshot: Vec<u64>,
+) {
+    let dirty = std::sync::Arc::new(dirty_at_snapshot);
+    cell.call_all(move |c| {
+        let mut d = c.data.borrow_mut();
+        let saved = dirty.get(c.id).copied().unwrap_or(0);
+        d.dirty = d.dirty.saturating_sub(saved);
+    })
+    .await;
+    LAST_SAVE_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+}
+
 /// LASTSAVE's and INFO's rdb_last_save_time: the last save, or the server's start.
 pub fn last_save_unix(started_unix_ms: u64) -> u64 {
     match LAST_SAVE_UNIX.load(Ordering::Relaxed) {

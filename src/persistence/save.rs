@@ -37,14 +37,7 @@ pub async fn save_as(cell: &Rc<ShardCell>, txn: TxnId) -> std::io::Result<()> {
         return Err(e);
     }
     tracing::info!("DB saved on disk");
-    let dirty = std::sync::Arc::new(dirty);
-    cell.call_all(move |c| {
-        let mut d = c.data.borrow_mut();
-        let saved = dirty.get(c.id).copied().unwrap_or(0);
-        d.dirty = d.dirty.saturating_sub(saved);
-    })
-    .await;
-    super::LAST_SAVE_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+    super::saved(cell, dirty).await;
     Ok(())
 }
 

@@ -379,9 +379,12 @@ pub fn abandon() -> bool {
         return false;
     };
     job.abandon();
-    // SAFETY: kill(2) on the writer child's pid; the framing thread reaps it (and
-    // removes its temporary file) once it is gone.
-    unsafe { libc::kill(job.child_pid as i32, libc::SIGUSR1) };
+    // Once the outcome is in, the child is reaped and its pid may be anyone's.
+    if job.outcome().is_none() {
+        // SAFETY: kill(2) on the writer child's pid; the framing thread reaps it (and
+        // removes its temporary file) once it is gone.
+        unsafe { libc::kill(job.child_pid as i32, libc::SIGUSR1) };
+    }
     true
 }
 
@@ -403,9 +406,9 @@ pub async fn abandon_for_shutdown() {
 /// The process is about to exit at once (a second SIGINT): the writer child is ended
 /// and its temporary file removed.
 pub fn kill_writer_now() {
-    if let Some(job) = job() {
+    if let Some(job) = job().filter(|j| j.outcome().is_none()) {
         job.abandon();
-        // SAFETY: kill(2) on the writer child's pid.
+        // SAFETY: kill(2) on the writer child's pid, not reaped yet.
         unsafe { libc::kill(job.child_pid as i32, libc::SIGKILL) };
         let _ = std::fs::remove_file(writer::temp_path(&job.dir, job.child_pid));
     }

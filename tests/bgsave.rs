@@ -412,3 +412,41 @@ fn rdbchecksum_no_writes_a_zero_checksum() {
     let n: i64 = q(&mut loaded, &["DBSIZE"]);
     assert_eq!(n, 1000);
 }
+
+/// The server killed (SIGKILL) in the middle of a save: its writer child sees the
+/// pipe close before the commit, removes its temporary file and exits; the last
+/// complete dump.rdb is untouched and loads.
+#[test]
+fn server_killed_mid_save_leaves_the_last_file() {
+    let dir = scratch("killed");
+    let d = dir.display().to_string();
+    let mut s = Server::start_with(2, &["--dir", &d, "--save", ""]);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["SET", "saved", "yes"]);
+    let _: () = q(&mut c, &["SAVE"]);
+    let old = std::fs::read(dir.join("dump.rdb")).expect("dump.rdb");
+    let _: () = q(&mut c, &["DEBUG", "POPULATE", "2000"]);
+    let _: () = q(&mut c, &["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
+    let _: String = q(&mut c, &["BGSAVE"]);
+    let child = writer_child(s.pid());
+    let temp = dir.join(format!("temp-{child}.rdb"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !temp.exists() {
+        assert!(Instant::now() < deadline, "no {}", temp.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.signal(libc::SIGKILL);
+    s.wait_exit(Duration::from_secs(5));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{child}")).exists() || temp.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the writer or its temp file outlived the server"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(std::fs::read(dir.join("dump.rdb")).expect("dump.rdb"), old);
+    let (_, _server, mut loaded) = load_elsewhere(&dir, "killed-load");
+    let v: String = q(&mut loaded, &["GET", "saved"]);
+    assert_eq!(v, "yes");
+}

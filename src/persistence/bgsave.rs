@@ -58,6 +58,9 @@ pub struct Job {
     outcome: Mutex<Option<Outcome>>,
     pub(super) dir: std::path::PathBuf,
     child_pid: u32,
+    /// A pidfd of the child (Linux 5.3+): signals sent through it can never reach
+    /// another process that got the pid after the child was reaped.
+    child_fd: Option<std::os::fd::OwnedFd>,
     started: Instant,
     keys_total: u64,
     keys_saved: AtomicU64,
@@ -82,6 +85,31 @@ impl Job {
 
     fn outcome(&self) -> Option<Outcome> {
         *lock(&self.outcome)
+    }
+
+    /// Signals the writer child, if it is still ours to signal.
+    fn signal_child(&self, sig: i32) {
+        use std::os::fd::AsRawFd as _;
+        match &self.child_fd {
+            // SAFETY: pidfd_send_signal(2) on our pidfd, no siginfo.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            },
+            // Without pidfds: once the outcome is in the child is reaped and its pid
+            // may be anyone's; before, a reap between the check and the kill is the
+            // (microseconds) window left.
+            None if self.outcome().is_none() => {
+                // SAFETY: kill(2) on the writer child's pid.
+                unsafe { libc::kill(self.child_pid as i32, sig) };
+            }
+            None => {}
+        }
     }
 
     fn send(&self, piece: Piece) {
@@ -227,6 +255,7 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
         outcome: Mutex::new(None),
         dir,
         child_pid: child.id(),
+        child_fd: pidfd(child.id()),
         started: Instant::now(),
         keys_total: db_sizes.iter().map(|s| s.0).sum(),
         keys_saved: AtomicU64::new(0),
@@ -256,6 +285,15 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
     .await;
     tracing::info!("Background saving started by pid {pid}");
     Ok(())
+}
+
+/// A pidfd for the child `pid`, not reaped yet (None on kernels before 5.3).
+fn pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: pidfd_open(2) with no flags; a non-negative result is a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: the fd was just opened for us and is owned by nothing else.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// The framing thread is spawned from a shard's thread, whose CPU it would inherit:
@@ -379,12 +417,8 @@ pub fn abandon() -> bool {
         return false;
     };
     job.abandon();
-    // Once the outcome is in, the child is reaped and its pid may be anyone's.
-    if job.outcome().is_none() {
-        // SAFETY: kill(2) on the writer child's pid; the framing thread reaps it (and
-        // removes its temporary file) once it is gone.
-        unsafe { libc::kill(job.child_pid as i32, libc::SIGUSR1) };
-    }
+    // The framing thread reaps the child (and removes its temporary file).
+    job.signal_child(libc::SIGUSR1);
     true
 }
 
@@ -406,10 +440,9 @@ pub async fn abandon_for_shutdown() {
 /// The process is about to exit at once (a second SIGINT): the writer child is ended
 /// and its temporary file removed.
 pub fn kill_writer_now() {
-    if let Some(job) = job().filter(|j| j.outcome().is_none()) {
+    if let Some(job) = job() {
         job.abandon();
-        // SAFETY: kill(2) on the writer child's pid, not reaped yet.
-        unsafe { libc::kill(job.child_pid as i32, libc::SIGKILL) };
+        job.signal_child(libc::SIGKILL);
         let _ = std::fs::remove_file(writer::temp_path(&job.dir, job.child_pid));
     }
 }

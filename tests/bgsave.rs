@@ -244,12 +244,7 @@ fn failed_save_refuses_writes_until_one_succeeds() {
     let _: () = q(&mut c, &["CONFIG", "SET", "rdb-key-save-delay", "10000000"]);
     let _: String = q(&mut c, &["BGSAVE"]);
     let child = writer_child(s.pid());
-    let temp = dir.join(format!("temp-{child}.rdb"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !temp.exists() {
-        assert!(Instant::now() < deadline, "no {}", temp.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let temp = wait_for_temp_file(&dir, child);
     // SAFETY: kill(2) on the server's writer child, as Redis's test kills its fork.
     unsafe { libc::kill(child as i32, libc::SIGKILL) };
     wait_for_bgsave(&mut c, Duration::from_secs(5));
@@ -274,6 +269,17 @@ fn failed_save_refuses_writes_until_one_succeeds() {
     wait_for_bgsave(&mut c, Duration::from_secs(10));
     assert_eq!(info_field(&mut c, "rdb_last_bgsave_status"), "ok");
     let _: () = q(&mut c, &["SET", "x", "y"]);
+}
+
+/// The writer child's `temp-<pid>.rdb` in `dir`, once the child has created it.
+fn wait_for_temp_file(dir: &Path, child: u32) -> PathBuf {
+    let temp = dir.join(format!("temp-{child}.rdb"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !temp.exists() {
+        assert!(Instant::now() < deadline, "no {}", temp.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    temp
 }
 
 /// The pid of the server's writer child, waiting for it to appear.
@@ -429,12 +435,7 @@ fn server_killed_mid_save_leaves_the_last_file() {
     let _: () = q(&mut c, &["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
     let _: String = q(&mut c, &["BGSAVE"]);
     let child = writer_child(s.pid());
-    let temp = dir.join(format!("temp-{child}.rdb"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !temp.exists() {
-        assert!(Instant::now() < deadline, "no {}", temp.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let temp = wait_for_temp_file(&dir, child);
     s.signal(libc::SIGKILL);
     s.wait_exit(Duration::from_secs(5));
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -240,10 +240,11 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
             total.1 += s.1;
         }
     }
+    let keys_total = db_sizes.iter().map(|s| s.0).sum();
     let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
     let framing = writer::Framing {
         header: crate::storage::rdb::file::header(&codes),
-        db_sizes: db_sizes.clone(),
+        db_sizes,
         shards: cuts.len(),
         checksum,
     };
@@ -257,7 +258,7 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
         child_pid: child.id(),
         child_fd: pidfd(child.id()),
         started: Instant::now(),
-        keys_total: db_sizes.iter().map(|s| s.0).sum(),
+        keys_total,
         keys_saved: AtomicU64::new(0),
         ahead_bytes: AtomicU64::new(0),
         dirty_at_cut: cuts.iter().map(|(_, dirty)| *dirty).collect(),

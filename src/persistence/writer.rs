@@ -132,8 +132,7 @@ fn frame(
         crc: 0,
         checksum: framing.checksum,
     };
-    let mut send = |bytes: &[u8]| out.send(bytes);
-    send(&framing.header)?;
+    out.send(&framing.header)?;
     let mut selected = None;
     let mut seen = vec![false; framing.db_sizes.len()];
     let mut done = 0;
@@ -148,10 +147,10 @@ fn frame(
                     let mut select = Vec::with_capacity(16);
                     let first = !std::mem::replace(&mut seen[db], true);
                     file::select_db(&mut select, db, first.then(|| framing.db_sizes[db]));
-                    send(&select)?;
+                    out.send(&select)?;
                     selected = Some(db);
                 }
-                send(&bytes)?;
+                out.send(&bytes)?;
             }
             Ok(Piece::ShardDone) => done += 1,
             Err(RecvTimeoutError::Timeout) => {

@@ -10,7 +10,7 @@ use std::hash::BuildHasher;
 use super::entry::block_size;
 use super::events::{notify, STREAM_READERS, TRACKING_CLIENTS};
 use super::memory;
-use super::snapshot::{Cut, SKIPS_PER_SAVE};
+use super::snapshot::{save_before_change, Cut, SKIPS_PER_SAVE};
 use super::value::Value;
 use crate::config::notify as class;
 use crate::slot::key_slot;
@@ -509,9 +509,7 @@ impl Db {
         let slot = self.slots.get_mut(idx)?;
         let mut occupied = slot.table.find_entry(hash, |e| key_eq(e.key(), key)).ok()?;
         // The caller may change the value: a running snapshot takes it first.
-        if let Some(cut) = self.cut.as_deref_mut() {
-            cut.save_ahead(occupied.get_mut(), self.mark);
-        }
+        save_before_change(&mut self.cut, occupied.get_mut(), self.mark);
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
         }
@@ -569,9 +567,7 @@ impl Db {
             self.add(key, value, expire_at, lru);
             return None;
         };
-        if let Some(cut) = self.cut.as_deref_mut() {
-            cut.save_ahead(e, self.mark);
-        }
+        save_before_change(&mut self.cut, e, self.mark);
         let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at() != NO_EXPIRE) as i64;
         let old = e.replace_value(value);
         e.set_expire_at(expire_at);
@@ -677,9 +673,7 @@ impl Db {
     fn remove_at(&mut self, idx: usize, hash: u64, key: &[u8]) -> Option<Entry> {
         let slot = self.slots.get_mut(idx)?;
         let mut found = slot.table.find_entry(hash, |e| key_eq(e.key(), key)).ok()?;
-        if let Some(cut) = self.cut.as_deref_mut() {
-            cut.save_ahead(found.get_mut(), self.mark);
-        }
+        save_before_change(&mut self.cut, found.get_mut(), self.mark);
         let (entry, _) = found.remove();
         if entry.expire_at() != NO_EXPIRE {
             slot.ttl_count -= 1;
@@ -700,9 +694,7 @@ impl Db {
         let Some(entry) = slot.table.find_mut(hash, |e| key_eq(e.key(), key)) else {
             return false;
         };
-        if let Some(cut) = self.cut.as_deref_mut() {
-            cut.save_ahead(entry, self.mark);
-        }
+        save_before_change(&mut self.cut, entry, self.mark);
         match (entry.expire_at() != NO_EXPIRE, expire_at != NO_EXPIRE) {
             (false, true) => {
                 slot.ttl_count += 1;
@@ -926,7 +918,7 @@ impl Db {
             let db = self.index;
             let log = STREAM_READERS.any();
             let expired_log = &mut self.expired_log;
-            let (mut cut, mark) = (self.cut.as_deref_mut(), self.mark);
+            let (cut, mark) = (&mut self.cut, self.mark);
             let mut freed = 0usize;
             for mut e in slot.table.extract_if(|e| {
                 let at = e.expire_at();
@@ -936,9 +928,7 @@ impl Db {
                 stats.sampled += 1;
                 at <= now_ms
             }) {
-                if let Some(cut) = cut.as_deref_mut() {
-                    cut.save_ahead(&mut e, mark);
-                }
+                save_before_change(cut, &mut e, mark);
                 if log {
                     expired_log.push(e.key().to_vec());
                 }
@@ -1027,10 +1017,10 @@ impl Db {
         }
     }
 
-    /// Ends the running snapshot here (its walk is done), returning its state.
-    pub fn end_snapshot(&mut self) -> Option<Box<Cut>> {
+    /// Ends the running snapshot here (its walk is done).
+    pub fn end_snapshot(&mut self) {
         debug_assert!(self.cut.as_ref().is_none_or(|c| c.walk >= self.slot_span()));
-        self.cut.take()
+        self.cut = None;
     }
 
     /// Saves every entry the running snapshot still lacks, before a change to the

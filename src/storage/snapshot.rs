@@ -38,6 +38,16 @@ pub struct Cut {
     pub(super) abandoned: bool,
 }
 
+/// What every `Db` method that hands out or removes an entry calls first: with a
+/// snapshot running (`cut`), `e` is written as it is now unless the snapshot has it
+/// already (or it came after the cut); `mark` is the database's mark.
+#[inline]
+pub(super) fn save_before_change(cut: &mut Option<Box<Cut>>, e: &mut Entry, mark: bool) {
+    if let Some(cut) = cut.as_deref_mut() {
+        cut.save_ahead(e, mark);
+    }
+}
+
 impl Cut {
     /// Writes `e` as it is now, unless the snapshot has it already (or came after it);
     /// `mark` is the database's mark.

@@ -3,7 +3,7 @@
 //! reader asks (`poll`, `pending`, `offset`, `keepalive`, `subscribe`), never on a
 //! writer's path: a shard only appends to its own log.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
@@ -12,8 +12,74 @@ use super::{lock, Effect, LOGS, NEW_LOG_WAITING, READERS};
 /// One reader's part of the stream not yet taken.
 struct Reader {
     id: u64,
-    out: Vec<u8>,
+    /// What the reader has not taken, in segments: a log reader's begins a new one at
+    /// each switch point (`switch_point`), and each closed segment knows the number of
+    /// the first entry after it. A replica's has one segment, always open.
+    segments: VecDeque<Segment>,
+    /// Replica links get the keep-alive PINGs; a log (the AOF) does not.
+    replica: bool,
     waker: Option<Waker>,
+}
+
+struct Segment {
+    bytes: Vec<u8>,
+    /// Closed at a switch point: every entry numbered below this is in `bytes` (or
+    /// an earlier segment), none at or above it.
+    ends_at: Option<u64>,
+}
+
+impl Reader {
+    fn new(id: u64, replica: bool) -> Reader {
+        let mut segments = VecDeque::with_capacity(2);
+        segments.push_back(Segment {
+            bytes: Vec::new(),
+            ends_at: None,
+        });
+        Reader {
+            id,
+            segments,
+            replica,
+            waker: None,
+        }
+    }
+
+    fn tail(&mut self) -> &mut Vec<u8> {
+        if self.segments.is_empty() {
+            self.segments.push_back(Segment {
+                bytes: Vec::new(),
+                ends_at: None,
+            });
+        }
+        let last = self.segments.len() - 1;
+        &mut self.segments[last].bytes
+    }
+
+    fn pending(&self) -> usize {
+        self.segments.iter().map(|s| s.bytes.len()).sum()
+    }
+
+    /// The next thing to take, given the merge's next number: bytes (and the number
+    /// every entry below which they complete), a switch, or nothing.
+    fn take(&mut self, next_seq: u64) -> Option<Taken> {
+        let front = self.segments.front_mut()?;
+        if !front.bytes.is_empty() {
+            let upto = front.ends_at.unwrap_or(next_seq);
+            return Some(Taken::Bytes(std::mem::take(&mut front.bytes), upto));
+        }
+        if self.segments.len() > 1 {
+            self.segments.pop_front();
+            return Some(Taken::Switch);
+        }
+        None
+    }
+}
+
+/// What a log reader takes from its part of the stream.
+pub enum Taken {
+    /// Stream bytes; with them, every entry numbered below the number is taken.
+    Bytes(Vec<u8>, u64),
+    /// A switch point: what follows belongs in the next file.
+    Switch,
 }
 
 struct Merger {
@@ -21,9 +87,12 @@ struct Merger {
     next_id: u64,
     /// The number of the next entry to emit.
     next_seq: u64,
-    /// Entries taken from the logs that must wait for a lower number still being
-    /// appended on another thread.
-    held: BTreeMap<u64, Effect>,
+    /// Entries taken from each log (in `LOGS` order), not yet emitted: each queue is
+    /// in number order (a thread numbers its appends in turn), so the next entry is
+    /// at the head of one of them — or still being appended on another thread.
+    queues: Vec<VecDeque<(u64, Effect)>>,
+    /// Reused for encoding one entry.
+    scratch: Vec<u8>,
     /// master_repl_offset: bytes of stream produced so far, SELECTs and PINGs
     /// included (what a replica counts in its own offset).
     offset: u64,
@@ -38,7 +107,8 @@ static MERGER: Mutex<Merger> = Mutex::new(Merger {
     readers: Vec::new(),
     next_id: 1,
     next_seq: 0,
-    held: BTreeMap::new(),
+    queues: Vec::new(),
+    scratch: Vec::new(),
     offset: 0,
     selected: None,
     last_ping_ms: 0,
@@ -56,13 +126,30 @@ impl Merger {
     /// not yet seen (its thread is appending it; its append wakes the readers).
     fn pull(&mut self) {
         let logs = lock(&LOGS).clone();
-        for log in &logs {
+        if self.queues.len() < logs.len() {
+            self.queues.resize_with(logs.len(), VecDeque::new);
+        }
+        for (queue, log) in self.queues.iter_mut().zip(&logs) {
             let mut log = lock(log);
-            for (seq, effect) in log.entries.drain(..) {
-                self.held.insert(seq, effect);
+            if queue.is_empty() {
+                // Most often: the log's vector becomes the queue, no entry moved.
+                *queue = VecDeque::from(std::mem::take(&mut log.entries));
+            } else {
+                queue.extend(log.entries.drain(..));
             }
         }
-        while let Some(effect) = self.held.remove(&self.next_seq) {
+        loop {
+            let next = self.next_seq;
+            let Some(q) = self
+                .queues
+                .iter()
+                .position(|q| q.front().is_some_and(|(seq, _)| *seq == next))
+            else {
+                return;
+            };
+            let Some((_, effect)) = self.queues[q].pop_front() else {
+                return;
+            };
             self.next_seq += 1;
             match effect {
                 Effect::One(db, argv) => self.emit(db, &argv),
@@ -73,9 +160,17 @@ impl Merger {
 
     /// Appends bytes of the stream to every reader and counts them in the offset.
     fn write(&mut self, bytes: &[u8]) {
+        self.write_to(bytes, false);
+    }
+
+    /// `write`, to replica links only when `replicas_only` (keep-alive PINGs).
+    fn write_to(&mut self, bytes: &[u8], replicas_only: bool) {
         self.offset += bytes.len() as u64;
         for r in &mut self.readers {
-            r.out.extend_from_slice(bytes);
+            if replicas_only && !r.replica {
+                continue;
+            }
+            r.tail().extend_from_slice(bytes);
             if let Some(w) = r.waker.take() {
                 w.wake();
             }
@@ -83,16 +178,18 @@ impl Merger {
     }
 
     fn emit(&mut self, db: usize, argv: &[Vec<u8>]) {
-        let mut bytes = Vec::with_capacity(64);
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.clear();
         if self.selected != Some(db) {
             encode(
                 &mut bytes,
-                &[b"SELECT".to_vec(), db.to_string().into_bytes()],
+                &[b"SELECT".as_slice(), db.to_string().as_bytes()],
             );
             self.selected = Some(db);
         }
         encode(&mut bytes, argv);
         self.write(&bytes);
+        self.scratch = bytes;
     }
 
     /// An atomic unit inside MULTI/EXEC (Redis 7.0's propagatePendingCommands).
@@ -110,13 +207,34 @@ impl Merger {
     }
 }
 
-fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {
-    out.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
+/// A command as RESP, the lengths written without formatting machinery (this runs
+/// once per propagated command).
+fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, argv: &[A]) {
+    header(out, b'*', argv.len());
     for a in argv {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        let a = a.as_ref();
+        header(out, b'$', a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// `<kind><n>\r\n`.
+fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push(kind);
+    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Bytes of stream produced so far (master_repl_offset).
@@ -124,18 +242,23 @@ pub fn offset() -> u64 {
     merged().offset
 }
 
-/// Adds a reader; its part starts with the next effect, after a SELECT. Whatever was
-/// appended before goes to the readers already there (the caller holds every shard
-/// still, so that is everything the new reader's snapshot holds).
+/// Adds a replica link as a reader; its part starts with the next effect, after a
+/// SELECT. Whatever was appended before goes to the readers already there (the caller
+/// holds every shard still, so that is everything the new reader's snapshot holds).
 pub fn subscribe() -> u64 {
+    add_reader(true)
+}
+
+/// Adds a log (the AOF) as a reader: `subscribe`, without the keep-alive PINGs.
+pub fn subscribe_log() -> u64 {
+    add_reader(false)
+}
+
+fn add_reader(replica: bool) -> u64 {
     let mut m = merged();
     let id = m.next_id;
     m.next_id += 1;
-    m.readers.push(Reader {
-        id,
-        out: Vec::new(),
-        waker: None,
-    });
+    m.readers.push(Reader::new(id, replica));
     // Every reader reads one stream: the new one's starts with a SELECT, so the next
     // effect selects again for all (Redis resets slaveseldb on a full resync).
     m.selected = None;
@@ -159,18 +282,31 @@ pub fn pending(id: u64) -> usize {
     m.readers
         .iter()
         .find(|r| r.id == id)
-        .map_or(0, |r| r.out.len())
+        .map_or(0, Reader::pending)
 }
 
 /// The reader's pending stream bytes, or Pending (waking `waker` when there are
 /// some); None once the reader is gone.
 pub fn poll(id: u64, waker: &Waker) -> Poll<Option<Vec<u8>>> {
+    poll_log(id, waker).map(|taken| {
+        taken.map(|t| match t {
+            Taken::Bytes(bytes, _) => bytes,
+            // A replica's part has no switch points.
+            Taken::Switch => Vec::new(),
+        })
+    })
+}
+
+/// A log reader's next piece (`Taken`), or Pending (waking `waker` when there is
+/// one); None once the reader is gone.
+pub fn poll_log(id: u64, waker: &Waker) -> Poll<Option<Taken>> {
     let mut m = merged();
+    let next_seq = m.next_seq;
     let Some(r) = m.readers.iter_mut().find(|r| r.id == id) else {
         return Poll::Ready(None);
     };
-    if !r.out.is_empty() {
-        return Poll::Ready(Some(std::mem::take(&mut r.out)));
+    if let Some(t) = r.take(next_seq) {
+        return Poll::Ready(Some(t));
     }
     r.waker = Some(waker.clone());
     // The next append on any thread wakes it too (once per waker) ...
@@ -185,10 +321,43 @@ pub fn poll(id: u64, waker: &Waker) -> Poll<Option<Vec<u8>>> {
     }
     // ... and one made between the pull above and those registrations is seen now.
     m.pull();
+    let next_seq = m.next_seq;
     match m.readers.iter_mut().find(|r| r.id == id) {
-        Some(r) if !r.out.is_empty() => Poll::Ready(Some(std::mem::take(&mut r.out))),
-        _ => Poll::Pending,
+        Some(r) => r
+            .take(next_seq)
+            .map_or(Poll::Pending, |t| Poll::Ready(Some(t))),
+        None => Poll::Ready(None),
     }
+}
+
+/// A log reader's next piece, if there is one, without asking to be woken for the
+/// next (a reader that polls on its own schedule spares the writers the wake-ups).
+pub fn take_log(id: u64) -> Option<Option<Taken>> {
+    let mut m = merged();
+    let next_seq = m.next_seq;
+    let r = m.readers.iter_mut().find(|r| r.id == id)?;
+    Some(r.take(next_seq))
+}
+
+/// Closes the log reader's current segment after every entry appended so far: what
+/// is appended from now on, after a SELECT, is taken after a `Taken::Switch`. Called
+/// with every shard held (an AOF rewrite's cut), so "so far" is exactly the cut.
+pub fn switch_point(id: u64) {
+    let mut m = merged();
+    let next_seq = m.next_seq;
+    if let Some(r) = m.readers.iter_mut().find(|r| r.id == id) {
+        if let Some(last) = r.segments.back_mut() {
+            last.ends_at = Some(next_seq);
+        }
+        r.segments.push_back(Segment {
+            bytes: Vec::new(),
+            ends_at: None,
+        });
+        if let Some(w) = r.waker.take() {
+            w.wake();
+        }
+    }
+    m.selected = None;
 }
 
 /// The master's keep-alive PING, into the stream every reader reads (each replica
@@ -201,7 +370,7 @@ pub fn keepalive(period_ms: u64) {
         return;
     }
     m.last_ping_ms = now;
-    m.write(b"*1\r\n$4\r\nPING\r\n");
+    m.write_to(b"*1\r\n$4\r\nPING\r\n", true);
 }
 
 #[cfg(test)]

@@ -35,7 +35,10 @@
 mod merge;
 mod propagation;
 
-pub use merge::{keepalive, offset, pending, poll, subscribe, unsubscribe};
+pub use merge::{
+    keepalive, offset, pending, poll, poll_log, subscribe, subscribe_log, switch_point, take_log,
+    unsubscribe, Taken,
+};
 pub use propagation::{after_global, after_keyed, drain_expired, Propagation};
 
 use std::cell::OnceCell;
@@ -76,6 +79,14 @@ struct ShardLog {
 /// The number of the next entry, process-wide: the merge order.
 static NEXT_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// The number the next entry will get: every entry numbered below it has been
+/// appended (a write's effects are, before its reply is made). The AOF's group commit
+/// waits until its file holds everything below this.
+#[inline]
+pub fn next_seq() -> u64 {
+    NEXT_SEQ.load(Ordering::Acquire)
+}
+
 /// Every thread's log, for the merge.
 static LOGS: Mutex<Vec<Arc<Mutex<ShardLog>>>> = Mutex::new(Vec::new());
 
@@ -101,7 +112,7 @@ fn append(effect: Effect) {
         });
         {
             let mut log = lock(log);
-            let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);
+            let seq = NEXT_SEQ.fetch_add(1, Ordering::AcqRel);
             log.entries.push((seq, effect));
             for w in log.waiting.drain(..) {
                 w.wake();

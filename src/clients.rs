@@ -149,6 +149,9 @@ pub enum ClientRole {
     Replica,
     /// MONITOR made it a feed of every command.
     Monitor,
+    /// The AOF's commands at start (Redis's fake AOF client): refused nothing while
+    /// the dataset loads, never timed out.
+    AofLoader,
 }
 
 /// The client classes CLIENT LIST / CLIENT KILL TYPE select (Redis's getClientType).
@@ -288,7 +291,7 @@ impl ClientShared {
         match self.role.get() {
             ClientRole::Replica => flags.push('S'),
             ClientRole::Monitor => flags.push('O'),
-            ClientRole::Normal => {}
+            ClientRole::Normal | ClientRole::AofLoader => {}
         }
         if self.pubsub.active() {
             flags.push('P');

@@ -98,6 +98,7 @@ pub fn sync_config(config: &Config) {
     crate::storage::events::set_sink(notify_enabled);
     crate::clients::sync_output_limits(config);
     crate::replication::sync_config(config);
+    crate::persistence::aof::sync_config(config);
     crate::storage::rdb::set_compression(config.rdbcompression());
 }
 

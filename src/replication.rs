@@ -36,6 +36,7 @@ pub fn may_refuse() -> bool {
     IS_REPLICA.load(Ordering::Relaxed)
         || WRITES_NEED_REPLICAS.load(Ordering::Relaxed)
         || crate::persistence::bgsave::last_failed()
+        || crate::persistence::aof::may_refuse()
 }
 
 pub fn set_replica(on: bool) {
@@ -63,6 +64,9 @@ pub fn master_slot() -> std::sync::MutexGuard<'static, Option<(String, u16)>> {
 pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Option<&'static str> {
     if write {
         if let Some(e) = crate::persistence::bgsave::write_refusal(config) {
+            return Some(e);
+        }
+        if let Some(e) = crate::persistence::aof::write_refusal() {
             return Some(e);
         }
     }

@@ -325,11 +325,17 @@ fn bgsave_replies_as_redis() {
     let busy = "Background save already in progress";
     assert!(err(&mut c, &["BGSAVE"]).contains(busy));
     assert!(err(&mut c, &["SAVE"]).contains(busy));
-    let scheduled: String = q(&mut c, &["BGSAVE", "SCHEDULE"]);
-    assert_eq!(scheduled, "Background saving scheduled");
+    // SCHEDULE waits for another kind of job (an AOF rewrite), not for a BGSAVE.
+    assert!(err(&mut c, &["BGSAVE", "SCHEDULE"]).contains(busy));
     let _: () = q(&mut c, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
     wait_for_bgsave(&mut c, Duration::from_secs(10));
-    // The scheduled one runs next, by itself.
+    // Inside EXEC it is scheduled, and runs once the transaction is over.
+    let replies: Vec<String> = redis::pipe()
+        .atomic()
+        .cmd("BGSAVE")
+        .query(&mut c)
+        .expect("MULTI BGSAVE EXEC");
+    assert_eq!(replies, ["Background saving scheduled"]);
     let saves = |c: &mut redis::Connection| info_field(c, "rdb_saves");
     let deadline = Instant::now() + Duration::from_secs(5);
     while saves(&mut c) != "2" {

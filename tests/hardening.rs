@@ -2,8 +2,7 @@
 //! 7.0.15 wherever Redis has an answer: protected mode (a client from a non-loopback
 //! address, reproduced on one host by binding the client socket to 127.0.0.2, which
 //! Redis does not count as local), the gating of DEBUG and MODULE and of protected
-//! configs, protocol limits and argument parsing where Tessera used to differ, and
-//! the refusal of `appendonly yes` until there is an AOF.
+//! configs, protocol limits and argument parsing where Tessera used to differ.
 
 mod common;
 use common::*;
@@ -11,7 +10,6 @@ use common::*;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::os::fd::FromRawFd;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A TCP connection to 127.0.0.1:`port` whose local address is `from`.
@@ -364,29 +362,4 @@ fn unauthenticated_errors_come_in_redis_order() {
             b"CONFIG GET port\r\n",
         ],
     );
-}
-
-#[test]
-fn appendonly_yes_is_refused_until_there_is_an_aof() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["--port", "0", "--appendonly", "yes"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tessera");
-    assert!(!out.status.success(), "appendonly yes must stop the server");
-    let text =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("FATAL CONFIG FILE ERROR"), "{text}");
-    assert!(
-        text.contains("appendonly yes is not available yet"),
-        "{text}"
-    );
-
-    let tessera = Server::start(2);
-    let mut c = tessera.client();
-    let e = err(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
-    assert!(e.contains("appendonly yes is not available yet"), "{e}");
-    let v: Vec<String> = q(&mut c, &["CONFIG", "GET", "appendonly"]);
-    assert_eq!(v, ["appendonly", "no"]);
-    let _: () = q(&mut c, &["CONFIG", "SET", "appendonly", "no"]);
 }

@@ -104,6 +104,10 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .await;
                 // A new maxmemory is judged against the allocator's figure of now.
                 crate::storage::memory::refresh_overhead();
+                crate::persistence::rewrite::config_changed(&g.session.cell.data.borrow().config);
+                if let Err(e) = apply_appendonly(&g.session.cell).await {
+                    return g.w().error(&e);
+                }
                 g.w().ok();
             }
             "resetstat" if argc == 2 => {
@@ -138,4 +142,33 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             _ => g.unknown_subcommand("CONFIG"),
         }
     })
+}
+
+/// CONFIG SET appendonly: the AOF turned on (a rewrite first, as Redis's
+/// startAppendOnly) or off when the setting and the state differ. On failure the
+/// setting goes back to `no`, and the reply is Redis's.
+async fn apply_appendonly(cell: &std::rc::Rc<crate::shard::ShardCell>) -> Result<(), String> {
+    use crate::persistence::rewrite;
+    let wanted = cell.data.borrow().config.appendonly();
+    if wanted == rewrite::wanted() {
+        return Ok(());
+    }
+    if !wanted {
+        rewrite::turn_off_at_run_time();
+        return Ok(());
+    }
+    let Err(e) = rewrite::turn_on_at_run_time(cell).await else {
+        return Ok(());
+    };
+    cell.call_all(|c| {
+        let mut d = c.data.borrow_mut();
+        let _ = d
+            .config
+            .set_many(&[(b"appendonly".as_slice(), b"no".as_slice())]);
+        d.refresh_config();
+    })
+    .await;
+    Err(format!(
+        "ERR CONFIG SET failed (possibly related to argument 'appendonly') - {e}"
+    ))
 }

@@ -211,7 +211,7 @@ fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
         ctx.nothing_changed();
         return ctx.out.integer(0);
     }
-    if when <= now as i64 {
+    if when <= now as i64 && !crate::storage::entry::expiry_paused() {
         ctx.db().remove(key);
         ctx.notify(notify::GENERIC, "del", key);
         let del = deleted_as(ctx, "lazyfree-lazy-server-del");
@@ -687,7 +687,7 @@ fn restore(ctx: &mut ExecCtx) {
         (t, false) => now.saturating_add(t as u64),
     };
     let deleted = replace && ctx.db().remove(key).is_some();
-    if at != NO_EXPIRE && at <= now {
+    if at != NO_EXPIRE && at <= now && !crate::storage::entry::expiry_paused() {
         // Already expired: Redis replies OK and does not create the key.
         if deleted {
             let del = deleted_as(ctx, "lazyfree-lazy-server-del");

@@ -1,11 +1,11 @@
-//! Persistence commands (Redis's rdb.c commands): SAVE, BGSAVE, LASTSAVE. What they
-//! start lives in `crate::persistence`.
+//! Persistence commands (Redis's rdb.c and aof.c commands): SAVE, BGSAVE, LASTSAVE,
+//! BGREWRITEAOF. What they start lives in `crate::persistence`.
 
 use super::replication::rcmd;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
 use super::{ClientCtx, GlobalCtx, SYNTAX_ERR};
-use crate::persistence::bgsave;
+use crate::persistence::{bgsave, rewrite};
 
 type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 
@@ -13,6 +13,7 @@ type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 pub static COMMANDS: &[CommandSpec] = &[
     rcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
     rcmd!("bgsave", -1, ADMIN | NOSCRIPT, Kind::Global(bgsave_command), "1.0.0", "Asynchronously save the dataset to disk"),
+    rcmd!("bgrewriteaof", 1, ADMIN | NOSCRIPT, Kind::Global(bgrewriteaof), "1.0.0", "Asynchronously rewrite the append-only file"),
     rcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk"),
 ];
 
@@ -48,10 +49,13 @@ fn bgsave_command<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             2 if g.args[1].eq_ignore_ascii_case(b"schedule") => true,
             _ => return g.w().error(SYNTAX_ERR),
         };
-        if bgsave::in_progress() && !schedule {
+        if bgsave::in_progress() {
             return g.w().error(IN_PROGRESS);
         }
-        if bgsave::in_progress() || g.session.exec_owner.is_some() {
+        if bgsave::busy() || g.session.exec_owner.is_some() {
+            if !schedule && g.session.exec_owner.is_none() {
+                return g.w().error("ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.");
+            }
             bgsave::schedule();
             return g.w().simple("Background saving scheduled");
         }
@@ -60,6 +64,39 @@ fn bgsave_command<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             Ok(()) => g.w().simple("Background saving started"),
             Err(bgsave::StartError::InProgress) => g.w().error(IN_PROGRESS),
             Err(bgsave::StartError::Spawn) => g.w().error("ERR"),
+        }
+    })
+}
+
+/// BGREWRITEAOF: a new base for the AOF from a snapshot, without fork
+/// (`persistence::rewrite`); scheduled while another background job runs or inside
+/// EXEC, as Redis does.
+fn bgrewriteaof<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(async move {
+        if rewrite::in_progress() {
+            return g
+                .w()
+                .error("ERR Background append only file rewriting already in progress");
+        }
+        if bgsave::busy() || g.session.exec_owner.is_some() {
+            rewrite::schedule();
+            return g
+                .w()
+                .simple("Background append only file rewriting scheduled");
+        }
+        let cell = g.session.cell.clone();
+        match rewrite::start(&cell).await {
+            Ok(()) => g
+                .w()
+                .simple("Background append only file rewriting started"),
+            Err(rewrite::StartError::Busy) => {
+                rewrite::schedule();
+                g.w()
+                    .simple("Background append only file rewriting scheduled")
+            }
+            Err(rewrite::StartError::Failed) => g.w().error(
+                "ERR Can't execute an AOF background rewriting. Please check the server logs for more information.",
+            ),
         }
     })
 }

@@ -151,12 +151,22 @@ async fn run_fcall(g: &mut GlobalCtx<'_>, ro: bool) {
 
 /// The script's own client: the caller's database, the script's RESP version, the
 /// script's lock owner (so commands that lock keys re-enter the held locks).
+/// Whether the client's commands are obeyed whatever the replication checks say (the
+/// AOF's, as Redis's mustObeyClient; a master link's once replicas apply a stream).
+fn obeys(s: &Session) -> bool {
+    s.shared.role.get() == crate::clients::ClientRole::AofLoader
+}
+
 fn fake_session(s: &Session, txn: u64) -> Session {
     let c = &s.shared;
     // The script's fake client: the caller's identity, none of its connection.
     let shared = ClientShared::new(c.id, c.addr.clone(), c.laddr.clone(), c.created_ms);
     shared.db.set(s.db);
     shared.last_interaction_ms.set(c.last_interaction_ms.get());
+    // The AOF's commands obey (Redis's mustObeyClient): their scripts too.
+    if c.role.get() == crate::clients::ClientRole::AofLoader {
+        shared.role.set(crate::clients::ClientRole::AofLoader);
+    }
     let shared = Rc::new(shared);
     Session {
         cell: s.cell.clone(),
@@ -233,7 +243,9 @@ async fn run_script(
         client_proto: g.session.proto,
         ro_cmd: ro,
         oom,
-        write_denied: {
+        write_denied: if obeys(g.session) {
+            None
+        } else {
             let config = &cell.data.borrow().config;
             crate::replication::check(config, true, true)
         },
@@ -342,7 +354,7 @@ async fn call(
             "ERR Write commands are not allowed from read-only scripts.",
         );
     }
-    if write {
+    if write && !obeys(fake) {
         let denied = {
             let config = &fake.cell.data.borrow().config;
             crate::replication::check(config, true, true)

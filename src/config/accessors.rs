@@ -343,6 +343,10 @@ impl Config {
         self.str_at(IDX_APPENDFILENAME)
     }
 
+    pub fn appenddirname(&self) -> &str {
+        self.str_at(IDX_APPENDDIRNAME)
+    }
+
     pub fn appendfsync(&self) -> AppendFsync {
         AppendFsync::ALL
             .get(self.enum_at(IDX_APPENDFSYNC))

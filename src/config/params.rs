@@ -83,9 +83,6 @@ pub enum Special {
     FileName,
     /// Tessera's `cpus` list (`0-3,8`), empty for "no pinning".
     CpuList,
-    /// `appendonly`: a yes/no that refuses `yes` until Tessera writes an AOF, so
-    /// that nobody runs believing their writes are logged.
-    AppendOnly,
     /// `replicaof host port` (or `no one`): the master, set in the config file or
     /// by REPLICAOF; CONFIG GET shows the one in force.
     ReplicaOf,
@@ -415,9 +412,8 @@ const TABLE: &[ConfigParam] = &[
     boolean("rdbchecksum", "yes"),
     special("dbfilename", Special::FileName, "dump.rdb").flag(ParamFlags::PROTECTED),
     special("dir", Special::Dir, ".").flag(ParamFlags::PROTECTED),
-    special("appendonly", Special::AppendOnly, "no"),
+    boolean("appendonly", "no"),
     special("appendfilename", Special::FileName, "appendonly.aof").flag(IMMUTABLE),
-    // Read only when an AOF is written (appendonly yes is refused until then).
     special("appenddirname", Special::FileName, "appendonlydir").flag(IMMUTABLE),
     boolean("aof-load-truncated", "yes"),
     boolean("aof-timestamp-enabled", "no"),
@@ -586,6 +582,7 @@ pub(super) const IDX_RDB_KEY_SAVE_DELAY: usize = param_index("rdb-key-save-delay
 pub(super) const IDX_STOP_WRITES_ON_BGSAVE_ERROR: usize =
     param_index("stop-writes-on-bgsave-error");
 pub(super) const IDX_APPENDONLY: usize = param_index("appendonly");
+pub(super) const IDX_APPENDDIRNAME: usize = param_index("appenddirname");
 pub(super) const IDX_APPENDFILENAME: usize = param_index("appendfilename");
 pub(super) const IDX_APPENDFSYNC: usize = param_index("appendfsync");
 pub(super) const IDX_NOTIFY: usize = param_index("notify-keyspace-events");
@@ -639,8 +636,3 @@ pub(super) fn directive_not_yet(name: &str) -> Option<&'static str> {
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, why)| *why)
 }
-
-/// Why `appendonly yes` is refused, in the config file, on the command line and
-/// in CONFIG SET.
-pub(super) const APPENDONLY_NOT_YET: &str =
-    "appendonly yes is not available yet: Tessera does not write an append-only file (AOF)";

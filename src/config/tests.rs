@@ -240,17 +240,19 @@ fn include_wildcards() {
 }
 
 #[test]
-fn appendonly_yes_is_refused_until_there_is_an_aof() {
-    let err = load(&["--appendonly", "yes"]).expect_err("appendonly yes must be refused");
-    assert!(err.contains(APPENDONLY_NOT_YET), "{err}");
-    let mut c = load(&["--appendonly", "no"]).expect("appendonly no is fine");
-    assert!(!c.appendonly());
-    let err = set(&mut c, &[("appendonly", "yes")]).expect_err("CONFIG SET refuses it");
-    assert_eq!(
-        err,
-        format!("ERR CONFIG SET failed (possibly related to argument 'appendonly') - {APPENDONLY_NOT_YET}")
-    );
+fn appendonly_and_the_aof_settings() {
+    let mut c = load(&["--appendonly", "yes", "--appenddirname", "aofs"]).expect("load");
+    assert!(c.appendonly());
+    assert_eq!(c.appenddirname(), "aofs");
+    set(&mut c, &[("appendonly", "no")]).expect("CONFIG SET appendonly no");
     assert_eq!(get1(&c, "appendonly"), "no");
+    let err = set(&mut c, &[("appenddirname", "x")]).expect_err("appenddirname is immutable");
+    assert!(err.contains("can't set immutable config"), "{err}");
+    let err = load(&["--appenddirname", "a/b"]).expect_err("a directory name, not a path");
+    assert!(
+        err.contains("appenddirname can't be a path, just a dirname"),
+        "{err}"
+    );
 }
 
 #[test]

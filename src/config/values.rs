@@ -147,10 +147,6 @@ fn parse_special(
         Special::ProcTitleTemplate => parse_proc_title_template(single(args)?),
         Special::OomScoreAdjValues => parse_oom_values(args),
         Special::ShutdownFlags => parse_shutdown_flags(args),
-        Special::AppendOnly => match parse_bool(single(args)?)? {
-            Value::Bool(true) => Err(APPENDONLY_NOT_YET.to_string()),
-            v => Ok(v),
-        },
     }
 }
 
@@ -455,6 +451,15 @@ fn parse_dir(s: &str) -> Result<Value, String> {
 }
 
 fn parse_file_name(name: &str, s: &str) -> Result<Value, String> {
+    // Redis's isValidAOFdirname / isValidAOFfilename / isValidDBfilename.
+    if name == "appenddirname" || name == "appendfilename" {
+        if s.is_empty() {
+            return Err(format!("{name} can't be empty"));
+        }
+        if name == "appenddirname" && s.contains('/') {
+            return Err("appenddirname can't be a path, just a dirname".to_string());
+        }
+    }
     if s.contains('/') {
         return Err(format!("{name} can't be a path, just a filename"));
     }

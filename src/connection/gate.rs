@@ -173,16 +173,21 @@ impl Connection {
             let msg = commands::pubsub::subscribed_context_error(spec.name);
             return Gate::Refuse(Some(idx), msg);
         }
+        if let Some(err) = self.replication_gate(spec) {
+            return Gate::Refuse(Some(idx), err.into());
+        }
+        if crate::persistence::loading()
+            && t.stat_flags(stat) & flags::LOADING == 0
+            && self.session.shared.role.get() != crate::clients::ClientRole::AofLoader
+        {
+            return Gate::Refuse(Some(idx), crate::persistence::LOADING_ERR.into());
+        }
+        // After -LOADING, as Redis checks: a script the AOF runs while loading makes
+        // clients wait for the load, not for the script.
         if let Some(busy) = crate::scripting::busy_error() {
             if !spec.has(flags::ALLOW_BUSY) {
                 return Gate::Busy(busy);
             }
-        }
-        if let Some(err) = self.replication_gate(spec) {
-            return Gate::Refuse(Some(idx), err.into());
-        }
-        if crate::persistence::loading() && t.stat_flags(stat) & flags::LOADING == 0 {
-            return Gate::Refuse(Some(idx), crate::persistence::LOADING_ERR.into());
         }
         Gate::Pass
     }
@@ -227,7 +232,10 @@ impl Connection {
     /// link is down with replica-serve-stale-data off. Commands EXEC or a script runs
     /// are not checked again.
     pub(super) fn replication_gate(&self, spec: &commands::CommandSpec) -> Option<&'static str> {
-        if self.session.exec_owner.is_some() || self.session.in_script {
+        if self.session.exec_owner.is_some()
+            || self.session.in_script
+            || self.session.shared.role.get() == crate::clients::ClientRole::AofLoader
+        {
             return None;
         }
         let write = spec.has(flags::WRITE);
@@ -236,6 +244,9 @@ impl Connection {
         // Redis refuses PING too while writes are refused for a failed save.
         if spec.name == "ping" {
             if let Some(e) = crate::persistence::bgsave::write_refusal(config) {
+                return Some(e);
+            }
+            if let Some(e) = crate::persistence::aof::write_refusal() {
                 return Some(e);
             }
         }
@@ -274,6 +285,7 @@ impl Connection {
         }
         self.flush().await;
         if !self.out.is_empty() {
+            crate::persistence::aof::wait_durable().await;
             let n = self.out.len();
             if self.stream.write_all(&self.out).await.is_err() {
                 self.session.close_after_reply = true;

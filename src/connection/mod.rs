@@ -185,6 +185,16 @@ fn shrink_query_buf(buf: &mut Vec<u8>, size: usize) {
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
+    serve_as(cell, stream, crate::clients::ClientRole::Normal).await
+}
+
+/// The AOF's commands at start, read from `stream` (persistence/aof_load.rs feeds
+/// it): a connection whose commands are refused nothing while the dataset loads.
+pub async fn serve_aof_client(cell: Rc<ShardCell>, stream: TcpStream) {
+    serve_as(cell, stream, crate::clients::ClientRole::AofLoader).await
+}
+
+async fn serve_as(cell: Rc<ShardCell>, stream: TcpStream, role: crate::clients::ClientRole) {
     let Ok((peer, local)) = stream.addresses() else {
         return;
     };
@@ -212,8 +222,10 @@ pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
     // No buffer yet: the query buffer is allocated by the first read that has input
     // and the output buffer by the first reply (an idle connection holds neither).
     client.read_waker = Some(stream.read_waker());
+    client.role.set(role);
     let shared = Rc::new(client);
-    let authenticated = cell.data.borrow().config.requirepass().is_none();
+    let authenticated = role == crate::clients::ClientRole::AofLoader
+        || cell.data.borrow().config.requirepass().is_none();
     cell.data.borrow_mut().stats.total_connections += 1;
     cell.clients.borrow_mut().add(shared.clone());
     let mut conn = Connection {
@@ -290,6 +302,9 @@ impl Connection {
                 crate::runtime::yield_to_round_end().await;
             }
             if !self.out.is_empty() {
+                // Under appendfsync always, nothing is acknowledged before the AOF
+                // holds it on disk (group commit: one fsync for every core's round).
+                crate::persistence::aof::wait_durable().await;
                 let n = self.out.len() as u64;
                 if !self.write_out().await {
                     return;

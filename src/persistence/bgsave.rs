@@ -49,8 +49,19 @@ pub enum Outcome {
     Killed(i32),
 }
 
+/// What a background job writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// BGSAVE: `dir`/`dbfilename`.
+    Rdb,
+    /// An AOF rewrite's new base: this path under `dir` (`appenddirname`/name), an
+    /// RDB or (`commands`, aof-use-rdb-preamble no) the commands that rebuild it.
+    AofBase { path: String, commands: bool },
+}
+
 /// One background save.
 pub struct Job {
+    pub(super) kind: Kind,
     pieces: Sender<Piece>,
     /// Bytes sent to the framing thread and not yet written.
     pub(super) in_flight: AtomicUsize,
@@ -139,6 +150,19 @@ static LAST_TRY_UNIX: AtomicU64 = AtomicU64::new(0);
 static LAST_TIME_SEC: AtomicI64 = AtomicI64::new(-1);
 static LAST_AHEAD_BYTES: AtomicU64 = AtomicU64::new(0);
 
+/// Background jobs started, and how long the last one held every shard for its cut:
+/// INFO's total_forks and latest_fork_usec (what a fork is and costs in Redis).
+static JOBS_STARTED: AtomicU64 = AtomicU64::new(0);
+static LAST_CUT_US: AtomicU64 = AtomicU64::new(0);
+
+/// INFO stats' (total_forks, latest_fork_usec).
+pub fn fork_stats() -> (u64, u64) {
+    (
+        JOBS_STARTED.load(Ordering::Relaxed),
+        LAST_CUT_US.load(Ordering::Relaxed),
+    )
+}
+
 /// Bytes of records the walks may have in flight to the writer before they wait.
 const MAX_IN_FLIGHT: usize = 16 << 20;
 /// How long one step of a walk may run before the shard serves its clients again.
@@ -160,9 +184,29 @@ fn job() -> Option<Arc<Job>> {
     lock(&JOB).clone()
 }
 
-/// Whether a background save is in progress (INFO rdb_bgsave_in_progress).
+/// Whether a BGSAVE is in progress (INFO rdb_bgsave_in_progress).
 pub fn in_progress() -> bool {
-    lock(&JOB).is_some()
+    lock(&JOB).as_ref().is_some_and(|j| j.kind == Kind::Rdb)
+}
+
+/// Whether any background job (a BGSAVE or an AOF rewrite) runs: Redis has one child
+/// at a time (hasActiveChildProcess).
+pub fn busy() -> bool {
+    lock(&JOB).is_some() || STARTING.load(Ordering::SeqCst)
+}
+
+/// The job in progress, if it is an AOF rewrite: when it started and its writer's pid.
+pub fn rewrite_running() -> Option<(Instant, u32, u64)> {
+    lock(&JOB)
+        .as_ref()
+        .filter(|j| j.kind != Kind::Rdb)
+        .map(|j| {
+            (
+                j.started,
+                j.child_pid,
+                j.ahead_bytes.load(Ordering::Relaxed),
+            )
+        })
 }
 
 /// Why a BGSAVE could not start.
@@ -177,37 +221,56 @@ pub enum StartError {
 /// Starts a background save: the cut, the walks, the writer. Returns once the cut is
 /// taken (what BGSAVE's "Background saving started" means).
 pub async fn start(cell: &Rc<ShardCell>) -> Result<(), StartError> {
+    start_job(cell, Kind::Rdb, Box::new(|| true)).await
+}
+
+/// What runs at the cut, while every shard is held (an AOF rewrite switches the
+/// stream to its new incr file there); false gives the job up.
+pub type AtCut = Box<dyn FnOnce() -> bool>;
+
+/// Starts a background job of `kind`: `start`, for BGSAVE and AOF rewrites alike.
+pub async fn start_job(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), StartError> {
     if STARTING.swap(true, Ordering::SeqCst) {
         return Err(StartError::InProgress);
     }
-    let started = begin(cell).await;
+    let started = begin(cell, kind, at_cut).await;
     STARTING.store(false, Ordering::SeqCst);
     started
 }
 
-async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
-    if in_progress() {
+async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), StartError> {
+    if lock(&JOB).is_some() {
         return Err(StartError::InProgress);
     }
     // A save given up is still restoring its marks: a matter of milliseconds.
     while WALKING.load(Ordering::SeqCst) > 0 {
         crate::runtime::sleep(Duration::from_millis(1)).await;
     }
-    super::SAVES.fetch_add(1, Ordering::Relaxed);
-    LAST_TRY_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+    if kind == Kind::Rdb {
+        super::SAVES.fetch_add(1, Ordering::Relaxed);
+        LAST_TRY_UNIX.store(crate::util::now_ms() / 1000, Ordering::Relaxed);
+    }
     let (dir, dbfilename, checksum) = {
         let data = cell.data.borrow();
+        let target = match &kind {
+            Kind::Rdb => data.config.dbfilename().to_string(),
+            Kind::AofBase { path, .. } => path.clone(),
+        };
         (
             std::path::PathBuf::from(data.config.dir()),
-            data.config.dbfilename().to_string(),
+            target,
             data.config.rdbchecksum(),
         )
     };
     let child = match writer::spawn_child(&dir, &dbfilename) {
         Ok(c) => c,
         Err(e) => {
-            LAST_OK.store(false, Ordering::Relaxed);
-            tracing::warn!("Can't save in background: fork: {e}");
+            if kind == Kind::Rdb {
+                LAST_OK.store(false, Ordering::Relaxed);
+                tracing::warn!("Can't save in background: fork: {e}");
+            } else {
+                tracing::warn!("Can't rewrite append only file in background: fork: {e}");
+            }
             return Err(StartError::Spawn);
         }
     };
@@ -216,6 +279,7 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
         write: false,
         client: 0,
     };
+    let cut_started = Instant::now();
     let op = MultiShardOp::lock_all(owner, cell).await;
     let cuts = op
         .on_each(cell, |d| {
@@ -231,7 +295,10 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
         })
         .await;
     let (_, libraries) = crate::scripting::functions::snapshot();
+    let cut_taken = at_cut();
     op.release(cell).await;
+    JOBS_STARTED.fetch_add(1, Ordering::Relaxed);
+    LAST_CUT_US.store(cut_started.elapsed().as_micros() as u64, Ordering::Relaxed);
 
     let mut db_sizes = vec![(0u64, 0u64); cuts.first().map_or(0, |(s, _)| s.len())];
     for (sizes, _) in &cuts {
@@ -242,14 +309,29 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
     }
     let keys_total = db_sizes.iter().map(|s| s.0).sum();
     let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
+    let aof_base = kind != Kind::Rdb;
+    let commands = matches!(kind, Kind::AofBase { commands: true, .. });
+    let header = if commands {
+        let mut h = Vec::new();
+        if super::aof::timestamps() {
+            let now = crate::util::now_ms() / 1000;
+            h.extend_from_slice(format!("#TS:{now}\r\n").as_bytes());
+        }
+        super::aof_base::function_loads(&mut h, &codes);
+        h
+    } else {
+        crate::storage::rdb::file::header_for(&codes, aof_base)
+    };
     let framing = writer::Framing {
-        header: crate::storage::rdb::file::header(&codes),
+        commands,
+        header,
         db_sizes,
         shards: cuts.len(),
         checksum,
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let job = Arc::new(Job {
+        kind,
         pieces: tx,
         in_flight: AtomicUsize::new(0),
         abandoned: AtomicBool::new(false),
@@ -274,7 +356,7 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
             writer::lower_priority();
             writer::run(framer, rx, child, framing)
         });
-    if spawned.is_err() {
+    if spawned.is_err() || !cut_taken {
         // The child, left without a pipe writer, sees end-of-file and gives up.
         job.abandon();
         job.finish(Outcome::Failed);
@@ -284,7 +366,11 @@ async fn begin(cell: &Rc<ShardCell>) -> Result<(), StartError> {
         crate::runtime::spawn_detached(async move { walk(c, job).await });
     })
     .await;
-    tracing::info!("Background saving started by pid {pid}");
+    if aof_base {
+        tracing::info!("Background append only file rewriting started by pid {pid}");
+    } else {
+        tracing::info!("Background saving started by pid {pid}");
+    }
     Ok(())
 }
 
@@ -414,9 +500,24 @@ fn step(
 /// SIGUSR1 (the save's status stays "ok") and its shards stop writing. Returns whether
 /// one was in progress.
 pub fn abandon() -> bool {
-    let Some(job) = job() else {
-        return false;
-    };
+    match job() {
+        Some(job) if job.kind == Kind::Rdb => abandon_job(&job),
+        _ => false,
+    }
+}
+
+/// Gives the AOF rewrite in progress up (Redis's killAppendOnlyChild).
+pub fn abandon_rewrite() -> bool {
+    match job() {
+        Some(job) if job.kind != Kind::Rdb => {
+            tracing::info!("Killing running AOF rewrite child: {}", job.child_pid);
+            abandon_job(&job)
+        }
+        _ => false,
+    }
+}
+
+fn abandon_job(job: &Job) -> bool {
     job.abandon();
     // The framing thread reaps the child (and removes its temporary file).
     job.signal_child(libc::SIGUSR1);
@@ -429,8 +530,12 @@ pub async fn abandon_for_shutdown() {
     let Some(job) = job() else {
         return;
     };
-    tracing::warn!("There is a child saving an .rdb. Killing it!");
-    abandon();
+    if job.kind == Kind::Rdb {
+        tracing::warn!("There is a child saving an .rdb. Killing it!");
+    } else {
+        tracing::warn!("There is a child rewriting the AOF. Killing it!");
+    }
+    abandon_job(&job);
     let deadline = Instant::now() + Duration::from_secs(2);
     while job.outcome().is_none() && Instant::now() < deadline {
         crate::runtime::sleep(Duration::from_millis(5)).await;
@@ -459,7 +564,13 @@ pub fn cron(cell: &Rc<ShardCell>) {
             if !FINISHING.swap(true, Ordering::SeqCst) {
                 let cell = cell.clone();
                 crate::runtime::spawn_detached(async move {
-                    done(&cell, &job, outcome).await;
+                    if job.kind == Kind::Rdb {
+                        done(&cell, &job, outcome).await;
+                    } else {
+                        let pid = job.child_pid;
+                        super::rewrite::done(&cell, &job.kind, outcome, pid, job.started).await;
+                        *lock(&JOB) = None;
+                    }
                     FINISHING.store(false, Ordering::SeqCst);
                 });
             }
@@ -470,6 +581,9 @@ pub fn cron(cell: &Rc<ShardCell>) {
     let may_retry = LAST_OK.load(Ordering::Relaxed)
         || now.saturating_sub(LAST_TRY_UNIX.load(Ordering::Relaxed)) > RETRY_DELAY_S;
     if !may_retry || WALKING.load(Ordering::SeqCst) > 0 {
+        return;
+    }
+    if super::rewrite::cron(cell) {
         return;
     }
     if SCHEDULED.load(Ordering::Relaxed) {
@@ -572,20 +686,19 @@ pub fn info_fields(out: &mut String, dirty: u64, last_save: u64, saves: u64) {
                 processed as f64 * 100.0 / j.keys_total as f64
             };
             let ahead = j.ahead_bytes.load(Ordering::Relaxed);
-            (
-                ahead,
-                processed,
-                j.keys_total,
-                perc,
-                j.started.elapsed().as_secs() as i64,
-            )
+            let current = if j.kind == Kind::Rdb {
+                j.started.elapsed().as_secs() as i64
+            } else {
+                -1
+            };
+            (ahead, processed, j.keys_total, perc, current)
         }
         None => (0, 0, 0, 0.0, -1),
     };
     let _ = write!(
         out,
         "current_cow_peak:{ahead}\r\ncurrent_cow_size:{ahead}\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:{perc:.2}\r\ncurrent_save_keys_processed:{processed}\r\ncurrent_save_keys_total:{total}\r\nrdb_changes_since_last_save:{dirty}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{last_save}\r\nrdb_last_bgsave_status:{}\r\nrdb_last_bgsave_time_sec:{}\r\nrdb_current_bgsave_time_sec:{current}\r\nrdb_saves:{saves}\r\nrdb_last_cow_size:{}\r\n",
-        job.is_some() as u8,
+        in_progress() as u8,
         if last_failed() { "err" } else { "ok" },
         LAST_TIME_SEC.load(Ordering::Relaxed),
         LAST_AHEAD_BYTES.load(Ordering::Relaxed),

@@ -87,6 +87,12 @@ pub static LAST_LOAD_KEYS_EXPIRED: AtomicU64 = AtomicU64::new(0);
 /// as Redis starts), Redis's fatal line when it cannot be read.
 pub fn open(config: &crate::config::Config, shards: usize) -> Result<Option<Arc<RdbFile>>, String> {
     let path = std::path::Path::new(config.dir()).join(config.dbfilename());
+    open_path(&path, shards)
+}
+
+/// `open`, for the file at `path` (an AOF's RDB base).
+pub fn open_path(path: &std::path::Path, shards: usize) -> Result<Option<Arc<RdbFile>>, String> {
+    let path = path.to_path_buf();
     let map = match Mapped::open(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -382,19 +388,30 @@ pub async fn reload(
     if save && super::save::save(cell).await.is_err() {
         return Err("ERR");
     }
-    let (path, check) = {
+    let path = {
         let data = cell.data.borrow();
-        let dir = std::path::Path::new(data.config.dir());
-        (
-            dir.join(data.config.dbfilename()),
-            data.config.rdbchecksum(),
-        )
+        std::path::Path::new(data.config.dir()).join(data.config.dbfilename())
     };
-    let Ok(map) = Mapped::open(&path) else {
+    load_into(cell, &path, flush, merge).await?;
+    tracing::warn!("DB reloaded by DEBUG RELOAD");
+    Ok(())
+}
+
+/// Loads the RDB file at `path` into the running server with every shard held
+/// (emptied first when `flush`), as DEBUG RELOAD and DEBUG LOADAOF do. Returns where
+/// the RDB ended in the file.
+pub async fn load_into(
+    cell: &std::rc::Rc<ShardCell>,
+    path: &std::path::Path,
+    flush: bool,
+    merge: bool,
+) -> Result<u64, &'static str> {
+    let check = cell.data.borrow().config.rdbchecksum();
+    let Ok(map) = Mapped::open(path) else {
         return Err(RELOAD_FAILED);
     };
     // Nobody watches a reload's progress: no per-shard counters.
-    let file = Arc::new(RdbFile::new(&path, map, 0));
+    let file = Arc::new(RdbFile::new(path, map, 0));
     let owner = crate::shard::locks::LockOwner {
         id: cell.next_txn_id(),
         write: true,
@@ -442,8 +459,23 @@ pub async fn reload(
     }
     op.release(cell).await;
     log_done(&done);
-    tracing::warn!("DB reloaded by DEBUG RELOAD");
-    Ok(())
+    let (body_len, stored) = done.first().map_or((0, None), |d| d.eof);
+    Ok((body_len + if stored.is_some() { 8 } else { 0 }) as u64)
+}
+
+/// Empties every database and the function libraries with every shard held, without
+/// propagating anything (DEBUG LOADAOF before it loads).
+pub async fn clear_all(cell: &std::rc::Rc<ShardCell>) {
+    let owner = crate::shard::locks::LockOwner {
+        id: cell.next_txn_id(),
+        write: true,
+        client: 0,
+    };
+    let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
+    op.on_each(cell, |d| d.dbs.iter_mut().for_each(|db| db.clear()))
+        .await;
+    crate::scripting::functions::flush();
+    op.release(cell).await;
 }
 
 const RELOAD_FAILED: &str = "ERR Error trying to load the RDB dump";
@@ -455,15 +487,17 @@ fn exit_refusing(e: &LoadError) -> ! {
 }
 
 /// Waits for every shard, checks the CRC64 meanwhile and logs progress every 2 s.
-/// `on_tick` runs every 100 ms or so (the server polls its signals there). True when
-/// the dataset is loaded; false when the file was refused (logged).
+/// `on_tick` runs every 100 ms or so (the server polls its signals there). Returns
+/// where the RDB ended in the file (an old AOF's command tail starts there) once the
+/// dataset is loaded; None when the file was refused (logged). The caller ends the
+/// loading state (an AOF may have more to load).
 pub fn finish(
     file: &RdbFile,
     results: Receiver<ShardResult>,
     shards: usize,
     check: bool,
     mut on_tick: impl FnMut(),
-) -> bool {
+) -> Option<u64> {
     let bytes = file.map.bytes();
     let mut crc = Checksum::default();
     let mut done = Vec::with_capacity(shards);
@@ -477,11 +511,14 @@ pub fn finish(
         };
         match results.recv_timeout(timeout) {
             Ok(Ok(loaded)) => done.push(loaded),
-            Ok(Err(e)) => return refuse(&e),
+            Ok(Err(e)) => {
+                refuse(&e);
+                return None;
+            }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 tracing::warn!("A shard stopped while loading the DB. Exiting.");
-                return false;
+                return None;
             }
         }
         on_tick();
@@ -491,14 +528,13 @@ pub fn finish(
         }
     }
     if let Err(e) = verify_checksum(file, &done, check, &mut crc) {
-        return refuse(&e);
+        refuse(&e);
+        return None;
     }
     log_done(&done);
-    let secs = file.started.elapsed().as_secs_f64();
-    tracing::info!("DB loaded from disk: {secs:.3} seconds");
     *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    super::set_loading(false);
-    true
+    let (body_len, stored) = done.first().map_or((0, None), |d| d.eof);
+    Some((body_len + if stored.is_some() { 8 } else { 0 }) as u64)
 }
 
 /// Checks the file's CRC64 against the one after EOF (`crc` holds what was summed

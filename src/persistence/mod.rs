@@ -13,8 +13,14 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub mod aof;
+pub mod aof_base;
+pub mod aof_load;
+pub mod aof_reader;
 pub mod bgsave;
 pub mod load;
+pub mod manifest;
+pub mod rewrite;
 pub mod save;
 pub mod writer;
 
@@ -57,8 +63,9 @@ pub fn loading() -> bool {
     LOADING.load(Ordering::Relaxed)
 }
 
-pub(crate) fn set_loading(on: bool) {
+pub fn set_loading(on: bool) {
     LOADING.store(on, Ordering::Relaxed);
+    crate::storage::entry::set_dataset_loading(on);
 }
 
 /// Redis's reply to a command refused while the dataset loads.
@@ -74,8 +81,9 @@ pub fn info_section(started_unix_ms: u64, dirty: u64, out: &mut String) {
     bgsave::info_fields(out, dirty, last, saves);
     let _ = write!(
         out,
-        "rdb_last_load_keys_expired:{}\r\nrdb_last_load_keys_loaded:{}\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\naof_last_write_status:ok\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n",
+        "rdb_last_load_keys_expired:{}\r\nrdb_last_load_keys_loaded:{}\r\n",
         load::LAST_LOAD_KEYS_EXPIRED.load(Ordering::Relaxed),
         load::LAST_LOAD_KEYS_LOADED.load(Ordering::Relaxed),
     );
+    aof::info_fields(out);
 }

@@ -67,6 +67,9 @@ pub fn temp_path(dir: &Path, pid: u32) -> PathBuf {
 
 /// What the framing thread starts from.
 pub struct Framing {
+    /// An AOF base of commands (aof-use-rdb-preamble no): the records are turned into
+    /// the commands that rebuild them, with SELECTs, and the file has no trailer.
+    pub commands: bool,
     pub header: Vec<u8>,
     /// Keys and keys with a TTL per database at the cut.
     pub db_sizes: Vec<(u64, u64)>,
@@ -141,6 +144,19 @@ fn frame(
             return Err(());
         }
         match pieces.recv_timeout(Duration::from_millis(50)) {
+            Ok(Piece::Records { db, bytes }) if framing.commands => {
+                job.in_flight.fetch_sub(bytes.len(), Ordering::Relaxed);
+                let mut cmds = Vec::with_capacity(bytes.len() + 64);
+                if selected != Some(db) {
+                    super::aof_base::select(&mut cmds, db);
+                    selected = Some(db);
+                }
+                if let Err(e) = super::aof_base::records_to_commands(&bytes, &mut cmds) {
+                    tracing::warn!("Write error writing append only file on disk: {e}");
+                    return Err(());
+                }
+                out.send(&cmds)?;
+            }
             Ok(Piece::Records { db, bytes }) => {
                 job.in_flight.fetch_sub(bytes.len(), Ordering::Relaxed);
                 if selected != Some(db) {
@@ -162,11 +178,13 @@ fn frame(
             Err(RecvTimeoutError::Disconnected) => return Err(()),
         }
     }
-    let trailer = match out.checksum {
-        true => file::trailer(out.crc),
-        false => file::trailer_without_checksum(),
-    };
-    out.send(&trailer)?;
+    if !framing.commands {
+        let trailer = match out.checksum {
+            true => file::trailer(out.crc),
+            false => file::trailer_without_checksum(),
+        };
+        out.send(&trailer)?;
+    }
     out.pipe.write_all(&0u64.to_le_bytes()).map_err(|_| ())
 }
 

@@ -374,6 +374,16 @@ impl TcpStream {
         })
     }
 
+    /// One end of a Unix socket pair as a connection (the AOF loader's fake client);
+    /// `label` is the address CLIENT LIST shows for it.
+    pub fn from_unix(s: std::os::unix::net::UnixStream, label: &str) -> io::Result<TcpStream> {
+        // SAFETY: the fd moves from the Unix stream into the wrapper, its only owner.
+        let s = unsafe { std::net::TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(s)) };
+        let mut stream = TcpStream::from_std(s)?;
+        stream.unix = Some(label.into());
+        Ok(stream)
+    }
+
     /// The peer and local address as CLIENT LIST shows them.
     pub fn addresses(&self) -> io::Result<(PeerAddr, PeerAddr)> {
         if let Some(path) = &self.unix {

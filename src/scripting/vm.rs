@@ -185,6 +185,8 @@ struct RunState {
     /// The error table of the last failed `redis.call`, with its marker number.
     pending: RefCell<Option<(u64, Value)>>,
     err_seq: Cell<u64>,
+    /// The running script's name (its body's SHA1, or the function's), for the log.
+    name: RefCell<String>,
 }
 
 struct FuncEntry {
@@ -252,6 +254,16 @@ fn hook(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<VmState> {
         }
         mode => {
             if !st.busy.get() && elapsed.as_millis() as u64 >= st.threshold_ms.get() {
+                let kill = if mode == Mode::Eval {
+                    "SCRIPT KILL"
+                } else {
+                    "FUNCTION KILL"
+                };
+                tracing::warn!(
+                    "Slow script detected: still in execution after {} milliseconds. You can try killing the script using the {kill} command. Script name is: {}.",
+                    elapsed.as_millis(),
+                    st.name.borrow()
+                );
                 st.busy.set(true);
                 super::set_busy(mode == Mode::Eval);
             }
@@ -353,6 +365,7 @@ impl Vm {
             link: RefCell::new(None),
             pending: RefCell::new(None),
             err_seq: Cell::new(0),
+            name: RefCell::new(String::new()),
         });
         let prims = Self::prims(&lua, &st)?;
         let (run, load_library, store): (Function, Function, Table) =
@@ -830,6 +843,11 @@ impl Vm {
         st.mode.set(mode);
         st.start.set(Instant::now());
         st.threshold_ms.set(threshold_ms);
+        // Redis names an EVAL script's function f_<sha1>.
+        *st.name.borrow_mut() = match mode {
+            Mode::Eval => format!("f_{name}"),
+            _ => name.to_string(),
+        };
         st.busy.set(false);
         st.resp3.set(false);
         st.ro.set(ro);

@@ -169,12 +169,53 @@ pub fn run(config: Config) -> i32 {
     tracing::warn!("Server initialized");
     // The file is opened and mapped here; every shard loads its slots of it once it
     // listens, answering -LOADING meanwhile, and `finish` below waits for them all.
-    let rdb = match crate::persistence::load::open(&config, n) {
+    // With appendonly yes the AOF is the dataset (Redis ignores the RDB then): its
+    // base loads as an RDB would, its commands through the AOF client on shard 0.
+    crate::persistence::aof_load::set_client_spawner(spawn_aof_client);
+    let aof = match crate::persistence::aof_load::prepare(&config) {
+        Ok(plan) => plan,
+        Err(lines) => {
+            lines.iter().for_each(|l| tracing::warn!("{l}"));
+            return 1;
+        }
+    };
+    let opened = match &aof {
+        Some(plan) => match plan.rdb_base() {
+            Some(path) => {
+                if path
+                    .file_name()
+                    .is_some_and(|f| *f == *config.appendfilename())
+                {
+                    tracing::info!("Reading RDB preamble from AOF file...");
+                } else {
+                    tracing::info!("Reading RDB base file on AOF loading...");
+                }
+                crate::persistence::load::open_path(&path, n)
+            }
+            None => Ok(None),
+        },
+        None => crate::persistence::load::open(&config, n),
+    };
+    let rdb = match opened {
         Ok(file) => file,
         Err(fatal) => {
             tracing::warn!("{fatal}");
             return 1;
         }
+    };
+    let load_started = std::time::Instant::now();
+    let (aof_feed, mut aof_client) = match aof.as_ref().filter(|p| p.has_commands()) {
+        Some(_) => match std::os::unix::net::UnixStream::pair() {
+            Ok((feed, client)) => {
+                crate::persistence::set_loading(true);
+                (Some(feed), Some(client))
+            }
+            Err(e) => {
+                tracing::warn!("Can't start the AOF loader's connection: {e}");
+                return 1;
+            }
+        },
+        None => (None, None),
     };
     let (loaded_tx, loaded_rx) = std::sync::mpsc::channel();
     let hasher = DefaultHashBuilder::default();
@@ -191,6 +232,7 @@ pub fn run(config: Config) -> i32 {
         let addrs = listen.clone();
         let ready = ready_tx.clone();
         let load = rdb.clone().map(|file| (file, loaded_tx.clone()));
+        let aof_client = if i == 0 { aof_client.take() } else { None };
         // The Unix socket cannot be shared with SO_REUSEPORT: the first shard accepts
         // on it, and its commands reach other shards as any connection's do.
         let unix = if i == 0 { unixsocket.clone() } else { None };
@@ -239,6 +281,12 @@ pub fn run(config: Config) -> i32 {
                     let loading = crate::persistence::load::load_shard(cell.clone(), file, done);
                     runtime::spawn_detached(loading);
                 }
+                if let Some(sock) = aof_client {
+                    match runtime::TcpStream::from_unix(sock, "aof") {
+                        Ok(stream) => spawn_aof_client(cell.clone(), stream),
+                        Err(e) => tracing::warn!("Can't start the AOF loader's connection: {e}"),
+                    }
+                }
                 let mut accepting = Vec::new();
                 for l in listeners {
                     let cell = cell.clone();
@@ -278,6 +326,7 @@ pub fn run(config: Config) -> i32 {
         }
     }
     drop(loaded_tx);
+    let mut rdb_end = None;
     if let Some(file) = rdb {
         // A signal while loading schedules the shutdown as at any other time (shard 0
         // runs it between its loading turns, without saving a half-loaded dataset).
@@ -287,10 +336,29 @@ pub fn run(config: Config) -> i32 {
             }
         };
         let check = config.rdbchecksum();
-        if !crate::persistence::load::finish(&file, loaded_rx, n, check, poll_signals) {
+        match crate::persistence::load::finish(&file, loaded_rx, n, check, poll_signals) {
+            Some(end) => rdb_end = Some(end),
+            None => return 1,
+        }
+        if aof.is_none() {
+            let secs = load_started.elapsed().as_secs_f64();
+            tracing::info!("DB loaded from disk: {secs:.3} seconds");
+        }
+    }
+    if let Some(plan) = &aof {
+        if let Some(feed) = aof_feed {
+            if !crate::persistence::aof_load::feed(plan, rdb_end, feed) {
+                return 1;
+            }
+            let secs = load_started.elapsed().as_secs_f64();
+            tracing::info!("DB loaded from append only file: {secs:.3} seconds");
+        }
+        if let Err(e) = crate::persistence::aof_load::open_at_start(&config) {
+            tracing::warn!("{e}");
             return 1;
         }
     }
+    crate::persistence::set_loading(false);
     crate::storage::memory::record_startup(n);
     tracing::info!("Ready to accept connections");
     if let Some((path, _)) = &unixsocket {
@@ -304,6 +372,11 @@ pub fn run(config: Config) -> i32 {
     loop {
         shutdown::signal_received(wait_for_signal());
     }
+}
+
+/// The AOF's client (at start and for DEBUG LOADAOF) as a connection task.
+fn spawn_aof_client(cell: std::rc::Rc<shard::ShardCell>, stream: runtime::TcpStream) {
+    runtime::spawn_detached(crate::connection::serve_aof_client(cell, stream));
 }
 
 /// Hands an accepted connection to its own task. False when the server is stopping.

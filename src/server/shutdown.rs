@@ -149,6 +149,7 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
     }
     tracing::warn!("User requested shutdown...");
     crate::persistence::bgsave::abandon_for_shutdown().await;
+    crate::persistence::aof::flush_for_shutdown().await;
     let save_points = !cell.data.borrow().config.save_points().is_empty();
     if (save_points && !flags.nosave) || flags.save {
         tracing::info!("Saving the final RDB snapshot before exiting.");

@@ -63,6 +63,11 @@ impl ShardData {
         if self.mem.limit == 0 || self.mem_used() <= self.mem.limit {
             return OomCheck::Run;
         }
+        // While the dataset loads (only the AOF's commands run then) nothing is
+        // evicted or refused: Redis's isSafeToPerformEvictions.
+        if crate::storage::entry::expiry_paused() {
+            return OomCheck::Run;
+        }
         let noeviction = self.mem.policy == MaxmemoryPolicy::NoEviction;
         // Under noeviction nothing is evicted, so locks held here do not matter.
         if !may_evict && !noeviction {

@@ -255,10 +255,12 @@ impl Entry {
         }
     }
 
+    /// Whether the TTL has passed — never while the dataset loads (`expiry_paused`):
+    /// the flag is read only for a key whose time is up.
     #[inline]
     pub(super) fn is_expired(&self, now_ms: u64) -> bool {
         let at = self.expire_at();
-        at != NO_EXPIRE && at <= now_ms
+        at != NO_EXPIRE && at <= now_ms && !expiry_paused()
     }
 
     /// Bytes this entry is accounted for in its database's `used_bytes`.
@@ -331,6 +333,22 @@ impl std::fmt::Debug for Entry {
             .field("expire_at", &self.expire_at())
             .finish()
     }
+}
+
+/// While the dataset loads nothing expires and nothing is evicted (Redis's
+/// keyIsExpired, checkAlreadyExpired and isSafeToPerformEvictions during loading): an
+/// AOF replays `PEXPIREAT k <past>` followed by writes to `k` as they happened, and
+/// the key expires once loading is over. Persistence sets it with its loading state.
+static DATASET_LOADING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_dataset_loading(on: bool) {
+    DATASET_LOADING.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the dataset is loading (no expiry, no eviction).
+#[inline]
+pub fn expiry_paused() -> bool {
+    DATASET_LOADING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[cfg(test)]

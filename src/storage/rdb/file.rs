@@ -49,8 +49,16 @@ pub(super) const OPCODE_RESIZEDB: u8 = 0xFB;
 /// The start of an RDB file: the magic, the AUX fields and the function libraries'
 /// codes, which go before the keys as in Redis's rdbSaveFunctions.
 pub fn header(libraries: &[&[u8]]) -> Vec<u8> {
+    header_for(libraries, false)
+}
+
+/// `header`, for an AOF's base file when `aof_base` (AUX `aof-base` 1, which Redis
+/// writes there and logs as "RDB is base AOF" when it loads one).
+pub fn header_for(libraries: &[&[u8]], aof_base: bool) -> Vec<u8> {
     let mut rdb = MAGIC.to_vec();
-    for (k, v) in AUX_FIELDS {
+    let base = [("aof-base", "1")];
+    let extra: &[(&str, &str)] = if aof_base { &base } else { &[] };
+    for (k, v) in AUX_FIELDS.iter().chain(extra) {
         rdb.push(OPCODE_AUX);
         rdb.push(k.len() as u8);
         rdb.extend_from_slice(k.as_bytes());

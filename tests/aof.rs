@@ -57,6 +57,15 @@ fn start_aof(dir: &Path, extra: &[&str]) -> Server {
         .unwrap_or_else(|f| panic!("tessera did not start: {:?}\n{}", f.status, f.log))
 }
 
+/// Tessera started on `dir`'s AOF: the DEBUG DIGEST of what it loaded, the server
+/// and a client to it.
+fn tessera_digest(dir: &Path) -> (String, Server, redis::Connection) {
+    let s = start_aof(dir, &["--enable-debug-command", "yes"]);
+    let mut c = s.client();
+    let digest: String = q(&mut c, &["DEBUG", "DIGEST"]);
+    (digest, s, c)
+}
+
 /// What writers were told, per writer: the last acknowledged value of each of their
 /// three kinds of write.
 #[derive(Default, Clone, Copy, Debug)]
@@ -473,15 +482,11 @@ fn tessera_aof_loads_in_redis() {
         drop(c);
         drop(s);
         // Tessera loads its own directory back.
-        let s = start_aof(&dir, &["--enable-debug-command", "yes"]);
-        let mut c = s.client();
-        let ours: String = q(&mut c, &["DEBUG", "DIGEST"]);
+        let (ours, _, _) = tessera_digest(&dir);
         assert_eq!(
             ours, digest,
             "preamble {preamble}: Tessera reloads another dataset"
         );
-        drop(c);
-        drop(s);
         let Some((ok, text)) = redis_check_aof(&dir) else {
             continue;
         };
@@ -543,9 +548,7 @@ fn redis_aof_loads_in_tessera() {
         let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").query(&mut rc);
         drop(rc);
         drop(r);
-        let s = start_aof(&dir, &["--enable-debug-command", "yes"]);
-        let mut c = s.client();
-        let ours: String = q(&mut c, &["DEBUG", "DIGEST"]);
+        let (ours, _s, mut c) = tessera_digest(&dir);
         assert_eq!(
             ours, digest,
             "preamble {preamble}: Tessera holds another dataset"
@@ -671,22 +674,7 @@ fn write_error_refuses_writes_until_the_disk_has_room() {
     let s = start_aof(&dir, &["--appendfsync", "everysec"]);
     let mut c = s.client();
     let _: () = q(&mut c, &["SET", "first", "1"]);
-    let set_fsize = |bytes: u64| {
-        let lim = libc::rlimit {
-            rlim_cur: bytes,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        // SAFETY: prlimit(2) on our own child process, setting one limit.
-        let rc = unsafe {
-            libc::prlimit(
-                s.pid() as i32,
-                libc::RLIMIT_FSIZE,
-                &lim,
-                std::ptr::null_mut(),
-            )
-        };
-        assert_eq!(rc, 0, "prlimit");
-    };
+    let set_fsize = |bytes: u64| set_file_size_limit(s.pid(), bytes);
     let size = std::fs::metadata(last_incr(&dir)).expect("incr").len();
     set_fsize(size + 4096);
     let value = "x".repeat(1024);

@@ -364,22 +364,7 @@ fn full_disk_fails_the_save_and_recovers() {
     let _: () = q(&mut c, &["SAVE"]);
     let old = std::fs::read(dir.join("dump.rdb")).expect("first dump.rdb");
     let _: () = q(&mut c, &["DEBUG", "POPULATE", "20000", "key", "100"]);
-    let set_fsize = |bytes: u64| {
-        let lim = libc::rlimit {
-            rlim_cur: bytes,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        // SAFETY: prlimit(2) on our own child process, setting one limit.
-        let rc = unsafe {
-            libc::prlimit(
-                s.pid() as i32,
-                libc::RLIMIT_FSIZE,
-                &lim,
-                std::ptr::null_mut(),
-            )
-        };
-        assert_eq!(rc, 0, "prlimit");
-    };
+    let set_fsize = |bytes: u64| set_file_size_limit(s.pid(), bytes);
     set_fsize(64 * 1024);
     let _: String = q(&mut c, &["BGSAVE"]);
     wait_for_bgsave(&mut c, Duration::from_secs(10));

@@ -19,6 +19,7 @@ use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
+use crate::util::cstr::{is_c_space, repr, split_args};
 use crate::util::io_error_text;
 
 /// fgets's buffer in aofLoadManifestFromFile is this plus one: a line may hold 1024
@@ -426,11 +427,6 @@ fn trim<'a>(b: &'a [u8], set: &[u8]) -> &'a [u8] {
     &b[start..end]
 }
 
-/// isspace(3) in the C locale.
-pub(crate) fn is_c_space(c: u8) -> bool {
-    matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
-}
-
 /// isprint(3) in the C locale (Redis never sets LC_CTYPE).
 fn is_c_print(c: u8) -> bool {
     (0x20..=0x7e).contains(&c)
@@ -440,29 +436,7 @@ fn is_c_print(c: u8) -> bool {
 /// the digits that follow; 0 when there are none; saturated on overflow as glibc
 /// does. atoi is this truncated to 32 bits.
 pub(crate) fn c_strtol(s: &[u8]) -> i64 {
-    let s = c_str(s);
-    let mut i = s.iter().take_while(|&&c| is_c_space(c)).count();
-    let negative = s.get(i) == Some(&b'-');
-    if matches!(s.get(i), Some(b'-' | b'+')) {
-        i += 1;
-    }
-    // Accumulate toward the sign so i64::MIN is reachable.
-    let mut v: i64 = 0;
-    for &c in s[i..].iter().take_while(|c| c.is_ascii_digit()) {
-        let d = i64::from(c - b'0');
-        let next = v.checked_mul(10).and_then(|v| {
-            if negative {
-                v.checked_sub(d)
-            } else {
-                v.checked_add(d)
-            }
-        });
-        match next {
-            Some(n) => v = n,
-            None => return if negative { i64::MIN } else { i64::MAX },
-        }
-    }
-    v
+    crate::util::cstr::strtoll(c_str(s)).0
 }
 
 /// sdsneedsrepr: whether a name must be quoted to survive sdssplitargs.
@@ -472,139 +446,6 @@ fn needs_repr(s: &[u8]) -> bool {
             || !is_c_print(c)
             || is_c_space(c)
     })
-}
-
-/// sdscatrepr: the string in double quotes, escaped so sdssplitargs reads it back.
-fn repr(s: &[u8]) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for &c in s {
-        match c {
-            b'\\' | b'"' => {
-                out.push('\\');
-                out.push(char::from(c));
-            }
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            0x07 => out.push_str("\\a"),
-            0x08 => out.push_str("\\b"),
-            c if is_c_print(c) => out.push(char::from(c)),
-            c => out.push_str(&format!("\\x{c:02x}")),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// sdssplitargs: splits a line into arguments, with "double quotes" (escapes \n
-/// \r \t \b \a \xHH, any other escaped byte as itself) and 'single quotes' (only
-/// \'). None where Redis returns NULL: unbalanced quotes, or a closing quote
-/// followed by something other than white space. The line is read as a C string.
-pub(crate) fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let s = c_str(line);
-    let mut p = 0;
-    let mut out = Vec::new();
-    loop {
-        while at(s, p) != 0 && is_c_space(at(s, p)) {
-            p += 1;
-        }
-        if at(s, p) == 0 {
-            return Some(out);
-        }
-        let (token, next) = split_token(s, p)?;
-        out.push(token);
-        p = next;
-    }
-}
-
-/// The byte at `i`, or the terminating NUL past the end.
-fn at(s: &[u8], i: usize) -> u8 {
-    s.get(i).copied().unwrap_or(0)
-}
-
-/// Whether a closing quote at `p` ends its token properly (sdssplitargs's check).
-fn quote_closes(s: &[u8], p: usize) -> bool {
-    let after = at(s, p + 1);
-    after == 0 || is_c_space(after)
-}
-
-/// Reads one token starting at `p`; returns it and where the scan resumes.
-fn split_token(s: &[u8], mut p: usize) -> Option<(Vec<u8>, usize)> {
-    let (mut inq, mut insq) = (false, false);
-    let mut cur = Vec::new();
-    loop {
-        let c = at(s, p);
-        if inq {
-            if let Some(byte) = hex_escape(s, p) {
-                cur.push(byte);
-                p += 3;
-            } else if c == b'\\' && at(s, p + 1) != 0 {
-                p += 1;
-                cur.push(unescape(at(s, p)));
-            } else if c == b'"' {
-                if !quote_closes(s, p) {
-                    return None;
-                }
-                return Some((cur, p + 1));
-            } else if c == 0 {
-                return None;
-            } else {
-                cur.push(c);
-            }
-        } else if insq {
-            if c == b'\\' && at(s, p + 1) == b'\'' {
-                p += 1;
-                cur.push(b'\'');
-            } else if c == b'\'' {
-                if !quote_closes(s, p) {
-                    return None;
-                }
-                return Some((cur, p + 1));
-            } else if c == 0 {
-                return None;
-            } else {
-                cur.push(c);
-            }
-        } else {
-            match c {
-                // The end of an unquoted token: only these, not \v or \f.
-                b' ' | b'\n' | b'\r' | b'\t' => return Some((cur, p + 1)),
-                0 => return Some((cur, p)),
-                b'"' => inq = true,
-                b'\'' => insq = true,
-                _ => cur.push(c),
-            }
-        }
-        p += 1;
-    }
-}
-
-/// The byte a `\xHH` escape at `p` stands for, if one is there.
-fn hex_escape(s: &[u8], p: usize) -> Option<u8> {
-    if at(s, p) != b'\\' || at(s, p + 1) != b'x' {
-        return None;
-    }
-    Some(hex(at(s, p + 2))? * 16 + hex(at(s, p + 3))?)
-}
-
-/// A hex digit's value.
-fn hex(c: u8) -> Option<u8> {
-    char::from(c)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
-}
-
-/// The byte a backslash escape inside double quotes stands for.
-fn unescape(c: u8) -> u8 {
-    match c {
-        b'n' => b'\n',
-        b'r' => b'\r',
-        b't' => b'\t',
-        b'b' => 0x08,
-        b'a' => 0x07,
-        other => other,
-    }
 }
 
 #[cfg(test)]

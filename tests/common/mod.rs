@@ -455,3 +455,16 @@ impl Drop for ReferenceRedis {
         let _ = self.child.wait();
     }
 }
+
+/// Sets the soft RLIMIT_FSIZE of process `pid` (a server under test) to `bytes`
+/// (libc::RLIM_INFINITY lifts it): past it writes fail with EFBIG, a full disk as far
+/// as the server can tell.
+pub fn set_file_size_limit(pid: u32, bytes: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit(2) on a child process of the test, setting one limit.
+    let rc = unsafe { libc::prlimit(pid as i32, libc::RLIMIT_FSIZE, &lim, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit");
+}

@@ -630,6 +630,46 @@ fn appendonly_at_run_time() {
     assert_eq!(got, [Some("1".into()), Some("2".into()), None]);
 }
 
+/// SHUTDOWN while the first rewrite after CONFIG SET appendonly yes runs is refused
+/// (what was written since is only in that rewrite's files), unless FORCE, as Redis.
+#[test]
+fn shutdown_waits_for_the_initial_aof() {
+    let dir = scratch("initial");
+    let d = dir.display().to_string();
+    let log = dir.join("log-initial");
+    let args = [
+        "--dir",
+        d.as_str(),
+        "--save",
+        "",
+        "--rdb-key-save-delay",
+        "100000",
+    ];
+    let mut s = Server::start_logged_with(2, &args, &log);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["SET", "k", "v"]);
+    let _: () = q(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
+    assert_eq!(info_field(&mut c, "aof_rewrite_in_progress"), "1");
+    let e = err(&mut c, &["SHUTDOWN", "NOSAVE"]);
+    assert!(e.contains("Errors trying to SHUTDOWN"), "{e}");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("Writing initial AOF, can't exit."), "{text}");
+    // appendonly no gives the first rewrite up and removes its temporary file.
+    let _: () = q(&mut c, &["CONFIG", "SET", "appendonly", "no"]);
+    wait_until("the rewrite given up", Duration::from_secs(10), || {
+        info_field(&mut c, "aof_rewrite_in_progress") == "0"
+    });
+    assert!(!dir.join("appendonlydir/temp-appendonly.aof.incr").exists());
+    let _: () = q(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
+    let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("FORCE").query(&mut c);
+    assert!(
+        s.wait_exit(Duration::from_secs(10)).is_some(),
+        "SHUTDOWN FORCE exits"
+    );
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("Writing initial AOF. Exit anyway."), "{text}");
+}
+
 /// Automatic rewrites: past auto-aof-rewrite-min-size and the growth percentage the
 /// AOF is rewritten without being asked, and the dataset survives a kill after it.
 #[test]

@@ -154,7 +154,8 @@ async fn apply_appendonly(cell: &std::rc::Rc<crate::shard::ShardCell>) -> Result
         return Ok(());
     }
     if !wanted {
-        rewrite::turn_off_at_run_time();
+        let config = cell.data.borrow().config.clone();
+        rewrite::turn_off_at_run_time(&config);
         return Ok(());
     }
     let Err(e) = rewrite::turn_on_at_run_time(cell).await else {

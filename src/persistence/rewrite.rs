@@ -324,12 +324,23 @@ pub async fn turn_on_at_run_time(cell: &Rc<ShardCell>) -> Result<(), &'static st
 }
 
 /// CONFIG SET appendonly no (Redis's stopAppendOnly): the file is flushed and
-/// closed, a rewrite in progress given up.
-pub fn turn_off_at_run_time() {
+/// closed, a rewrite in progress given up (and the temporary incr file of a first
+/// one removed: nothing lists it).
+pub fn turn_off_at_run_time(config: &crate::config::Config) {
     aof::turn_off();
-    WAITING_TO_TURN_ON.store(false, Ordering::SeqCst);
+    let was_waiting = WAITING_TO_TURN_ON.swap(false, Ordering::SeqCst);
     SCHEDULED.store(false, Ordering::Relaxed);
     bgsave::abandon_rewrite();
+    if was_waiting {
+        let temp = temp_incr_name(config.appendfilename());
+        let _ = std::fs::remove_file(aof::dir_of(config).join(temp));
+    }
+}
+
+/// Whether the first rewrite after CONFIG SET appendonly yes is running (Redis's
+/// AOF_WAIT_REWRITE with an AOF child): SHUTDOWN waits for it.
+pub fn writing_initial_aof() -> bool {
+    WAITING_TO_TURN_ON.load(Ordering::Relaxed) && in_progress()
 }
 
 /// Whether the AOF is on or waiting for its first rewrite (Redis's aof_state !=

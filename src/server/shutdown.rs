@@ -148,6 +148,21 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
         flags.nosave = true;
     }
     tracing::warn!("User requested shutdown...");
+    // The first rewrite after CONFIG SET appendonly yes holds the only copy of what
+    // was written since: Redis will not exit before it ends, unless forced.
+    if crate::persistence::rewrite::writing_initial_aof() {
+        if flags.force {
+            tracing::warn!("Writing initial AOF. Exit anyway.");
+        } else {
+            tracing::warn!("Writing initial AOF, can't exit.");
+            tracing::warn!(
+                "Errors trying to shut down the server. Check the logs for more information."
+            );
+            REQUESTED.store(0, Ordering::SeqCst);
+            RUNNING.store(false, Ordering::SeqCst);
+            return;
+        }
+    }
     crate::persistence::bgsave::abandon_for_shutdown().await;
     crate::persistence::aof::flush_for_shutdown().await;
     let save_points = !cell.data.borrow().config.save_points().is_empty();

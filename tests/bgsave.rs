@@ -13,19 +13,11 @@ use std::time::{Duration, Instant};
 use common::*;
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tessera-bgsave-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+    scratch_dir("bgsave", name)
 }
 
 fn info_field(c: &mut redis::Connection, field: &str) -> String {
-    let info: String = q(c, &["INFO", "persistence"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in INFO"))
-        .trim()
-        .to_string()
+    persistence_field(c, field)
 }
 
 fn wait_for_bgsave(c: &mut redis::Connection, within: Duration) {

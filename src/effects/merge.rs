@@ -208,8 +208,9 @@ impl Merger {
 }
 
 /// A command as RESP, the lengths written without formatting machinery (this runs
-/// once per propagated command).
-fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, argv: &[A]) {
+/// once per propagated command). Also how the AOF's loader and command base write
+/// commands.
+pub fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, argv: &[A]) {
     header(out, b'*', argv.len());
     for a in argv {
         let a = a.as_ref();

@@ -36,8 +36,8 @@ mod merge;
 mod propagation;
 
 pub use merge::{
-    keepalive, offset, pending, poll, poll_log, subscribe, subscribe_log, switch_point, take_log,
-    unsubscribe, Taken,
+    encode as encode_command, keepalive, offset, pending, poll, poll_log, subscribe, subscribe_log,
+    switch_point, take_log, unsubscribe, Taken,
 };
 pub use propagation::{after_global, after_keyed, drain_expired, Propagation};
 

@@ -208,12 +208,7 @@ fn stream_commands(out: &mut Vec<u8>, key: &[u8], s: &crate::storage::stream::St
 
 /// One command in RESP, as the AOF holds it.
 fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+    crate::effects::encode_command(out, args);
 }
 
 #[cfg(test)]

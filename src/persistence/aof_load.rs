@@ -278,7 +278,7 @@ fn feed_file(
                 }
                 let cmd = argv[0].to_ascii_uppercase();
                 let mut bytes = Vec::new();
-                encode(&mut bytes, &argv);
+                crate::effects::encode_command(&mut bytes, &argv);
                 if cmd == b"MULTI" && unit.is_none() {
                     unit = Some((bytes, valid_up_to));
                 } else if let Some((buf, _)) = unit.as_mut() {
@@ -347,15 +347,6 @@ fn truncated(plan: &Plan, path: &Path, name: &str, valid_up_to: u64) -> Result<F
     }
     tracing::warn!("Unexpected end of file reading the append only file {name}. You can: 1) Make a backup of your AOF file, then use ./redis-check-aof --fix <filename.manifest>. 2) Alternatively you can set the 'aof-load-truncated' configuration option to yes and restart the server.");
     Err(())
-}
-
-fn encode(out: &mut Vec<u8>, argv: &[Vec<u8>]) {
-    out.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
-    for a in argv {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
 }
 
 /// After loading (Redis's aofOpenIfNeededOnServerStart and aofDelHistoryFiles): a

@@ -138,6 +138,14 @@ fn begin() -> bool {
         .is_ok()
 }
 
+/// A shutdown that cannot go on (Redis's "error:" path): logged, and the server
+/// serves on (a signal's request is dropped with it).
+fn cancel() {
+    tracing::warn!("Errors trying to shut down the server. Check the logs for more information.");
+    REQUESTED.store(0, Ordering::SeqCst);
+    RUNNING.store(false, Ordering::SeqCst);
+}
+
 /// Redis's prepareForShutdown and finishShutdown, for the one holding `RUNNING`:
 /// save as the flags and the save points say, then exit. On a failed save without
 /// FORCE the shutdown is cancelled (a signal's request with it) and this returns.
@@ -155,12 +163,7 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
             tracing::warn!("Writing initial AOF. Exit anyway.");
         } else {
             tracing::warn!("Writing initial AOF, can't exit.");
-            tracing::warn!(
-                "Errors trying to shut down the server. Check the logs for more information."
-            );
-            REQUESTED.store(0, Ordering::SeqCst);
-            RUNNING.store(false, Ordering::SeqCst);
-            return;
+            return cancel();
         }
     }
     crate::persistence::bgsave::abandon_for_shutdown().await;
@@ -173,12 +176,7 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
                 tracing::warn!("Error trying to save the DB. Exit anyway.");
             } else {
                 tracing::warn!("Error trying to save the DB, can't exit.");
-                tracing::warn!(
-                    "Errors trying to shut down the server. Check the logs for more information."
-                );
-                REQUESTED.store(0, Ordering::SeqCst);
-                RUNNING.store(false, Ordering::SeqCst);
-                return;
+                return cancel();
             }
         }
     }

@@ -468,3 +468,21 @@ pub fn set_file_size_limit(pid: u32, bytes: u64) {
     let rc = unsafe { libc::prlimit(pid as i32, libc::RLIMIT_FSIZE, &lim, std::ptr::null_mut()) };
     assert_eq!(rc, 0, "prlimit");
 }
+
+/// A fresh, empty directory for one test's files (`tessera-<suite>-<pid>-<name>`).
+pub fn scratch_dir(suite: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-{suite}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// One field of INFO persistence.
+pub fn persistence_field(c: &mut redis::Connection, field: &str) -> String {
+    let info: String = q(c, &["INFO", "persistence"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in INFO"))
+        .trim()
+        .to_string()
+}

@@ -127,6 +127,9 @@ pub struct ClientShared {
     /// while under it (Redis's obuf_soft_limit_reached_time).
     pub obuf_soft_since: Cell<u64>,
     pub killed: Cell<bool>,
+    /// The master asked for a REPLCONF ACK (REPLCONF GETACK on the master link):
+    /// `ACK_ASKED` while the GETACK runs, then the offset before it.
+    pub ack_asked: Cell<Option<u64>>,
     pub no_evict: Cell<bool>,
     pub multi_count: Cell<i64>,
     /// While the client waits in a blocking command: its wake-up state, which
@@ -140,6 +143,9 @@ pub struct ClientShared {
     pub tracking: crate::tracking::ClientTracking,
 }
 
+/// `ClientShared::ack_asked` while the GETACK that asked has not finished.
+pub const ACK_ASKED: u64 = u64::MAX;
+
 /// What a connection became: Redis's CLIENT_SLAVE / CLIENT_MONITOR flags.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
 pub enum ClientRole {
@@ -152,6 +158,17 @@ pub enum ClientRole {
     /// The AOF's commands at start (Redis's fake AOF client): refused nothing while
     /// the dataset loads, never timed out.
     AofLoader,
+    /// This replica's link to its master (Redis's CLIENT_MASTER): the master's
+    /// stream, applied without replies and refused nothing.
+    Master,
+}
+
+impl ClientRole {
+    /// Commands from this client are the dataset's own history (the AOF, the
+    /// master's stream): no refusal for role, loading or stale data applies.
+    pub fn replays(self) -> bool {
+        matches!(self, ClientRole::AofLoader | ClientRole::Master)
+    }
 }
 
 /// The client classes CLIENT LIST / CLIENT KILL TYPE select (Redis's getClientType).
@@ -160,7 +177,7 @@ pub enum ClientType {
     Normal,
     Replica,
     PubSub,
-    /// This server's own link to a master: Tessera never has one.
+    /// This server's own link to its master.
     Master,
 }
 
@@ -203,6 +220,7 @@ impl ClientShared {
             output_len: Default::default(),
             obuf_soft_since: Default::default(),
             killed: Default::default(),
+            ack_asked: Default::default(),
             no_evict: Default::default(),
             multi_count: Cell::new(-1),
             blocked: Default::default(),
@@ -215,8 +233,11 @@ impl ClientShared {
     /// A MONITOR is a normal client here, as in Redis (only replica links count as
     /// replicas).
     pub fn client_type(&self) -> ClientType {
-        if self.role.get() == ClientRole::Replica {
+        let role = self.role.get();
+        if role == ClientRole::Replica {
             ClientType::Replica
+        } else if role == ClientRole::Master {
+            ClientType::Master
         } else if self.pubsub.active() {
             ClientType::PubSub
         } else {
@@ -291,6 +312,7 @@ impl ClientShared {
         match self.role.get() {
             ClientRole::Replica => flags.push('S'),
             ClientRole::Monitor => flags.push('O'),
+            ClientRole::Master => flags.push('M'),
             ClientRole::Normal | ClientRole::AofLoader => {}
         }
         if self.pubsub.active() {

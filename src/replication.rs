@@ -1,7 +1,9 @@
-//! Replication, master side (Redis's replication.c): the role (REPLICAOF, the
-//! read-only and min-replicas gates), the replica links — each a reader of the effect
-//! stream (`crate::effects`) with what INFO shows of it — and the snapshot a replica
-//! starts from.
+//! Replication (Redis's replication.c): the role (REPLICAOF, the read-only and
+//! min-replicas gates), the replica links — each a reader of the effect stream
+//! (`crate::effects`) with what INFO shows of it — and the snapshot a replica starts
+//! from. The replica side, the link to a master, is `link`.
+
+pub mod link;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -40,7 +42,25 @@ pub fn may_refuse() -> bool {
 }
 
 pub fn set_replica(on: bool) {
-    IS_REPLICA.store(on, Ordering::Relaxed);
+    let was = IS_REPLICA.swap(on, Ordering::Relaxed);
+    if on && !was {
+        BECAME_REPLICA.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How many times this server went from master to replica.
+static BECAME_REPLICA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A mark to pass to `became_replica_since` (taken when a transaction or script
+/// starts).
+pub fn role_mark() -> u64 {
+    BECAME_REPLICA.load(Ordering::Relaxed)
+}
+
+/// Whether this master became a replica since `mark`: what a transaction or script
+/// did then is not propagated (Redis drops it: the new master's stream rules).
+pub fn became_replica_since(mark: u64) -> bool {
+    BECAME_REPLICA.load(Ordering::Relaxed) != mark
 }
 
 /// The master REPLICAOF (or the config file's `replicaof`) named, while one is
@@ -81,12 +101,25 @@ pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Opt
     if write && replica && config.replica_read_only() {
         return Some("READONLY You can't write against a read only replica.");
     }
-    if replica && !stale_ok && !config.replica_serve_stale_data() {
+    if replica && !stale_ok && !config.replica_serve_stale_data() && !link::is_up() {
         return Some(
             "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
         );
     }
     None
+}
+
+/// Closes every replica link (Redis's disconnectSlaves): after a full sync from a
+/// master their data is from before it.
+pub async fn disconnect_replicas(cell: &std::rc::Rc<crate::shard::ShardCell>) {
+    cell.call_all(|c| {
+        for cl in c.clients.borrow().iter() {
+            if cl.role.get() == crate::clients::ClientRole::Replica {
+                cl.kill();
+            }
+        }
+    })
+    .await;
 }
 
 /// Who a replica link is, for INFO replication's `slaveN:` line.
@@ -144,7 +177,7 @@ pub fn shard_records(data: &ShardData) -> Vec<Vec<u8>> {
 pub async fn snapshot(
     cell: &std::rc::Rc<crate::shard::ShardCell>,
     attach_link: Option<ReplicaPeer>,
-) -> (Vec<u8>, Option<u64>, Vec<u64>) {
+) -> (Vec<u8>, Option<(u64, u64)>, Vec<u64>) {
     snapshot_as(cell, cell.next_txn_id(), attach_link).await
 }
 
@@ -154,7 +187,7 @@ pub async fn snapshot_as(
     cell: &std::rc::Rc<crate::shard::ShardCell>,
     txn: crate::shard::locks::TxnId,
     attach_link: Option<ReplicaPeer>,
-) -> (Vec<u8>, Option<u64>, Vec<u64>) {
+) -> (Vec<u8>, Option<(u64, u64)>, Vec<u64>) {
     let owner = crate::shard::locks::LockOwner {
         id: txn,
         write: false,
@@ -191,17 +224,18 @@ pub fn link_count() -> usize {
 }
 
 /// Registers a replica link as a reader of the effect stream; its stream starts with
-/// the next propagated write. Returns the reader's id.
-pub fn attach(peer: ReplicaPeer) -> u64 {
+/// the next propagated write. Returns the reader's id and the stream's offset at that
+/// point (what +FULLRESYNC reports: the replica counts from it).
+pub fn attach(peer: ReplicaPeer) -> (u64, u64) {
     let mut links = links();
-    let id = crate::effects::subscribe();
+    let (id, offset) = crate::effects::subscribe();
     links.push(Link {
         id,
         peer,
         ack_offset: 0,
         ack_ms: crate::util::now_ms(),
     });
-    id
+    (id, offset)
 }
 
 pub fn detach(id: u64) {

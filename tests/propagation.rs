@@ -108,7 +108,15 @@ fn now_ms() -> u64 {
 }
 
 // ---------------------------------------------------------------------------------
-// The replica: a real redis-server
+// The replica: a real redis-server, or tessera
+
+/// Which server replicates.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Redis,
+    /// `tessera --threads 2`.
+    Tessera,
+}
 
 struct RedisReplica {
     child: Child,
@@ -118,12 +126,32 @@ struct RedisReplica {
 
 impl RedisReplica {
     fn start(master_port: u16) -> RedisReplica {
+        RedisReplica::start_as(Kind::Redis, master_port)
+    }
+
+    /// Starts a replica of `kind` and waits for its link to come up.
+    fn start_as(kind: Kind, master_port: u16) -> RedisReplica {
+        let r = RedisReplica::spawn(kind, master_port);
+        r.wait_up(kind);
+        r
+    }
+
+    /// Starts a replica of `kind` without waiting for its sync.
+    fn spawn(kind: Kind, master_port: u16) -> RedisReplica {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("tessera-propagation-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let child = Command::new("redis-server")
+        let mut cmd = match kind {
+            Kind::Redis => Command::new("redis-server"),
+            Kind::Tessera => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+                c.args(["--threads", "2"]);
+                c
+            }
+        };
+        let child = cmd
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -134,8 +162,13 @@ impl RedisReplica {
             ))
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn redis-server (is it installed?)");
-        let r = RedisReplica { child, port, dir };
+            .expect("spawn the replica (is redis-server installed?)");
+        RedisReplica { child, port, dir }
+    }
+
+    /// Waits until the replica's link to its master is up.
+    fn wait_up(&self, kind: Kind) {
+        let port = self.port;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(mut c) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
@@ -146,14 +179,14 @@ impl RedisReplica {
                     .query::<String>(&mut c)
                 {
                     if info.contains("master_link_status:up") {
-                        return r;
+                        return;
                     }
                 }
             }
             assert!(
                 Instant::now() < deadline,
-                "redis-server replica never got its link up; log: {}",
-                std::fs::read_to_string(r.dir.join("redis.log")).unwrap_or_default()
+                "{kind:?} replica never got its link up; log: {}",
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -969,20 +1002,24 @@ fn settle(
     }
     if mo != ro {
         problems.push(format!(
-            "replication offsets never met: tessera master_repl_offset:{mo}, \
+            "replication offsets never met: master_repl_offset:{mo}, \
              replica slave_repl_offset:{ro}"
         ));
     }
     problems
 }
 
-/// Drives the whole scenario against the master on `port`.
+/// Drives the whole scenario against the master on `port`, with a redis-server
+/// replica.
 fn scenario(port: u16) {
+    scenario_with(port, Kind::Redis)
+}
+
+/// The scenario with a replica of `kind`.
+fn scenario_with(port: u16, kind: Kind) {
     let seed = seed();
     eprintln!("PROPAGATION_SEED={seed}");
     let started = Instant::now();
-    let replica = RedisReplica::start(port);
-    let mut rc = connect(replica.port);
     let mut run = Runner {
         main: connect(port),
         side: Some(connect(port)),
@@ -1000,8 +1037,14 @@ fn scenario(port: u16) {
     let _ = run.one(&["CONFIG", "SET", "stream-node-max-entries", "8"].map(String::from));
     must(&mut run.main, &["FUNCTION", "LOAD", "REPLACE", LIBRARY]);
 
-    // 1: the mix.
-    run.mix(&mut g, 12_000, 0, false);
+    // 1: the mix, a part before the replica starts (its full sync carries it), a part
+    // while it syncs, the rest over its stream.
+    run.mix(&mut g, 3_000, 0, false);
+    let replica = RedisReplica::spawn(kind, port);
+    run.mix(&mut g, 1_000, 0, false);
+    replica.wait_up(kind);
+    let mut rc = connect(replica.port);
+    run.mix(&mut g, 8_000, 0, false);
     eprintln!("mix 1: {} commands, {:?}", run.commands, started.elapsed());
 
     // 2: evictions under allkeys-random, then volatile-lru (the master only: the
@@ -1074,6 +1117,25 @@ fn scenario(port: u16) {
 fn a_redis_replica_of_tessera_holds_the_same_data() {
     let server = Server::start(2);
     scenario(server.port);
+}
+
+/// Tessera follows a master: redis-server 7.0.15's stream (its effects, MULTI/EXEC
+/// blocks, expiry DELs, PINGs and GETACKs) applied on both shards of a Tessera replica.
+#[test]
+fn a_tessera_replica_of_redis_holds_the_same_data() {
+    let Some(master) = ReferenceRedis::start() else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    scenario_with(master.port, Kind::Tessera);
+}
+
+/// Tessera follows Tessera: cross-shard units arrive as MULTI/EXEC blocks and are
+/// applied atomically across the replica's shards.
+#[test]
+fn a_tessera_replica_of_tessera_holds_the_same_data() {
+    let server = Server::start(2);
+    scenario_with(server.port, Kind::Tessera);
 }
 
 /// The same scenario with redis-server as the master: checks the test itself (what it

@@ -1,9 +1,7 @@
 //! Replication commands: SYNC / PSYNC (a client becomes a replica link; the connection
 //! intercepts them, see connection.rs), REPLCONF, REPLICAOF / SLAVEOF, ROLE.
 //!
-//! REPLICAOF only records the role: Tessera does not connect to a master, so as a
-//! replica its link is always down (writes refused with READONLY, and with
-//! replica-serve-stale-data no, data commands with MASTERDOWN).
+//! REPLICAOF records the master; the link task (replication/link.rs) connects to it.
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
@@ -48,7 +46,8 @@ fn sync_elsewhere(ctx: &mut ClientCtx) {
 /// REPLCONF option value pairs a replica sends before SYNC / PSYNC: listening-port
 /// and ip-address are kept for INFO's `slaveN:` line, capabilities are accepted.
 /// ACK reaches a link's own loop (connection.rs); here, from a client that is no
-/// replica, it is ignored without a reply, as GETACK is (Tessera has no master).
+/// replica, it is ignored without a reply. GETACK from this replica's master asks for
+/// a REPLCONF ACK (the master connection sends it); from anyone else it is ignored.
 fn replconf(ctx: &mut ClientCtx) {
     if ctx.args.len().is_multiple_of(2) {
         return ctx.out.error(super::SYNTAX_ERR);
@@ -72,7 +71,15 @@ fn replconf(ctx: &mut ClientCtx) {
             }
             *ctx.session.shared.replica_ip.borrow_mut() =
                 Some(String::from_utf8_lossy(value).into_owned());
-        } else if ctx.args.is(i, "ack") || ctx.args.is(i, "getack") {
+        } else if ctx.args.is(i, "getack") {
+            if ctx.session.shared.role.get() == crate::clients::ClientRole::Master {
+                ctx.session
+                    .shared
+                    .ack_asked
+                    .set(Some(crate::clients::ACK_ASKED));
+            }
+            return;
+        } else if ctx.args.is(i, "ack") {
             return;
         } else if ctx.args.is(i, "rdb-only") || ctx.args.is(i, "rdb-filter-only") {
             if ctx.args.is(i, "rdb-only") && !matches!(value, b"0" | b"1") {
@@ -95,22 +102,30 @@ fn replicaof(ctx: &mut ClientCtx) {
     if ctx.args.is(1, "no") && ctx.args.is(2, "one") {
         if master.take().is_some() {
             replication::set_replica(false);
+            replication::link::master_unset();
             drop(master);
             tracing::info!("MASTER MODE enabled (user request)");
             crate::server::role_changed(&ctx.session.cell.data.borrow().config);
         }
         return ctx.out.ok();
     }
+    if ctx.session.shared.role.get() == crate::clients::ClientRole::Replica {
+        return ctx
+            .out
+            .error("ERR Command is not valid when client is a replica.");
+    }
     let Some(port) = super::parse_i64(ctx.args.get(2)).filter(|p| (0..=65535).contains(p)) else {
         return ctx.out.error("ERR Invalid master port");
     };
     let host = String::from_utf8_lossy(ctx.args.get(1)).into_owned();
     if master.as_ref() == Some(&(host.clone(), port as u16)) {
+        tracing::info!("REPLICAOF would result into synchronization with the master we are already connected with. No operation performed.");
         return ctx.out.simple("OK Already connected to specified master");
     }
     tracing::info!("REPLICAOF {host}:{port} enabled (user request)");
     *master = Some((host, port as u16));
     replication::set_replica(true);
+    replication::link::master_changed();
     drop(master);
     crate::server::role_changed(&ctx.session.cell.data.borrow().config);
     ctx.out.ok();
@@ -121,6 +136,7 @@ pub fn follow_at_start(host: String, port: u16) {
     tracing::info!("REPLICAOF {host}:{port} enabled (config file)");
     *replication::master_slot() = Some((host, port));
     replication::set_replica(true);
+    replication::link::master_changed();
 }
 
 fn role(ctx: &mut ClientCtx) {
@@ -130,8 +146,9 @@ fn role(ctx: &mut ClientCtx) {
             ctx.out.bulk(b"slave");
             ctx.out.bulk(host.as_bytes());
             ctx.out.integer(port as i64);
-            ctx.out.bulk(b"connect");
-            ctx.out.integer(-1);
+            ctx.out
+                .bulk(replication::link::state().role_name().as_bytes());
+            ctx.out.integer(replication::link::applied_offset());
         }
         None => {
             ctx.out.array_len(3);

@@ -154,7 +154,7 @@ async fn run_fcall(g: &mut GlobalCtx<'_>, ro: bool) {
 /// Whether the client's commands are obeyed whatever the replication checks say (the
 /// AOF's, as Redis's mustObeyClient; a master link's once replicas apply a stream).
 fn obeys(s: &Session) -> bool {
-    s.shared.role.get() == crate::clients::ClientRole::AofLoader
+    s.shared.role.get().replays()
 }
 
 fn fake_session(s: &Session, txn: u64) -> Session {
@@ -164,8 +164,8 @@ fn fake_session(s: &Session, txn: u64) -> Session {
     shared.db.set(s.db);
     shared.last_interaction_ms.set(c.last_interaction_ms.get());
     // The AOF's commands obey (Redis's mustObeyClient): their scripts too.
-    if c.role.get() == crate::clients::ClientRole::AofLoader {
-        shared.role.set(crate::clients::ClientRole::AofLoader);
+    if c.role.get().replays() {
+        shared.role.set(c.role.get());
     }
     let shared = Rc::new(shared);
     Session {
@@ -207,6 +207,7 @@ async fn run_script(
     };
     let op = MultiShardOp::lock_all(owner, &cell).await;
     let captured = crate::effects::begin_capture(owner.id);
+    let role_mark = crate::replication::role_mark();
     let threshold_ms = cell.data.borrow().config.busy_reply_threshold();
     let oom = out_of_memory(&cell);
     scripting::start_running(Running {
@@ -263,7 +264,8 @@ async fn run_script(
     }
     scripting::stop_running();
     if captured {
-        crate::effects::end_capture(owner.id, !crate::replication::is_replica());
+        let became_replica = crate::replication::became_replica_since(role_mark);
+        crate::effects::end_capture(owner.id, !became_replica);
     }
     // What the script ran propagated on its own (captured above).
     op.release(&cell).await;

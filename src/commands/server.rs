@@ -302,7 +302,7 @@ fn render_info(
             "memory" => info_memory(cell, reports, &mut out),
             "persistence" => info_persistence(cell, reports, &mut out),
             "stats" => info_stats(&stats, reports, &mut out),
-            "replication" => info_replication(&mut out),
+            "replication" => info_replication(&mut out, &cell.data.borrow().config),
             "cpu" => info_cpu(&mut out),
             "module_list" | "modules" => out.push_str("# Modules\r\n"),
             "errorstats" => {
@@ -1449,15 +1449,30 @@ async fn memory_stats(g: &mut GlobalCtx<'_>) {
     int(&mut w, "fragmentation.bytes", rss as i64 - used as i64);
 }
 
-/// INFO replication: the role (REPLICAOF), attached replica links and the stream offset.
-fn info_replication(out: &mut String) {
-    let offset = crate::effects::offset();
+/// INFO replication: the role (REPLICAOF) and the link to the master, attached
+/// replica links and the stream offset. A replica that synced reports its master's
+/// replication id and the offset it applied, as Redis's replicas do.
+fn info_replication(out: &mut String, config: &crate::config::Config) {
+    let (replid, offset) = crate::replication::link::master_position().unwrap_or_else(|| {
+        (
+            crate::replication::replid().to_string(),
+            crate::effects::offset(),
+        )
+    });
     out.push_str("# Replication\r\n");
     match crate::replication::master() {
         Some((host, port)) => {
             let _ = write!(
                 out,
-                "role:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\nmaster_link_status:down\r\nmaster_last_io_seconds_ago:-1\r\nmaster_sync_in_progress:0\r\nslave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\nmaster_link_down_since_seconds:-1\r\nslave_priority:100\r\nslave_read_only:1\r\nreplica_announced:1\r\n"
+                "role:slave\r\nmaster_host:{host}\r\nmaster_port:{port}\r\n"
+            );
+            crate::replication::link::info_fields(out);
+            let _ = write!(
+                out,
+                "slave_priority:{}\r\nslave_read_only:{}\r\nreplica_announced:{}\r\n",
+                config.int_param("replica-priority").unwrap_or(100),
+                u8::from(config.replica_read_only()),
+                u8::from(config.bool_param("replica-announced").unwrap_or(true)),
             );
         }
         None => out.push_str("role:master\r\n"),
@@ -1470,7 +1485,6 @@ fn info_replication(out: &mut String) {
     crate::replication::info_lines(out);
     let _ = write!(
         out,
-        "master_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
-        crate::replication::replid(),
+        "master_failover_state:no-failover\r\nmaster_replid:{replid}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
     );
 }

@@ -418,6 +418,11 @@ impl Config {
         }
     }
 
+    /// Any string parameter by name or alias ("" if unknown or not a string).
+    pub fn str_param(&self, name: &str) -> &str {
+        lookup_entry(name.as_bytes()).map_or("", |(idx, _)| self.str_at(idx))
+    }
+
     /// Any integer or memory parameter by name or alias, as i64 (memory
     /// values above i64::MAX saturate; percentages are not integers).
     pub fn int_param(&self, name: &str) -> Option<i64> {

@@ -31,7 +31,7 @@ const TLS_NOT_YET: &str =
 const ACL_NOT_YET: &str =
     "Tessera does not support ACL users yet (only the default user with requirepass)";
 const REPLICA_NOT_YET: &str =
-    "Tessera cannot act as a replica yet: replica-side settings other than the defaults are refused";
+    "Tessera's replica side does not support this setting yet: only its default is accepted";
 const DEFRAG_NOT_YET: &str = "Tessera does not do active defragmentation";
 const CPULIST_NOT_YET: &str =
     "Tessera pins its shard threads with `cpus`; Redis's *_cpulist settings are not supported";
@@ -446,8 +446,8 @@ const TABLE: &[ConfigParam] = &[
         "50 99 99.9",
     ),
     int("busy-reply-threshold", 0, LONG_MAX, "5000").alias(&["lua-time-limit"]),
-    // Replication (master side: replica links via SYNC/PSYNC; REPLICAOF only records
-    // the role, as no master connection is made).
+    // Replication: replica links via SYNC/PSYNC on the master side, the link to a
+    // master (replication/link.rs) on the replica side.
     int("repl-ping-replica-period", 1, INT_MAX, "10").alias(&["repl-ping-slave-period"]),
     int("repl-timeout", 1, INT_MAX, "60"),
     memory("repl-backlog-size", 1, LONG_MAX_U, "1mb"),
@@ -462,17 +462,11 @@ const TABLE: &[ConfigParam] = &[
         .alias(&["slaveof"])
         .flag(IMMUTABLE),
     boolean("replica-serve-stale-data", "yes").alias(&["slave-serve-stale-data"]),
-    string("masterauth", "")
-        .flag(ParamFlags::SENSITIVE)
-        .only_default(REPLICA_NOT_YET),
-    string("masteruser", "").only_default(REPLICA_NOT_YET),
-    string("replica-announce-ip", "")
-        .alias(&["slave-announce-ip"])
-        .only_default(REPLICA_NOT_YET),
-    int("replica-announce-port", 0, 65535, "0")
-        .alias(&["slave-announce-port"])
-        .only_default(REPLICA_NOT_YET),
-    boolean("replica-announced", "yes").only_default(REPLICA_NOT_YET),
+    string("masterauth", "").flag(ParamFlags::SENSITIVE),
+    string("masteruser", ""),
+    string("replica-announce-ip", "").alias(&["slave-announce-ip"]),
+    int("replica-announce-port", 0, 65535, "0").alias(&["slave-announce-port"]),
+    boolean("replica-announced", "yes"),
     boolean("replica-ignore-maxmemory", "yes")
         .alias(&["slave-ignore-maxmemory"])
         .only_default(REPLICA_NOT_YET),

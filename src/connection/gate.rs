@@ -178,7 +178,7 @@ impl Connection {
         }
         if crate::persistence::loading()
             && t.stat_flags(stat) & flags::LOADING == 0
-            && self.session.shared.role.get() != crate::clients::ClientRole::AofLoader
+            && !self.session.shared.role.get().replays()
         {
             return Gate::Refuse(Some(idx), crate::persistence::LOADING_ERR.into());
         }
@@ -234,7 +234,7 @@ impl Connection {
     pub(super) fn replication_gate(&self, spec: &commands::CommandSpec) -> Option<&'static str> {
         if self.session.exec_owner.is_some()
             || self.session.in_script
-            || self.session.shared.role.get() == crate::clients::ClientRole::AofLoader
+            || self.session.shared.role.get().replays()
         {
             return None;
         }
@@ -284,6 +284,10 @@ impl Connection {
             return;
         }
         self.flush().await;
+        if self.from_master {
+            // Replies to the master are never sent.
+            self.out.clear();
+        }
         if !self.out.is_empty() {
             crate::persistence::aof::wait_durable().await;
             let n = self.out.len();

@@ -18,6 +18,7 @@
 //! connection into a replica link or a MONITOR feed.
 
 mod gate;
+mod master_link;
 mod pipeline;
 mod takeover;
 mod transaction;
@@ -172,6 +173,9 @@ pub struct Connection {
     obuf_watch: usize,
     /// The client broke its output buffer limit: nothing more runs or is written.
     obuf_closed: bool,
+    /// This is the link to this replica's master (master_link.rs): its offset is
+    /// accounted per command, its replies are not sent.
+    from_master: bool,
 }
 
 /// Shrinks an idle connection's query buffer to `size` bytes (0: frees it).
@@ -185,16 +189,33 @@ fn shrink_query_buf(buf: &mut Vec<u8>, size: usize) {
 }
 
 pub async fn serve(cell: Rc<ShardCell>, stream: TcpStream) {
-    serve_as(cell, stream, crate::clients::ClientRole::Normal).await
+    serve_as(cell, stream, crate::clients::ClientRole::Normal, Vec::new()).await
 }
 
 /// The AOF's commands at start, read from `stream` (persistence/aof_load.rs feeds
 /// it): a connection whose commands are refused nothing while the dataset loads.
 pub async fn serve_aof_client(cell: Rc<ShardCell>, stream: TcpStream) {
-    serve_as(cell, stream, crate::clients::ClientRole::AofLoader).await
+    serve_as(
+        cell,
+        stream,
+        crate::clients::ClientRole::AofLoader,
+        Vec::new(),
+    )
+    .await
 }
 
-async fn serve_as(cell: Rc<ShardCell>, stream: TcpStream, role: crate::clients::ClientRole) {
+/// This replica's link to its master once synced (replication/link.rs hands it
+/// over; `initial`: stream bytes already read): the master's commands, applied.
+pub async fn serve_master(cell: Rc<ShardCell>, stream: TcpStream, initial: Vec<u8>) {
+    serve_as(cell, stream, crate::clients::ClientRole::Master, initial).await
+}
+
+async fn serve_as(
+    cell: Rc<ShardCell>,
+    stream: TcpStream,
+    role: crate::clients::ClientRole,
+    initial: Vec<u8>,
+) {
     let Ok((peer, local)) = stream.addresses() else {
         return;
     };
@@ -202,7 +223,8 @@ async fn serve_as(cell: Rc<ShardCell>, stream: TcpStream, role: crate::clients::
     let maxclients = cell.data.borrow().config.maxclients();
     let connected = CONNECTED_CLIENTS.fetch_add(1, Ordering::Relaxed) + 1;
     let mut stream = stream;
-    if connected > maxclients {
+    let from_master = role == crate::clients::ClientRole::Master;
+    if connected > maxclients && !from_master {
         CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
         cell.data.borrow_mut().stats.rejected_connections += 1;
         let _ = stream
@@ -210,7 +232,7 @@ async fn serve_as(cell: Rc<ShardCell>, stream: TcpStream, role: crate::clients::
             .await;
         return;
     }
-    if protected_mode_denies(&cell, &peer) {
+    if !from_master && protected_mode_denies(&cell, &peer) {
         CONNECTED_CLIENTS.fetch_sub(1, Ordering::Relaxed);
         cell.data.borrow_mut().stats.rejected_connections += 1;
         let _ = stream.write_all(PROTECTED_MODE_DENIED.as_bytes()).await;
@@ -224,8 +246,7 @@ async fn serve_as(cell: Rc<ShardCell>, stream: TcpStream, role: crate::clients::
     client.read_waker = Some(stream.read_waker());
     client.role.set(role);
     let shared = Rc::new(client);
-    let authenticated = role == crate::clients::ClientRole::AofLoader
-        || cell.data.borrow().config.requirepass().is_none();
+    let authenticated = role.replays() || cell.data.borrow().config.requirepass().is_none();
     cell.data.borrow_mut().stats.total_connections += 1;
     cell.clients.borrow_mut().add(shared.clone());
     let mut conn = Connection {
@@ -244,9 +265,9 @@ async fn serve_as(cell: Rc<ShardCell>, stream: TcpStream, role: crate::clients::
             in_script: false,
             error_counted: false,
         },
-        buf: Vec::new(),
+        end: initial.len(),
+        buf: initial,
         start: 0,
-        end: 0,
         parser: RequestParser::default(),
         spans: Vec::new(),
         out: Vec::new(),
@@ -261,8 +282,13 @@ async fn serve_as(cell: Rc<ShardCell>, stream: TcpStream, role: crate::clients::
         sent_early: 0,
         obuf_watch: usize::MAX,
         obuf_closed: false,
+        from_master,
     };
-    conn.run().await;
+    if from_master {
+        conn.run_master().await;
+    } else {
+        conn.run().await;
+    }
     if conn.monitor.is_some() {
         crate::observe::monitor_unregister(shared.id);
     }
@@ -465,7 +491,8 @@ impl Connection {
         shared
             .query_buf_peak
             .set(shared.query_buf_peak.get().max(pending));
-        if pending > limit {
+        // The master's stream is not held to the limit (Redis exempts it too).
+        if pending > limit && !self.from_master {
             tracing::warn!(
                 client = self.session.id(),
                 "closing client that reached max query buffer length"
@@ -525,6 +552,9 @@ impl Connection {
                     }
                     if !self.stash.is_empty() {
                         self.absorb_stash(&mut buf);
+                    }
+                    if self.from_master {
+                        self.master_command_done(self.end - cmd_start);
                     }
                     if self.out.len() + self.pipe.scratch.len() >= self.obuf_watch {
                         self.check_output_limit();

@@ -573,7 +573,7 @@ impl Connection {
             replies[s] = Some(reply);
         }
         if captured {
-            crate::effects::end_capture(txn, !crate::replication::is_replica());
+            crate::effects::end_capture(txn, true);
         }
         for &s in &shards[..shards.len().saturating_sub(1)] {
             cell.tell(s, move |c| c.locks.borrow_mut().release(txn))

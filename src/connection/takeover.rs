@@ -18,13 +18,9 @@ impl Connection {
             port: shared.replica_port.get(),
         };
         let (rdb, id, _) = crate::replication::snapshot(&cell, Some(peer)).await;
-        let Some(id) = id else { return };
+        let Some((id, offset)) = id else { return };
         if psync {
-            let line = format!(
-                "+FULLRESYNC {} {}\r\n",
-                crate::replication::replid(),
-                crate::effects::offset()
-            );
+            let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
             self.out.extend_from_slice(line.as_bytes());
         }
         self.out

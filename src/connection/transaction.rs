@@ -82,7 +82,11 @@ impl Connection {
                 .iter()
                 .all(|(i, _)| specs[*i as usize].has(flags::STALE));
             let config = &self.session.cell.data.borrow().config;
-            crate::replication::check(config, write, stale_ok)
+            if self.session.shared.role.get().replays() {
+                None
+            } else {
+                crate::replication::check(config, write, stale_ok)
+            }
         };
         if let Some(err) = gate {
             return self.exec_abort(idx, args, err).await;
@@ -121,6 +125,7 @@ impl Connection {
         let shared = self.session.shared.clone();
         shared.tracking.defer(&shared, true);
         let captured = crate::effects::begin_capture(owner.id);
+        let role_mark = crate::replication::role_mark();
         ReplyWriter {
             out: &mut self.out,
             proto,
@@ -139,7 +144,8 @@ impl Connection {
         self.session.exec_owner = None;
         shared.tracking.defer(&shared, false);
         if captured {
-            crate::effects::end_capture(owner.id, !crate::replication::is_replica());
+            let became_replica = crate::replication::became_replica_since(role_mark);
+            crate::effects::end_capture(owner.id, !became_replica);
         }
         // The commands EXEC ran propagated themselves (captured above).
         op.release(&cell).await;

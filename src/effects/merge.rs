@@ -246,16 +246,17 @@ pub fn offset() -> u64 {
 /// Adds a replica link as a reader; its part starts with the next effect, after a
 /// SELECT. Whatever was appended before goes to the readers already there (the caller
 /// holds every shard still, so that is everything the new reader's snapshot holds).
-pub fn subscribe() -> u64 {
+/// Returns the reader's id and the offset its part starts after.
+pub fn subscribe() -> (u64, u64) {
     add_reader(true)
 }
 
 /// Adds a log (the AOF) as a reader: `subscribe`, without the keep-alive PINGs.
 pub fn subscribe_log() -> u64 {
-    add_reader(false)
+    add_reader(false).0
 }
 
-fn add_reader(replica: bool) -> u64 {
+fn add_reader(replica: bool) -> (u64, u64) {
     let mut m = merged();
     let id = m.next_id;
     m.next_id += 1;
@@ -264,7 +265,7 @@ fn add_reader(replica: bool) -> u64 {
     // effect selects again for all (Redis resets slaveseldb on a full resync).
     m.selected = None;
     READERS.join();
-    id
+    (id, m.offset)
 }
 
 pub fn unsubscribe(id: u64) {
@@ -405,7 +406,7 @@ mod tests {
     /// order and each captured unit is whole inside MULTI / EXEC.
     #[test]
     fn appends_of_many_threads_merge_in_order_with_units_whole() {
-        let id = subscribe();
+        let (id, _) = subscribe();
         let threads: Vec<_> = (0..4u64)
             .map(|t| {
                 std::thread::spawn(move || {

@@ -406,9 +406,47 @@ pub async fn load_into(
     flush: bool,
     merge: bool,
 ) -> Result<u64, &'static str> {
+    match load_held(cell, path, flush, merge).await {
+        Ok(end) => Ok(end),
+        Err(Failed::Refused) => Err(RELOAD_FAILED),
+        Err(Failed::Broken(e)) => exit_refusing(&e),
+    }
+}
+
+/// A replica's full sync (Redis's readSyncBulkPayload): the dataset replaced by the
+/// file the master sent. A file that breaks mid-way leaves the dataset empty (never
+/// half loaded) and the link retries; Err says why (logged already).
+pub async fn load_from_master(
+    cell: &std::rc::Rc<ShardCell>,
+    path: &std::path::Path,
+) -> Result<(), String> {
+    match load_held(cell, path, true, false).await {
+        Ok(_) => Ok(()),
+        Err(Failed::Refused) => Err("not an RDB file".into()),
+        Err(Failed::Broken(e)) => {
+            refuse(&e);
+            clear_all(cell).await;
+            Err("the file is corrupt".into())
+        }
+    }
+}
+
+/// Why `load_held` did not load: the file is no RDB at all (refused, logged, the
+/// dataset as it was), or it broke mid-way (the dataset is partly loaded).
+enum Failed {
+    Refused,
+    Broken(LoadError),
+}
+
+async fn load_held(
+    cell: &std::rc::Rc<ShardCell>,
+    path: &std::path::Path,
+    flush: bool,
+    merge: bool,
+) -> Result<u64, Failed> {
     let check = cell.data.borrow().config.rdbchecksum();
     let Ok(map) = Mapped::open(path) else {
-        return Err(RELOAD_FAILED);
+        return Err(Failed::Refused);
     };
     // Nobody watches a reload's progress: no per-shard counters.
     let file = Arc::new(RdbFile::new(path, map, 0));
@@ -444,17 +482,22 @@ pub async fn load_into(
             Err(e) if matches!(e.kind, LoadErrorKind::Signature | LoadErrorKind::Version(_)) => {
                 refuse(&e);
                 op.release(cell).await;
-                return Err(RELOAD_FAILED);
+                return Err(Failed::Refused);
             }
-            Err(e) => exit_refusing(&e),
+            Err(e) => {
+                op.release(cell).await;
+                return Err(Failed::Broken(e));
+            }
         }
     }
     if let Err(e) = verify_checksum(&file, &done, check, &mut Checksum::default()) {
-        exit_refusing(&e);
+        op.release(cell).await;
+        return Err(Failed::Broken(e));
     }
     if !libraries.is_empty() {
         if let Err(e) = install_libraries(libraries, merge).await {
-            exit_refusing(&e);
+            op.release(cell).await;
+            return Err(Failed::Broken(e));
         }
     }
     op.release(cell).await;

@@ -41,6 +41,29 @@ pub async fn sleep(d: Duration) {
     reactor::sleep(d).await
 }
 
+/// Which of two futures `first` saw end.
+pub enum First<A, B> {
+    A(A),
+    B(B),
+}
+
+/// Waits for whichever of `a` and `b` ends first (`a` wins a tie); the other is
+/// dropped, so it must be cancel-safe (a read, a sleep, a task's handle).
+pub async fn first<A: Future, B: Future>(a: A, b: B) -> First<A::Output, B::Output> {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
+            return std::task::Poll::Ready(First::A(v));
+        }
+        if let std::task::Poll::Ready(v) = b.as_mut().poll(cx) {
+            return std::task::Poll::Ready(First::B(v));
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 /// Runs `fut` to completion without returning to the executor, serving this shard's
 /// other tasks and I/O while it waits. For synchronous callers only (a Lua
 /// `redis.call`); async code awaits instead.

@@ -374,6 +374,11 @@ impl TcpStream {
         })
     }
 
+    /// A TCP connection this server opened itself (a replica's link to its master).
+    pub fn from_tcp(s: std::net::TcpStream) -> io::Result<TcpStream> {
+        TcpStream::from_std(s)
+    }
+
     /// One end of a Unix socket pair as a connection (the AOF loader's fake client);
     /// `label` is the address CLIENT LIST shows for it.
     pub fn from_unix(s: std::os::unix::net::UnixStream, label: &str) -> io::Result<TcpStream> {

@@ -172,6 +172,7 @@ pub fn run(config: Config) -> i32 {
     // With appendonly yes the AOF is the dataset (Redis ignores the RDB then): its
     // base loads as an RDB would, its commands through the AOF client on shard 0.
     crate::persistence::aof_load::set_client_spawner(spawn_aof_client);
+    crate::replication::link::set_master_server(spawn_master_client);
     let aof = match crate::persistence::aof_load::prepare(&config) {
         Ok(plan) => plan,
         Err(lines) => {
@@ -251,6 +252,9 @@ pub fn run(config: Config) -> i32 {
                 runtime::spawn_detached(shard::run_active_expiry(cell.clone()));
                 runtime::spawn_detached(crate::clients::run_cron(cell.clone()));
                 runtime::spawn_detached(crate::shard::memory::run_memory_task(cell.clone()));
+                if i == 0 {
+                    runtime::spawn_detached(crate::replication::link::run(cell.clone()));
+                }
                 let mut listeners = Vec::new();
                 for a in &addrs {
                     match runtime::bind_reuseport(a.addr) {
@@ -377,6 +381,15 @@ pub fn run(config: Config) -> i32 {
 /// The AOF's client (at start and for DEBUG LOADAOF) as a connection task.
 fn spawn_aof_client(cell: std::rc::Rc<shard::ShardCell>, stream: runtime::TcpStream) {
     runtime::spawn_detached(crate::connection::serve_aof_client(cell, stream));
+}
+
+/// The link to the master, once synced, as a connection task (replication/link.rs).
+fn spawn_master_client(
+    cell: std::rc::Rc<shard::ShardCell>,
+    stream: runtime::TcpStream,
+    initial: Vec<u8>,
+) -> runtime::JoinHandle<()> {
+    runtime::spawn(crate::connection::serve_master(cell, stream, initial))
 }
 
 /// Hands an accepted connection to its own task. False when the server is stopping.

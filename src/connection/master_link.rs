@@ -1,0 +1,94 @@
+//! The connection to this replica's master once it synced (Redis's CLIENT_MASTER
+//! client): the master's stream runs as commands on the owning shards, in order, with
+//! no replies; the offset applied is accounted per command (outside a MULTI, so a
+//! transaction cut by a dropped link is asked for again whole); REPLCONF ACK goes
+//! back every second and when the master asks with GETACK.
+
+use super::*;
+
+impl Connection {
+    pub(super) async fn run_master(&mut self) {
+        let ack_every = std::time::Duration::from_secs(1);
+        // The first ACK goes at once: a diskless master puts the replica online
+        // (and starts its stream) on it.
+        let mut last_ack = std::time::Instant::now()
+            .checked_sub(ack_every)
+            .unwrap_or_else(std::time::Instant::now);
+        loop {
+            if self.start < self.end {
+                self.process_input().await;
+            }
+            // Replies to the master are never sent (its pushes neither).
+            self.out.clear();
+            if self.obuf_closed || self.session.shared.killed.get() {
+                return;
+            }
+            let asked = self.session.shared.ack_asked.take();
+            if asked.is_some() || last_ack.elapsed() >= ack_every {
+                let offset = asked
+                    .filter(|&o| o != crate::clients::ACK_ASKED)
+                    .unwrap_or_else(crate::replication::link::applied);
+                if !self.send_ack(offset).await {
+                    return;
+                }
+                last_ack = std::time::Instant::now();
+            }
+            if self.master_timed_out() {
+                tracing::warn!("MASTER timeout: no data nor PING received...");
+                return;
+            }
+            let due = ack_every.saturating_sub(last_ack.elapsed());
+            let pending = self.end - self.start;
+            let tick = crate::runtime::sleep(due.max(std::time::Duration::from_millis(1)));
+            let read = match crate::runtime::first(self.read_more(), tick).await {
+                crate::runtime::First::A(more) => Some(more),
+                crate::runtime::First::B(()) => None,
+            };
+            match read {
+                Some(false) => return,
+                Some(true) => {
+                    crate::replication::link::stream_read((self.end - self.start) - pending)
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// After each command of the master's stream (`unprocessed`: the bytes from its
+    /// start to the end of what was read): the applied offset moves past it unless a
+    /// MULTI is open; a GETACK gets the offset before it.
+    pub(super) fn master_command_done(&mut self, unprocessed: usize) {
+        let shared = &self.session.shared;
+        if shared.ack_asked.get() == Some(crate::clients::ACK_ASKED) {
+            shared
+                .ack_asked
+                .set(Some(crate::replication::link::offset_before(unprocessed)));
+        }
+        if self.session.multi.is_none() {
+            crate::replication::link::stream_applied(self.end - self.start);
+        }
+    }
+
+    /// `REPLCONF ACK <offset>` to the master. False when the link is gone.
+    async fn send_ack(&mut self, offset: u64) -> bool {
+        let offset = offset.to_string();
+        let mut cmd = Vec::with_capacity(48);
+        let args: [&[u8]; 3] = [b"REPLCONF", b"ACK", offset.as_bytes()];
+        crate::effects::encode_command(&mut cmd, &args);
+        self.stream.write_all(&cmd).await.is_ok()
+    }
+
+    /// Nothing from the master for `repl-timeout` seconds (its PINGs included).
+    fn master_timed_out(&self) -> bool {
+        let limit = self
+            .session
+            .cell
+            .data
+            .borrow()
+            .config
+            .int_param("repl-timeout")
+            .unwrap_or(60)
+            .max(1) as u64;
+        crate::util::now_ms().saturating_sub(crate::replication::link::last_io_ms()) > limit * 1000
+    }
+}

@@ -1,0 +1,285 @@
+//! Tessera as a replica, black-box, against a real redis-server 7.0.15 master: the
+//! link's life (handshake, full sync, the stream, partial resync after a cut, a full
+//! one when the backlog no longer covers the gap), what ROLE and INFO show of it,
+//! REPLICAOF NO ONE, masterauth, and the AOF after a full sync. The data a seeded
+//! write load leaves on both sides is compared in propagation.rs.
+
+mod common;
+#[path = "common/dataset.rs"]
+mod dataset;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO").arg(section).query(c).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(str::to_string)
+        .unwrap_or_default()
+}
+
+fn info_u64(c: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    info_field(c, section, field)
+        .parse()
+        .unwrap_or_else(|_| panic!("no numeric {field} in INFO {section}"))
+}
+
+/// A redis-server master that starts a sync at once (no diskless delay).
+fn master(extra: &[&str]) -> Option<ReferenceRedis> {
+    let mut args = vec!["--repl-diskless-sync-delay", "0"];
+    args.extend_from_slice(extra);
+    ReferenceRedis::start_with(&args)
+}
+
+fn replica_of(master_port: u16, extra: &[&str]) -> Server {
+    let port = master_port.to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", &port];
+    args.extend_from_slice(extra);
+    Server::start_with(2, &args)
+}
+
+/// Waits until the replica's link is up and it applied all the master wrote.
+fn wait_in_sync(m: &mut redis::Connection, r: &mut redis::Connection) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let up = info_field(r, "replication", "master_link_status") == "up";
+        if up {
+            let mo = info_u64(m, "replication", "master_repl_offset");
+            let ro = info_u64(r, "replication", "slave_repl_offset");
+            if mo == ro {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica did not catch up: {}",
+            info_field(r, "replication", "master_link_status")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn fill(c: &mut redis::Connection, prefix: &str, n: usize) {
+    let mut p = redis::pipe();
+    for i in 0..n {
+        p.cmd("SET").arg(format!("{prefix}:{i}")).arg(i).ignore();
+        p.cmd("HSET")
+            .arg(format!("{prefix}:h{}", i % 50))
+            .arg(i)
+            .arg("v")
+            .ignore();
+        p.cmd("RPUSH")
+            .arg(format!("{prefix}:l{}", i % 7))
+            .arg(i)
+            .ignore();
+    }
+    p.query::<()>(c).expect("fill");
+}
+
+fn assert_same(m: &mut redis::Connection, r: &mut redis::Connection) {
+    let diffs = dataset::compare(m, r, &[0]);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[test]
+fn a_cut_link_resumes_with_a_partial_resync() {
+    let Some(redis) = master(&[]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis.client();
+    fill(&mut m, "before", 2000);
+    let replica = replica_of(redis.port, &[]);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    assert_eq!(info_u64(&mut m, "stats", "sync_full"), 1);
+
+    // The replica drops its master: it reconnects and continues where it was.
+    let killed: i64 = q(&mut r, &["CLIENT", "KILL", "TYPE", "master"]);
+    assert_eq!(killed, 1);
+    fill(&mut m, "during", 500);
+    wait_in_sync(&mut m, &mut r);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_ok"), 1);
+
+    // The master drops its replica: the same.
+    let killed: i64 = q(&mut m, &["CLIENT", "KILL", "TYPE", "replica"]);
+    assert_eq!(killed, 1);
+    fill(&mut m, "after", 500);
+    wait_in_sync(&mut m, &mut r);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_ok"), 2);
+    assert_eq!(info_u64(&mut m, "stats", "sync_full"), 1);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_err"), 0);
+    assert_same(&mut m, &mut r);
+}
+
+#[test]
+fn a_gap_the_backlog_lost_means_a_full_resync() {
+    let Some(redis) = master(&["--repl-backlog-size", "16kb"]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis.client();
+    let replica = replica_of(redis.port, &[]);
+    let mut r = replica.client();
+    fill(&mut m, "a", 200);
+    wait_in_sync(&mut m, &mut r);
+    let _: i64 = q(&mut r, &["CLIENT", "KILL", "TYPE", "master"]);
+    // More than the backlog holds, before the replica is back (it retries after a
+    // second): its offset is gone from the master's backlog.
+    let big = "x".repeat(64 * 1024);
+    for i in 0..4 {
+        let _: () = q(&mut m, &["SET", &format!("big:{i}"), &big]);
+    }
+    wait_in_sync(&mut m, &mut r);
+    assert_eq!(info_u64(&mut m, "stats", "sync_full"), 2);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_err"), 1);
+    assert_same(&mut m, &mut r);
+}
+
+#[test]
+fn role_info_read_only_and_replicaof_no_one() {
+    let Some(redis) = master(&[]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis.client();
+    fill(&mut m, "k", 100);
+    let replica = replica_of(redis.port, &[]);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+
+    let role: redis::Value = redis::cmd("ROLE").query(&mut r).expect("ROLE");
+    let items = dataset::items(&role);
+    assert_eq!(dataset::text(&items[0]), "slave");
+    assert_eq!(dataset::text(&items[1]), "127.0.0.1");
+    assert_eq!(dataset::text(&items[3]), "connected");
+    let offset = info_u64(&mut m, "replication", "master_repl_offset");
+    assert_eq!(dataset::text(&items[4]), offset.to_string());
+    assert_eq!(
+        info_field(&mut r, "replication", "master_replid"),
+        info_field(&mut m, "replication", "master_replid")
+    );
+    assert_eq!(
+        info_field(&mut r, "replication", "master_sync_in_progress"),
+        "0"
+    );
+    let io: i64 = info_field(&mut r, "replication", "master_last_io_seconds_ago")
+        .parse()
+        .expect("last io");
+    assert!((0..=11).contains(&io), "master_last_io_seconds_ago:{io}");
+    // The master sees the replica at the port it announced.
+    let line = info_field(&mut m, "replication", "slave0");
+    assert!(line.contains(&format!("port={}", replica.port)), "{line}");
+    assert!(line.contains("state=online"), "{line}");
+    // CLIENT LIST flags the link M.
+    let list: String = q(&mut r, &["CLIENT", "LIST", "TYPE", "master"]);
+    assert!(list.contains("flags=M"), "{list}");
+
+    let refused = err(&mut r, &["SET", "x", "1"]);
+    assert!(
+        refused.contains("You can't write against a read only replica."),
+        "{refused}"
+    );
+    let v: String = q(&mut r, &["GET", "k:7"]);
+    assert_eq!(v, "7");
+
+    let _: () = q(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let role: redis::Value = redis::cmd("ROLE").query(&mut r).expect("ROLE");
+    assert_eq!(dataset::text(&dataset::items(&role)[0]), "master");
+    let _: () = q(&mut r, &["SET", "x", "1"]);
+    let v: String = q(&mut r, &["GET", "k:99"]);
+    assert_eq!(v, "99");
+    // The master sees its replica go.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_u64(&mut m, "replication", "connected_slaves") != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the master still lists the replica"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Writes on the old master no longer arrive.
+    let _: () = q(&mut m, &["SET", "k:7", "changed"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let v: String = q(&mut r, &["GET", "k:7"]);
+    assert_eq!(v, "7");
+}
+
+#[test]
+fn masterauth_opens_a_password_protected_master() {
+    let Some(redis) = master(&["--requirepass", "s3cret"]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{}/", redis.port))
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    fill(&mut m, "p", 100);
+
+    // Without the password the link stays down.
+    let dir = scratch_dir("replica", "noauth");
+    let log = dir.join("tessera.log");
+    let port = redis.port.to_string();
+    let dir_arg = dir.display().to_string();
+    let lost = Server::start_logged_with(
+        2,
+        &["--replicaof", "127.0.0.1", &port, "--dir", &dir_arg],
+        &log,
+    );
+    let mut l = lost.client();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        info_field(&mut l, "replication", "master_link_status"),
+        "down"
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("NOAUTH"), "{text}");
+
+    let replica = replica_of(redis.port, &["--masterauth", "s3cret"]);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    assert_same(&mut m, &mut r);
+}
+
+#[test]
+fn a_full_sync_rewrites_the_replicas_aof() {
+    let Some(redis) = master(&[]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis.client();
+    fill(&mut m, "aof", 300);
+    let dir = scratch_dir("replica", "aof");
+    let dir_arg = dir.display().to_string();
+    let replica = replica_of(
+        redis.port,
+        &[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            &dir_arg,
+        ],
+    );
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    let _: () = q(&mut m, &["SET", "streamed", "yes"]);
+    wait_in_sync(&mut m, &mut r);
+    // The rewrite after the sync ends; then the AOF holds the synced data and the
+    // stream.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while persistence_field(&mut r, "aof_rewrite_in_progress") != "0"
+        || persistence_field(&mut r, "aof_rewrite_scheduled") != "0"
+    {
+        assert!(Instant::now() < deadline, "the AOF rewrite did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(replica);
+    // SIGKILL (Server's drop): only what the AOF holds comes back, without a master.
+    let back = Server::start_with(2, &["--appendonly", "yes", "--dir", &dir_arg]);
+    let mut b = back.client();
+    assert_same(&mut m, &mut b);
+}

@@ -3,6 +3,7 @@
 //! (`crate::effects`) with what INFO shows of it — and the snapshot a replica starts
 //! from. The replica side, the link to a master, is `link`.
 
+pub mod failover;
 pub mod link;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +30,13 @@ static WRITES_NEED_REPLICAS: AtomicBool = AtomicBool::new(false);
 pub fn sync_config(config: &crate::config::Config) {
     let need = config.min_replicas_to_write() > 0 && config.min_replicas_max_lag() > 0;
     WRITES_NEED_REPLICAS.store(need, Ordering::Relaxed);
+    let size = config
+        .int_param("repl-backlog-size")
+        .unwrap_or(1 << 20)
+        .max(1) as u64;
+    if BACKLOG_SIZE.swap(size, Ordering::Relaxed) != size {
+        crate::effects::backlog_resize(size as usize);
+    }
 }
 
 /// Whether `check` can refuse anything: only on a replica, on a master whose writes
@@ -43,6 +51,8 @@ pub fn may_refuse() -> bool {
 
 pub fn set_replica(on: bool) {
     let was = IS_REPLICA.swap(on, Ordering::Relaxed);
+    crate::effects::set_replica_mode(on);
+    crate::storage::entry::set_replica_holds_expired(on);
     if on && !was {
         BECAME_REPLICA.fetch_add(1, Ordering::Relaxed);
     }
@@ -93,8 +103,8 @@ pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Opt
     let replica = is_replica();
     if write && !replica {
         let min = config.min_replicas_to_write();
-        // Links never report a lag (no REPLCONF ACK handling), so none counts as good.
-        if min > 0 && config.min_replicas_max_lag() > 0 {
+        let max_lag = config.min_replicas_max_lag();
+        if min > 0 && max_lag > 0 && (good_replicas(max_lag) as u64) < min {
             return Some("NOREPLICAS Not enough good replicas to write.");
         }
     }
@@ -107,6 +117,63 @@ pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Opt
         );
     }
     None
+}
+
+/// REPLICAOF NO ONE, a failover's target promoted, an aborted switch undone (Redis's
+/// replicationUnsetMaster): the link ends (awaited unless `wait` is false: inside a
+/// transaction), the history shifts to a new id, replicas reconnect to learn it.
+/// False when this server was no replica.
+pub async fn become_master(cell: &std::rc::Rc<crate::shard::ShardCell>, wait: bool) -> bool {
+    if master_slot().take().is_none() {
+        return false;
+    }
+    link::master_unset(wait).await;
+    shift_replid();
+    set_replica(false);
+    disconnect_replicas(cell).await;
+    crate::server::role_changed(&cell.data.borrow().config);
+    true
+}
+
+/// REPLICAOF host port, a failover's switch (Redis's replicationSetMaster): the link
+/// task connects to the new master; a master that becomes a replica asks to continue
+/// its own history; replicas reconnect.
+pub async fn become_replica_of(
+    cell: &std::rc::Rc<crate::shard::ShardCell>,
+    host: String,
+    port: u16,
+) {
+    {
+        let mut master = master_slot();
+        let was_master = master.is_none();
+        *master = Some((host, port));
+        set_replica(true);
+        link::master_changed(was_master);
+    }
+    disconnect_replicas(cell).await;
+    crate::server::role_changed(&cell.data.borrow().config);
+}
+
+/// Whether a replica link announced `host`:`port` (FAILOVER TO).
+pub fn has_replica(host: &str, port: u16) -> bool {
+    links()
+        .iter()
+        .any(|l| l.peer.ip == host && l.peer.port == port)
+}
+
+/// Whether the replica at `host`:`port` acknowledged `offset`.
+pub fn replica_acked(host: &str, port: u16, offset: u64) -> bool {
+    links()
+        .iter()
+        .any(|l| l.peer.ip == host && l.peer.port == port && l.ack_offset == offset)
+}
+
+/// A replica that acknowledged exactly `offset` (FAILOVER without TO).
+pub fn replica_with_ack(offset: u64) -> Option<(String, u16)> {
+    links()
+        .iter()
+        .find(|l| l.ack_offset == offset)
+        .map(|l| (l.peer.ip.clone(), l.peer.port))
 }
 
 /// Closes every replica link (Redis's disconnectSlaves): after a full sync from a
@@ -131,23 +198,178 @@ pub struct ReplicaPeer {
     pub port: u16,
 }
 
-/// The replication id this process reports (fixed per process, 40 hex chars).
-pub fn replid() -> &'static str {
-    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ID.get_or_init(|| {
-        let seed = crate::util::now_ms() ^ ((std::process::id() as u64) << 32);
-        let mut x = seed | 1;
-        let mut s = String::with_capacity(40);
-        while s.len() < 40 {
-            // xorshift: only needs to look random, never to be secure.
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            s.push_str(&format!("{:016x}", x));
+/// The replication ids (Redis's replid / replid2 / second_replid_offset): the
+/// history this server's stream belongs to, and the one it continued from (after a
+/// promotion, replicas of the old master may continue with it up to that offset).
+struct Ids {
+    replid: String,
+    replid2: String,
+    /// The first offset that is no longer the old history's; -1 without one.
+    second_offset: i64,
+}
+
+static IDS: Mutex<Option<Ids>> = Mutex::new(None);
+
+fn ids() -> std::sync::MutexGuard<'static, Option<Ids>> {
+    let mut ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
+    if ids.is_none() {
+        *ids = Some(Ids {
+            replid: random_id(),
+            replid2: NO_ID.to_string(),
+            second_offset: -1,
+        });
+    }
+    ids
+}
+
+const NO_ID: &str = "0000000000000000000000000000000000000000";
+
+/// 40 hex characters (Redis's getRandomHexChars for a replication id).
+fn random_id() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seed = crate::util::now_ms()
+        ^ ((std::process::id() as u64) << 32)
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut x = seed | 1;
+    let mut s = String::with_capacity(40);
+    while s.len() < 40 {
+        // xorshift: only needs to look random, never to be secure.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{:016x}", x));
+    }
+    s.truncate(40);
+    s
+}
+
+/// The replication id this server's stream has (its master's, on a replica).
+pub fn replid() -> String {
+    ids().as_ref().map(|i| i.replid.clone()).unwrap_or_default()
+}
+
+/// The previous id and the offset up to which it holds (-1: none).
+pub fn replid2() -> (String, i64) {
+    ids()
+        .as_ref()
+        .map(|i| (i.replid2.clone(), i.second_offset))
+        .unwrap_or_default()
+}
+
+/// A replica's full sync: the master's history is this server's now.
+pub fn adopt_replid(id: &str) {
+    if let Some(i) = ids().as_mut() {
+        i.replid = id.to_string();
+        i.replid2 = NO_ID.to_string();
+        i.second_offset = -1;
+    }
+}
+
+/// The master's id changed under a partial resync (it was promoted): the old one is
+/// kept as the second id up to `offset`, so this server's replicas may continue.
+pub fn continue_with_replid(id: &str, offset: u64) {
+    if let Some(i) = ids().as_mut() {
+        i.replid2 = std::mem::replace(&mut i.replid, id.to_string());
+        i.second_offset = offset as i64 + 1;
+    }
+}
+
+/// Redis's shiftReplicationId, on a promotion (REPLICAOF NO ONE, FAILOVER): a new
+/// history starts here; the old one's replicas may continue up to this offset.
+pub fn shift_replid() {
+    let offset = crate::effects::offset();
+    if let Some(i) = ids().as_mut() {
+        i.replid2 = std::mem::replace(&mut i.replid, random_id());
+        i.second_offset = offset as i64 + 1;
+        tracing::info!(
+            "Setting secondary replication ID to {}, valid up to offset: {}. New replication ID is {}",
+            i.replid2,
+            i.second_offset,
+            i.replid
+        );
+    }
+}
+
+/// A new history and no second one (the backlog was freed: nobody can continue).
+fn change_replid() {
+    if let Some(i) = ids().as_mut() {
+        i.replid = random_id();
+        i.replid2 = NO_ID.to_string();
+        i.second_offset = -1;
+    }
+}
+
+// ---- counters (INFO stats) ----
+
+static SYNC_FULL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SYNC_PARTIAL_OK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SYNC_PARTIAL_ERR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// sync_full, sync_partial_ok, sync_partial_err.
+pub fn sync_stats() -> (u64, u64, u64) {
+    (
+        SYNC_FULL.load(Ordering::Relaxed),
+        SYNC_PARTIAL_OK.load(Ordering::Relaxed),
+        SYNC_PARTIAL_ERR.load(Ordering::Relaxed),
+    )
+}
+
+/// CONFIG RESETSTAT.
+pub fn reset_stats() {
+    SYNC_FULL.store(0, Ordering::Relaxed);
+    SYNC_PARTIAL_OK.store(0, Ordering::Relaxed);
+    SYNC_PARTIAL_ERR.store(0, Ordering::Relaxed);
+}
+
+/// A replica asked for a full sync (`asked_partial`: its PSYNC named a history we
+/// could not continue, Redis's sync_partial_err).
+pub fn count_full_sync(asked_partial: bool) {
+    SYNC_FULL.fetch_add(1, Ordering::Relaxed);
+    if asked_partial {
+        SYNC_PARTIAL_ERR.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// PSYNC <replid> <offset> (Redis's masterTryPartialResynchronization): a replica
+/// link continuing from `offset` when this server's history is the one asked for (or
+/// the previous one, up to where it ended) and the backlog still holds the bytes.
+/// Returns the link's reader id; None (logged) means a full resync.
+pub fn try_partial(asked_id: &str, offset: i64, peer: ReplicaPeer, who: &str) -> Option<u64> {
+    let (id, id2, second) = {
+        let g = ids();
+        let i = g.as_ref()?;
+        (i.replid.clone(), i.replid2.clone(), i.second_offset)
+    };
+    if asked_id != id {
+        if asked_id != id2 {
+            if asked_id != "?" {
+                tracing::info!("Partial resynchronization not accepted: Replication ID mismatch (Replica asked for '{asked_id}', my replication IDs are '{id}' and '{id2}')");
+            } else {
+                tracing::info!("Full resync requested by replica {who}");
+            }
+            return None;
         }
-        s.truncate(40);
-        s
-    })
+        if offset > second {
+            tracing::info!("Partial resynchronization not accepted: Requested offset for second ID was {offset}, but I can reply up to {second}");
+            return None;
+        }
+    }
+    let Some((reader, sent)) = u64::try_from(offset)
+        .ok()
+        .and_then(crate::effects::subscribe_from)
+    else {
+        tracing::info!("Unable to partial resync with replica {who} for lack of backlog (Replica request was: {offset}).");
+        if offset > crate::effects::offset() as i64 {
+            tracing::warn!("Warning: replica {who} tried to PSYNC with an offset that is greater than the master replication offset.");
+        }
+        return None;
+    };
+    register_link(reader, peer);
+    SYNC_PARTIAL_OK.fetch_add(1, Ordering::Relaxed);
+    tracing::info!("Partial resynchronization request from {who} accepted. Sending {sent} bytes of backlog starting from offset {offset}.");
+    Some(reader)
 }
 
 /// One shard's keys as RDB records, per database index: every key it holds, those
@@ -225,22 +447,31 @@ pub fn link_count() -> usize {
 
 /// Registers a replica link as a reader of the effect stream; its stream starts with
 /// the next propagated write. Returns the reader's id and the stream's offset at that
-/// point (what +FULLRESYNC reports: the replica counts from it).
+/// point (what +FULLRESYNC reports: the replica counts from it). The first replica
+/// creates the backlog.
 pub fn attach(peer: ReplicaPeer) -> (u64, u64) {
-    let mut links = links();
+    crate::effects::backlog_create(BACKLOG_SIZE.load(Ordering::Relaxed) as usize);
     let (id, offset) = crate::effects::subscribe();
-    links.push(Link {
+    register_link(id, peer);
+    (id, offset)
+}
+
+fn register_link(id: u64, peer: ReplicaPeer) {
+    links().push(Link {
         id,
         peer,
         ack_offset: 0,
         ack_ms: crate::util::now_ms(),
     });
-    (id, offset)
+    NO_REPLICAS_SINCE_MS.store(0, Ordering::Relaxed);
 }
 
 pub fn detach(id: u64) {
     let mut links = links();
     links.retain(|l| l.id != id);
+    if links.is_empty() {
+        NO_REPLICAS_SINCE_MS.store(crate::util::now_ms(), Ordering::Relaxed);
+    }
     crate::effects::unsubscribe(id);
 }
 
@@ -249,6 +480,90 @@ pub fn ack(id: u64, offset: u64) {
     if let Some(l) = links().iter_mut().find(|l| l.id == id) {
         l.ack_offset = offset;
         l.ack_ms = crate::util::now_ms();
+    }
+    for w in lock_wakers().drain(..) {
+        w.wake();
+    }
+}
+
+/// WAIT's clients, woken by every ACK.
+static ACK_WAITERS: Mutex<Vec<std::task::Waker>> = Mutex::new(Vec::new());
+
+fn lock_wakers() -> std::sync::MutexGuard<'static, Vec<std::task::Waker>> {
+    ACK_WAITERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many replicas acknowledged at least `offset` (Redis's
+/// replicationCountAcksByOffset).
+pub fn acked(offset: u64) -> usize {
+    links().iter().filter(|l| l.ack_offset >= offset).count()
+}
+
+/// Resolves once at least `n` replicas acknowledged `offset`, with that count.
+pub async fn wait_acks(n: usize, offset: u64) -> usize {
+    std::future::poll_fn(|cx| {
+        let count = acked(offset);
+        if count >= n {
+            return std::task::Poll::Ready(count);
+        }
+        let mut w = lock_wakers();
+        if !w.iter().any(|x| x.will_wake(cx.waker())) {
+            w.push(cx.waker().clone());
+        }
+        drop(w);
+        // An ACK between the count and the registration is seen now.
+        let count = acked(offset);
+        if count >= n {
+            std::task::Poll::Ready(count)
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Replicas whose last ACK is at most `max_lag` seconds old (Redis's
+/// refreshGoodSlavesCount, for min-replicas-to-write).
+pub fn good_replicas(max_lag: u64) -> usize {
+    let now = crate::util::now_ms();
+    links()
+        .iter()
+        .filter(|l| now.saturating_sub(l.ack_ms) / 1000 <= max_lag)
+        .count()
+}
+
+/// repl-backlog-size, as configured.
+pub fn backlog_size() -> usize {
+    BACKLOG_SIZE.load(Ordering::Relaxed) as usize
+}
+
+/// repl-backlog-size, cached for `attach` (which runs under the shards' locks).
+static BACKLOG_SIZE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 20);
+/// When the last replica left (unix ms; 0: some are attached), for repl-backlog-ttl.
+static NO_REPLICAS_SINCE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The master's part of Redis's replicationCron, on shard 0 for the server's life.
+pub async fn run_cron(cell: std::rc::Rc<crate::shard::ShardCell>) {
+    loop {
+        crate::runtime::sleep(std::time::Duration::from_millis(100)).await;
+        failover::cron(&cell).await;
+        cron(&cell.data.borrow().config);
+    }
+}
+
+/// The master's part of Redis's replicationCron (shard 0, every 100 ms): the backlog
+/// is freed, and the history given a new id, after repl-backlog-ttl seconds without
+/// replicas (never on a replica: it may be promoted).
+fn cron(config: &crate::config::Config) {
+    let since = NO_REPLICAS_SINCE_MS.load(Ordering::Relaxed);
+    let ttl = config.int_param("repl-backlog-ttl").unwrap_or(3600).max(0) as u64;
+    if since == 0 || ttl == 0 || is_replica() || crate::effects::backlog_info().is_none() {
+        return;
+    }
+    if crate::util::now_ms().saturating_sub(since) / 1000 >= ttl {
+        change_replid();
+        crate::effects::backlog_free();
+        tracing::info!("Replication backlog freed after {ttl} seconds without connected replicas.");
     }
 }
 

@@ -1012,11 +1012,13 @@ fn settle(
 /// Drives the whole scenario against the master on `port`, with a redis-server
 /// replica.
 fn scenario(port: u16) {
-    scenario_with(port, Kind::Redis)
+    scenario_with(port, Kind::Redis, None)
 }
 
-/// The scenario with a replica of `kind`.
-fn scenario_with(port: u16, kind: Kind) {
+/// The scenario with a replica of `kind`; with `chain`, a replica of that kind
+/// follows the first one and is the one compared with the master (offsets too: a
+/// replica passes its master's stream on byte for byte).
+fn scenario_with(port: u16, kind: Kind, chain: Option<Kind>) {
     let seed = seed();
     eprintln!("PROPAGATION_SEED={seed}");
     let started = Instant::now();
@@ -1040,9 +1042,16 @@ fn scenario_with(port: u16, kind: Kind) {
     // 1: the mix, a part before the replica starts (its full sync carries it), a part
     // while it syncs, the rest over its stream.
     run.mix(&mut g, 3_000, 0, false);
-    let replica = RedisReplica::spawn(kind, port);
+    let first = RedisReplica::spawn(kind, port);
     run.mix(&mut g, 1_000, 0, false);
-    replica.wait_up(kind);
+    first.wait_up(kind);
+    let second = chain.map(|k| {
+        let r = RedisReplica::spawn(k, first.port);
+        run.mix(&mut g, 1_000, 0, false);
+        r.wait_up(k);
+        r
+    });
+    let replica = second.as_ref().unwrap_or(&first);
     let mut rc = connect(replica.port);
     run.mix(&mut g, 8_000, 0, false);
     eprintln!("mix 1: {} commands, {:?}", run.commands, started.elapsed());
@@ -1087,7 +1096,7 @@ fn scenario_with(port: u16, kind: Kind) {
     );
 
     let marker = format!("{seed}-{}", run.commands);
-    let mut problems = settle(&mut run.main, &mut rc, &replica, &marker, seed);
+    let mut problems = settle(&mut run.main, &mut rc, replica, &marker, seed);
     let (keys, mut diffs) = compare(&mut run.main, &mut rc, seed);
     problems.append(&mut diffs);
     assert_eq!(
@@ -1127,7 +1136,7 @@ fn a_tessera_replica_of_redis_holds_the_same_data() {
         eprintln!("redis-server not installed");
         return;
     };
-    scenario_with(master.port, Kind::Tessera);
+    scenario_with(master.port, Kind::Tessera, None);
 }
 
 /// Tessera follows Tessera: cross-shard units arrive as MULTI/EXEC blocks and are
@@ -1135,7 +1144,18 @@ fn a_tessera_replica_of_redis_holds_the_same_data() {
 #[test]
 fn a_tessera_replica_of_tessera_holds_the_same_data() {
     let server = Server::start(2);
-    scenario_with(server.port, Kind::Tessera);
+    scenario_with(server.port, Kind::Tessera, None);
+}
+
+/// A chain redis-server → Tessera → redis-server: the last replica holds the master's
+/// data and the master's offset (Tessera passes the stream on as it came).
+#[test]
+fn a_chain_through_a_tessera_replica_holds_the_same_data() {
+    let Some(master) = ReferenceRedis::start() else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    scenario_with(master.port, Kind::Tessera, Some(Kind::Redis));
 }
 
 /// The same scenario with redis-server as the master: checks the test itself (what it

@@ -169,7 +169,13 @@ fn role_info_read_only_and_replicaof_no_one() {
         .parse()
         .expect("last io");
     assert!((0..=11).contains(&io), "master_last_io_seconds_ago:{io}");
-    // The master sees the replica at the port it announced.
+    // The master sees the replica at the port it announced, online once it
+    // acknowledged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !info_field(&mut m, "replication", "slave0").contains("state=online") {
+        assert!(Instant::now() < deadline, "the replica never went online");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let line = info_field(&mut m, "replication", "slave0");
     assert!(line.contains(&format!("port={}", replica.port)), "{line}");
     assert!(line.contains("state=online"), "{line}");
@@ -282,4 +288,277 @@ fn a_full_sync_rewrites_the_replicas_aof() {
     let back = Server::start_with(2, &["--appendonly", "yes", "--dir", &dir_arg]);
     let mut b = back.client();
     assert_same(&mut m, &mut b);
+}
+
+/// A Tessera replica (2 shards) of the master on `master_port`.
+fn tessera_replica(master_port: u16) -> Server {
+    replica_of(master_port, &[])
+}
+
+#[test]
+fn wait_counts_acknowledging_replicas_and_times_out() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    let _: () = q(&mut m, &["SET", "k", "1"]);
+    let n: i64 = q(&mut m, &["WAIT", "1", "0"]);
+    assert_eq!(n, 1);
+    wait_in_sync(&mut m, &mut r);
+    // A stopped replica acknowledges nothing: WAIT gives up at its timeout.
+    replica.signal(libc::SIGSTOP);
+    let _: () = q(&mut m, &["SET", "k", "2"]);
+    let t0 = Instant::now();
+    let n: i64 = q(&mut m, &["WAIT", "1", "500"]);
+    assert_eq!(n, 0);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t0.elapsed()
+    );
+    replica.signal(libc::SIGCONT);
+    let n: i64 = q(&mut m, &["WAIT", "1", "0"]);
+    assert_eq!(n, 1);
+    // Asking for more replicas than there are waits out the timeout with the count.
+    let n: i64 = q(&mut m, &["WAIT", "2", "200"]);
+    assert_eq!(n, 1);
+    // Inside MULTI it never waits.
+    let mut p = redis::pipe();
+    p.atomic()
+        .cmd("SET")
+        .arg("k")
+        .arg("3")
+        .cmd("WAIT")
+        .arg(5)
+        .arg(0);
+    let (_, n): (String, i64) = p.query(&mut m).expect("MULTI");
+    assert!(n <= 1);
+    assert!(err(&mut m, &["WAIT", "1", "-1"]).contains("timeout is negative"));
+    assert!(err(&mut r, &["WAIT", "1", "0"]).contains("WAIT cannot be used with replica instances"));
+}
+
+#[test]
+fn wait_works_with_a_redis_replica() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let Some(redis) =
+        ReferenceRedis::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()])
+    else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut r = redis.client();
+    fill(&mut m, "w", 200);
+    let n: i64 = q(&mut m, &["WAIT", "1", "5000"]);
+    assert_eq!(n, 1);
+    let v: String = q(&mut r, &["GET", "w:199"]);
+    assert_eq!(v, "199");
+}
+
+#[test]
+fn min_replicas_to_write_counts_replicas_that_acknowledge() {
+    let master = Server::start_with(
+        2,
+        &[
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            "2",
+        ],
+    );
+    let mut m = master.client();
+    assert!(err(&mut m, &["SET", "k", "1"]).contains("Not enough good replicas to write."));
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    let _: () = q(&mut m, &["SET", "k", "1"]);
+    assert_eq!(info_u64(&mut m, "replication", "min_slaves_good_slaves"), 1);
+    // A replica that stops acknowledging stops counting after the lag allowed.
+    replica.signal(libc::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let refused = redis::cmd("SET")
+            .arg("k")
+            .arg("2")
+            .query::<()>(&mut m)
+            .is_err();
+        if refused {
+            break;
+        }
+        assert!(Instant::now() < deadline, "writes still accepted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    replica.signal(libc::SIGCONT);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis::cmd("SET")
+        .arg("k")
+        .arg("3")
+        .query::<()>(&mut m)
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "writes still refused");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Two replicas of one master; one is promoted and the other follows it: PSYNC2
+/// lets it continue (the promoted one keeps the old history as its second id).
+fn promotion(
+    m: &mut redis::Connection,
+    promoted: &mut redis::Connection,
+    promoted_port: u16,
+    other: &mut redis::Connection,
+) {
+    fill(m, "before", 300);
+    wait_in_sync(m, promoted);
+    wait_in_sync(m, other);
+    let _: () = q(promoted, &["REPLICAOF", "NO", "ONE"]);
+    let _: () = q(
+        other,
+        &["REPLICAOF", "127.0.0.1", &promoted_port.to_string()],
+    );
+    fill(promoted, "after", 300);
+    wait_in_sync(promoted, other);
+    assert_eq!(info_u64(promoted, "stats", "sync_partial_ok"), 1);
+    assert_eq!(info_u64(promoted, "stats", "sync_full"), 0);
+    assert_eq!(
+        info_field(promoted, "replication", "master_replid2"),
+        info_field(m, "replication", "master_replid")
+    );
+    assert_same(promoted, other);
+}
+
+#[test]
+fn a_promoted_tessera_replica_continues_a_redis_replica() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let promoted = tessera_replica(master.port);
+    let Some(redis) =
+        ReferenceRedis::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()])
+    else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut p = promoted.client();
+    let mut o = redis.client();
+    promotion(&mut m, &mut p, promoted.port, &mut o);
+}
+
+#[test]
+fn a_promoted_redis_replica_continues_a_tessera_replica() {
+    let Some(redis) = master(&[]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis.client();
+    let Some(promoted) =
+        ReferenceRedis::start_with(&["--replicaof", "127.0.0.1", &redis.port.to_string()])
+    else {
+        return;
+    };
+    let other = tessera_replica(redis.port);
+    let mut p = promoted.client();
+    let mut o = other.client();
+    promotion(&mut m, &mut p, promoted.port, &mut o);
+}
+
+#[test]
+fn failover_to_a_replica_loses_no_acknowledged_write() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    fill(&mut m, "f", 200);
+    wait_in_sync(&mut m, &mut r);
+    assert!(err(&mut r, &["FAILOVER"]).contains("FAILOVER is not valid when server is a replica."));
+    assert!(err(&mut m, &["FAILOVER", "ABORT"]).contains("No failover in progress."));
+    assert!(err(&mut m, &["FAILOVER", "TO", "127.0.0.1", "1"])
+        .contains("FAILOVER target HOST and PORT is not a replica."));
+    assert!(err(&mut m, &["FAILOVER", "TIMEOUT", "0"])
+        .contains("FAILOVER timeout must be greater than 0"));
+    assert!(err(&mut m, &["FAILOVER", "FORCE"]).contains("requires both a timeout and target"));
+
+    // A writer keeps going through the switch; what was acknowledged must be there.
+    let port = master.port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .and_then(|c| c.get_connection())
+            .expect("connect");
+        let mut acked = Vec::new();
+        let mut i = 0u64;
+        while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            let key = format!("w:{i}");
+            match redis::cmd("SET").arg(&key).arg(i).query::<()>(&mut c) {
+                Ok(()) => acked.push(key),
+                Err(e) => assert!(e.to_string().contains("read only replica"), "{e}"),
+            }
+            i += 1;
+        }
+        acked
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let target = replica.port.to_string();
+    let _: () = q(
+        &mut m,
+        &["FAILOVER", "TO", "127.0.0.1", &target, "TIMEOUT", "5000"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut m, "replication", "role") != "slave"
+        || info_field(&mut m, "replication", "master_failover_state") != "no-failover"
+    {
+        assert!(Instant::now() < deadline, "the failover did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.join().expect("writer");
+    assert!(!acked.is_empty());
+    assert_eq!(info_field(&mut r, "replication", "role"), "master");
+    assert_eq!(info_u64(&mut r, "stats", "sync_partial_ok"), 1);
+    assert_eq!(info_u64(&mut r, "stats", "sync_full"), 0);
+    for key in &acked {
+        let v: Option<String> = q(&mut r, &["GET", key]);
+        assert!(v.is_some(), "{key} was acknowledged and is lost");
+    }
+    // The old master follows the new one.
+    let _: () = q(&mut r, &["SET", "after", "1"]);
+    wait_in_sync(&mut r, &mut m);
+    assert_same(&mut r, &mut m);
+}
+
+#[test]
+fn a_replica_hides_expired_keys_until_its_master_deletes_them() {
+    let Some(redis) = master(&["--enable-debug-command", "yes"]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis.client();
+    let replica = replica_of(redis.port, &[]);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    // The master deletes only when asked: its DEL comes when a read finds the key.
+    let _: () = q(&mut m, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    let _: () = q(&mut m, &["SET", "short", "v", "PX", "100"]);
+    let _: () = q(&mut m, &["SET", "counter", "5", "PX", "100"]);
+    wait_in_sync(&mut m, &mut r);
+    std::thread::sleep(Duration::from_millis(300));
+    // Hidden from reads, still held (not deleted by the replica itself).
+    let v: Option<String> = q(&mut r, &["GET", "short"]);
+    assert_eq!(v, None);
+    let n: i64 = q(&mut r, &["DBSIZE"]);
+    assert_eq!(n, 2);
+    // The master's lazy expiry sends the DEL: gone on the replica too.
+    let v: Option<String> = q(&mut m, &["GET", "short"]);
+    assert_eq!(v, None);
+    wait_in_sync(&mut m, &mut r);
+    let n: i64 = q(&mut r, &["DBSIZE"]);
+    assert_eq!(n, 1);
+    // Promoted, it expires keys itself again.
+    let _: () = q(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let v: Option<String> = q(&mut r, &["GET", "counter"]);
+    assert_eq!(v, None);
+    let n: i64 = q(&mut r, &["DBSIZE"]);
+    assert_eq!(n, 0);
 }

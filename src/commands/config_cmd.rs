@@ -120,6 +120,7 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         d.observe.reset_histograms();
                     })
                     .await;
+                crate::replication::reset_stats();
                 g.w().ok();
             }
             "rewrite" if argc == 2 => {

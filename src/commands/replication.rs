@@ -5,7 +5,9 @@
 
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
-use super::ClientCtx;
+use super::{ClientCtx, GlobalCtx};
+
+type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 use crate::replication;
 
 macro_rules! rcmd {
@@ -32,8 +34,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     rcmd!("sync", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Client(sync_elsewhere), "1.0.0", "Internal command used for replication"),
     rcmd!("psync", -3, ADMIN | NOSCRIPT | NO_MULTI, Kind::Client(sync_elsewhere), "2.8.0", "Internal command used for replication"),
     rcmd!("replconf", -1, ADMIN | NOSCRIPT | LOADING | STALE | ALLOW_BUSY, Kind::Client(replconf), "3.0.0", "An internal command for configuring the replication stream"),
-    rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
-    rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE, Kind::Client(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
+    rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE, Kind::Global(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
+    rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE, Kind::Global(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
+    CommandSpec {
+        group: "generic",
+        acl: &["@slow", "@connection"],
+        ..cmd!("wait", 3, NOSCRIPT | WAITS, KeySpec::None, Kind::Global(wait), "3.0.0", "Wait for the synchronous replication of all the write commands sent in the context of the current connection")
+    },
+    rcmd!("failover", -1, ADMIN | NOSCRIPT | STALE, Kind::Global(failover), "6.2.0", "Start a coordinated failover between this server and one of its replicas."),
     rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication"),
 ];
 
@@ -97,38 +105,148 @@ fn replconf(ctx: &mut ClientCtx) {
     ctx.out.ok();
 }
 
-fn replicaof(ctx: &mut ClientCtx) {
-    let mut master = replication::master_slot();
-    if ctx.args.is(1, "no") && ctx.args.is(2, "one") {
-        if master.take().is_some() {
-            replication::set_replica(false);
-            replication::link::master_unset();
-            drop(master);
-            tracing::info!("MASTER MODE enabled (user request)");
-            crate::server::role_changed(&ctx.session.cell.data.borrow().config);
-        }
-        return ctx.out.ok();
+fn replicaof<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(replicaof_async(g))
+}
+
+/// REPLICAOF host port / NO ONE (Redis's replicaofCommand).
+async fn replicaof_async(g: &mut GlobalCtx<'_>) {
+    if replication::failover::state() != replication::failover::State::None {
+        return g.w().error("ERR REPLICAOF not allowed while failing over.");
     }
-    if ctx.session.shared.role.get() == crate::clients::ClientRole::Replica {
-        return ctx
-            .out
+    let arg = |i: usize| g.args.get(i).map_or(&[][..], |a| a.as_slice());
+    let no_one = arg(1).eq_ignore_ascii_case(b"no") && arg(2).eq_ignore_ascii_case(b"one");
+    if no_one {
+        let cell = g.session.cell.clone();
+        // Inside a transaction the link may wait for what the transaction holds.
+        if replication::become_master(&cell, g.session.exec_owner.is_none()).await {
+            tracing::info!("MASTER MODE enabled (user request)");
+        }
+        return g.w().ok();
+    }
+    if g.session.shared.role.get() == crate::clients::ClientRole::Replica {
+        return g
+            .w()
             .error("ERR Command is not valid when client is a replica.");
     }
-    let Some(port) = super::parse_i64(ctx.args.get(2)).filter(|p| (0..=65535).contains(p)) else {
-        return ctx.out.error("ERR Invalid master port");
+    let Some(port) = super::parse_i64(arg(2)).filter(|p| (0..=65535).contains(p)) else {
+        return g.w().error("ERR Invalid master port");
     };
-    let host = String::from_utf8_lossy(ctx.args.get(1)).into_owned();
-    if master.as_ref() == Some(&(host.clone(), port as u16)) {
+    let host = String::from_utf8_lossy(arg(1)).into_owned();
+    if replication::master().as_ref() == Some(&(host.clone(), port as u16)) {
         tracing::info!("REPLICAOF would result into synchronization with the master we are already connected with. No operation performed.");
-        return ctx.out.simple("OK Already connected to specified master");
+        return g.w().simple("OK Already connected to specified master");
     }
+    let cell = g.session.cell.clone();
+    replication::become_replica_of(&cell, host.clone(), port as u16).await;
     tracing::info!("REPLICAOF {host}:{port} enabled (user request)");
-    *master = Some((host, port as u16));
-    replication::set_replica(true);
-    replication::link::master_changed();
-    drop(master);
-    crate::server::role_changed(&ctx.session.cell.data.borrow().config);
-    ctx.out.ok();
+    g.w().ok();
+}
+
+fn failover<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(failover_async(g))
+}
+
+/// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms] (Redis's failoverCommand).
+async fn failover_async(g: &mut GlobalCtx<'_>) {
+    let cell = g.session.cell.clone();
+    let argc = g.args.len();
+    let arg = |i: usize| g.args.get(i).map_or(&[][..], |a| a.as_slice());
+    if argc == 2 && arg(1).eq_ignore_ascii_case(b"abort") {
+        return match replication::failover::abort_by_user(&cell).await {
+            Ok(()) => g.w().ok(),
+            Err(e) => g.w().error(&e),
+        };
+    }
+    let mut req = replication::failover::Request {
+        target: None,
+        timeout_ms: 0,
+        force: false,
+    };
+    let mut j = 1;
+    while j < argc {
+        let a = arg(j);
+        if a.eq_ignore_ascii_case(b"timeout") && j + 1 < argc && req.timeout_ms == 0 {
+            let Some(ms) = super::parse_i64(arg(j + 1)) else {
+                return g.w().error(super::NOT_INT);
+            };
+            if ms <= 0 {
+                return g.w().error("ERR FAILOVER timeout must be greater than 0");
+            }
+            req.timeout_ms = ms as u64;
+            j += 2;
+        } else if a.eq_ignore_ascii_case(b"to") && j + 2 < argc && req.target.is_none() {
+            let Some(port) = super::parse_i64(arg(j + 2)) else {
+                return g.w().error(super::NOT_INT);
+            };
+            let host = String::from_utf8_lossy(arg(j + 1)).into_owned();
+            req.target = Some((host, port.clamp(0, 65535) as u16));
+            j += 3;
+        } else if a.eq_ignore_ascii_case(b"force") && !req.force {
+            req.force = true;
+            j += 1;
+        } else {
+            return g.w().error(super::SYNTAX_ERR);
+        }
+    }
+    match replication::failover::start(&cell, req).await {
+        Ok(()) => g.w().ok(),
+        Err(e) => g.w().error(&e),
+    }
+}
+
+fn wait<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(wait_async(g))
+}
+
+/// WAIT numreplicas timeout (Redis's waitCommand): how many replicas acknowledged
+/// the stream up to now, waiting (a GETACK asked of them) until `numreplicas` did or
+/// the timeout (ms, 0: none) passed. Inside MULTI or a script it never waits.
+async fn wait_async(g: &mut GlobalCtx<'_>) {
+    if replication::is_replica() {
+        return g.w().error("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.");
+    }
+    let arg = |i: usize| g.args.get(i).map_or(&[][..], |a| a.as_slice());
+    let Some(wanted) = super::parse_i64(arg(1)) else {
+        return g.w().error(super::NOT_INT);
+    };
+    let Some(timeout_ms) = super::parse_i64(arg(2)) else {
+        return g.w().error("ERR timeout is not an integer or out of range");
+    };
+    if timeout_ms < 0 {
+        return g.w().error("ERR timeout is negative");
+    }
+    // Every write this client made is in the stream up to here.
+    let offset = crate::effects::offset();
+    let wanted = wanted.max(0) as usize;
+    let count = replication::acked(offset);
+    if count >= wanted || g.session.exec_owner.is_some() || g.session.in_script {
+        return g.w().integer(count as i64);
+    }
+    crate::effects::request_acks();
+    let deadline = (timeout_ms > 0)
+        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64));
+    let shared = g.session.shared.clone();
+    let count = loop {
+        // Looked at again every 100 ms: the timeout, and a client that went away.
+        let mut slice = std::time::Duration::from_millis(100);
+        if let Some(d) = deadline {
+            slice = slice.min(d.saturating_duration_since(std::time::Instant::now()));
+        }
+        let tick = crate::runtime::sleep(slice);
+        if let crate::runtime::First::A(n) =
+            crate::runtime::first(replication::wait_acks(wanted, offset), tick).await
+        {
+            break n;
+        }
+        if shared.killed.get() {
+            return;
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            break replication::acked(offset);
+        }
+    };
+    g.w().integer(count as i64);
 }
 
 /// `replicaof host port` in the config file: the same role REPLICAOF records.
@@ -136,7 +254,7 @@ pub fn follow_at_start(host: String, port: u16) {
     tracing::info!("REPLICAOF {host}:{port} enabled (config file)");
     *replication::master_slot() = Some((host, port));
     replication::set_replica(true);
-    replication::link::master_changed();
+    replication::link::master_changed(false);
 }
 
 fn role(ctx: &mut ClientCtx) {

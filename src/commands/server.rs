@@ -483,9 +483,10 @@ fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
     let eviction_ms: u64 = reports.iter().map(|r| r.eviction_us).sum::<u64>() / 1000;
     let (_, tk, ti, tp) = crate::tracking::info_counts();
     let (forks, fork_usec) = crate::persistence::bgsave::fork_stats();
+    let (sync_full, sync_partial_ok, sync_partial_err) = crate::replication::sync_stats();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:{fork_usec}\r\ntotal_forks:{forks}\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:{tk}\r\ntracking_total_items:{ti}\r\ntracking_total_prefixes:{tp}\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:{sync_full}\r\nsync_partial_ok:{sync_partial_ok}\r\nsync_partial_err:{sync_partial_err}\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:{fork_usec}\r\ntotal_forks:{forks}\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:{tk}\r\ntracking_total_items:{ti}\r\ntracking_total_prefixes:{tp}\r\nunexpected_error_replies:0\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
         s.total_connections,
         s.total_commands,
         s.net_input_bytes,
@@ -1453,12 +1454,8 @@ async fn memory_stats(g: &mut GlobalCtx<'_>) {
 /// replica links and the stream offset. A replica that synced reports its master's
 /// replication id and the offset it applied, as Redis's replicas do.
 fn info_replication(out: &mut String, config: &crate::config::Config) {
-    let (replid, offset) = crate::replication::link::master_position().unwrap_or_else(|| {
-        (
-            crate::replication::replid().to_string(),
-            crate::effects::offset(),
-        )
-    });
+    let replid = crate::replication::replid();
+    let offset = crate::effects::offset();
     out.push_str("# Replication\r\n");
     match crate::replication::master() {
         Some((host, port)) => {
@@ -1482,9 +1479,25 @@ fn info_replication(out: &mut String, config: &crate::config::Config) {
         "connected_slaves:{}\r\n",
         crate::replication::link_count()
     );
+    let max_lag = config.min_replicas_max_lag();
+    if config.min_replicas_to_write() > 0 && max_lag > 0 {
+        let good = crate::replication::good_replicas(max_lag);
+        let _ = write!(out, "min_slaves_good_slaves:{good}\r\n");
+    }
     crate::replication::info_lines(out);
+    let (replid2, second) = crate::replication::replid2();
+    let (active, size, first, histlen) = match crate::effects::backlog_info() {
+        Some((size, first, len)) => (1, size, first, len),
+        None => (
+            0,
+            config.int_param("repl-backlog-size").unwrap_or(1 << 20) as usize,
+            0,
+            0,
+        ),
+    };
     let _ = write!(
         out,
-        "master_failover_state:no-failover\r\nmaster_replid:{replid}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
+        "master_failover_state:{}\r\nmaster_replid:{replid}\r\nmaster_replid2:{replid2}\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:{second}\r\nrepl_backlog_active:{active}\r\nrepl_backlog_size:{size}\r\nrepl_backlog_first_byte_offset:{first}\r\nrepl_backlog_histlen:{histlen}\r\n",
+        crate::replication::failover::state_name(),
     );
 }

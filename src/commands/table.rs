@@ -27,6 +27,9 @@ pub mod flags {
     pub const MOVABLE_KEYS: u32 = 1 << 15;
     pub const ALLOW_BUSY: u32 = 1 << 16;
     pub const NO_MANDATORY_KEYS: u32 = 1 << 17;
+    /// Not reported by COMMAND: a keyless command that may wait long without being a
+    /// blocking command to Redis (WAIT), so its client's socket is watched meanwhile.
+    pub const WAITS: u32 = 1 << 18;
 
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),

@@ -284,7 +284,7 @@ impl Connection {
             return;
         }
         self.flush().await;
-        if self.from_master {
+        if self.master.is_some() {
             // Replies to the master are never sent.
             self.out.clear();
         }

@@ -2,12 +2,32 @@
 //! client): the master's stream runs as commands on the owning shards, in order, with
 //! no replies; the offset applied is accounted per command (outside a MULTI, so a
 //! transaction cut by a dropped link is asked for again whole); REPLCONF ACK goes
-//! back every second and when the master asks with GETACK.
+//! back every second and when the master asks with GETACK. What was applied is passed
+//! on byte for byte to this server's own replicas and backlog (`effects::proxy`), once
+//! per batch, after the batch ran: a replica's full sync snapshots between batches
+//! (`replication::link::snapshot_for_replica`), so it never holds a command its
+//! stream also carries.
 
 use super::*;
 
+/// The master connection's bytes applied but not yet passed on.
+#[derive(Default)]
+pub(super) struct MasterFeed {
+    /// Raw commands, in stream order, since the last pass.
+    applied: Vec<u8>,
+    /// How much of `applied` is complete units (a MULTI not yet EXECed stays back).
+    ready: usize,
+}
+
 impl Connection {
     pub(super) async fn run_master(&mut self) {
+        crate::replication::link::set_master_client(self.session.id());
+        self.serve_master_stream().await;
+        crate::replication::link::set_master_client(0);
+    }
+
+    async fn serve_master_stream(&mut self) {
+        let generation = crate::replication::link::generation();
         let ack_every = std::time::Duration::from_secs(1);
         // The first ACK goes at once: a diskless master puts the replica online
         // (and starts its stream) on it.
@@ -16,7 +36,15 @@ impl Connection {
             .unwrap_or_else(std::time::Instant::now);
         loop {
             if self.start < self.end {
+                crate::replication::link::begin_batch().await;
+                // REPLICAOF moved on meanwhile: nothing more of this master applies.
+                if crate::replication::link::generation() != generation {
+                    crate::replication::link::end_batch();
+                    return;
+                }
                 self.process_input().await;
+                self.pass_on_applied();
+                crate::replication::link::end_batch();
             }
             // Replies to the master are never sent (its pushes neither).
             self.out.clear();
@@ -40,32 +68,52 @@ impl Connection {
             let due = ack_every.saturating_sub(last_ack.elapsed());
             let pending = self.end - self.start;
             let tick = crate::runtime::sleep(due.max(std::time::Duration::from_millis(1)));
-            let read = match crate::runtime::first(self.read_more(), tick).await {
-                crate::runtime::First::A(more) => Some(more),
-                crate::runtime::First::B(()) => None,
-            };
-            match read {
-                Some(false) => return,
-                Some(true) => {
+            match crate::runtime::first(self.read_more(), tick).await {
+                crate::runtime::First::A(false) => return,
+                crate::runtime::First::A(true) => {
                     crate::replication::link::stream_read((self.end - self.start) - pending)
                 }
-                None => {}
+                crate::runtime::First::B(()) => {}
             }
         }
     }
 
-    /// After each command of the master's stream (`unprocessed`: the bytes from its
-    /// start to the end of what was read): the applied offset moves past it unless a
-    /// MULTI is open; a GETACK gets the offset before it.
-    pub(super) fn master_command_done(&mut self, unprocessed: usize) {
+    /// After each command of the master's stream (`raw`: its bytes; `unprocessed`:
+    /// the bytes from its start to the end of what was read): kept to pass on; the
+    /// applied offset moves past it unless a MULTI is open; a GETACK gets the offset
+    /// before it.
+    pub(super) fn master_command_done(&mut self, raw: &[u8], unprocessed: usize) {
         let shared = &self.session.shared;
         if shared.ack_asked.get() == Some(crate::clients::ACK_ASKED) {
             shared
                 .ack_asked
                 .set(Some(crate::replication::link::offset_before(unprocessed)));
         }
-        if self.session.multi.is_none() {
+        let in_multi = self.session.multi.is_some();
+        if let Some(feed) = self.master.as_mut() {
+            feed.applied.extend_from_slice(raw);
+            if !in_multi {
+                feed.ready = feed.applied.len();
+            }
+        }
+        if !in_multi {
             crate::replication::link::stream_applied(self.end - self.start);
+        }
+    }
+
+    /// The complete units applied since the last pass, to this server's replicas.
+    fn pass_on_applied(&mut self) {
+        let Some(feed) = self.master.as_mut() else {
+            return;
+        };
+        if feed.ready == 0 {
+            return;
+        }
+        crate::effects::proxy(&feed.applied[..feed.ready]);
+        feed.applied.drain(..feed.ready);
+        feed.ready = 0;
+        if feed.applied.capacity() > 1 << 20 && feed.applied.len() < 4096 {
+            feed.applied.shrink_to(4096);
         }
     }
 

@@ -173,9 +173,9 @@ pub struct Connection {
     obuf_watch: usize,
     /// The client broke its output buffer limit: nothing more runs or is written.
     obuf_closed: bool,
-    /// This is the link to this replica's master (master_link.rs): its offset is
-    /// accounted per command, its replies are not sent.
-    from_master: bool,
+    /// Set on the link to this replica's master (master_link.rs): its offset is
+    /// accounted per command, its replies are not sent, what it applied is passed on.
+    master: Option<Box<master_link::MasterFeed>>,
 }
 
 /// Shrinks an idle connection's query buffer to `size` bytes (0: frees it).
@@ -282,7 +282,7 @@ async fn serve_as(
         sent_early: 0,
         obuf_watch: usize::MAX,
         obuf_closed: false,
-        from_master,
+        master: from_master.then(Box::default),
     };
     if from_master {
         conn.run_master().await;
@@ -492,7 +492,7 @@ impl Connection {
             .query_buf_peak
             .set(shared.query_buf_peak.get().max(pending));
         // The master's stream is not held to the limit (Redis exempts it too).
-        if pending > limit && !self.from_master {
+        if pending > limit && self.master.is_none() {
             tracing::warn!(
                 client = self.session.id(),
                 "closing client that reached max query buffer length"
@@ -553,8 +553,8 @@ impl Connection {
                     if !self.stash.is_empty() {
                         self.absorb_stash(&mut buf);
                     }
-                    if self.from_master {
-                        self.master_command_done(self.end - cmd_start);
+                    if self.master.is_some() {
+                        self.master_command_done(&buf[cmd_start..self.start], self.end - cmd_start);
                     }
                     if self.out.len() + self.pipe.scratch.len() >= self.obuf_watch {
                         self.check_output_limit();
@@ -722,6 +722,11 @@ impl Connection {
             if self.session.close_after_reply {
                 return;
             }
+            // The pause may have ended with this server a replica (FAILOVER): the
+            // command is looked at again, as Redis processes a paused one anew.
+            if let Some(err) = self.replication_gate(spec) {
+                return self.reject(Some(idx), err);
+            }
         }
         if self.session.multi.is_some() {
             if spec.name == "exec" {
@@ -753,7 +758,7 @@ impl Connection {
         if spec.has(flags::ADMIN) {
             if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
                 self.flush().await;
-                return self.start_replica(spec.name == "psync").await;
+                return self.start_replica(&args).await;
             }
             if spec.name == "monitor" {
                 return self.start_monitor(idx, &args).await;
@@ -894,7 +899,7 @@ impl Connection {
         let t0 = self.timing.then(Stamp::now);
         let spec = &commands::table().specs[idx as usize];
         let write = spec.has(flags::WRITE);
-        let may_block = spec.has(flags::BLOCKING)
+        let may_block = (spec.has(flags::BLOCKING) || spec.has(flags::WAITS))
             && self.session.multi.is_none()
             && self.session.exec_owner.is_none();
         let mut ctx = GlobalCtx {

@@ -4,10 +4,53 @@
 use super::*;
 
 impl Connection {
-    /// SYNC / PSYNC: reply with an RDB snapshot and register the link, whose stream
+    /// SYNC / PSYNC (Redis's syncCommand): continue from the backlog when PSYNC names
+    /// a history and offset this server still holds (+CONTINUE), else reply with an
+    /// RDB snapshot (+FULLRESYNC for PSYNC) and register the link, whose stream
     /// starts right after it.
-    pub(super) async fn start_replica(&mut self, psync: bool) {
-        let cell = self.session.cell.clone();
+    pub(super) async fn start_replica(&mut self, args: &Args<'_>) {
+        let psync = args.is(0, "psync");
+        if psync && args.len() > 3 && args.is(3, "failover") {
+            // The master fails over to this replica (Redis's syncCommand): promoted
+            // here, its PSYNC then continues with the id it had.
+            let asked = String::from_utf8_lossy(args.get(1)).into_owned();
+            tracing::warn!("Failover request received for replid {asked}.");
+            if !crate::replication::is_replica() {
+                return self
+                    .out
+                    .extend_from_slice(b"-ERR PSYNC FAILOVER can't be sent to a master.\r\n");
+            }
+            if asked != crate::replication::replid() {
+                return self
+                    .out
+                    .extend_from_slice(b"-ERR PSYNC FAILOVER replid must match my replid.\r\n");
+            }
+            let cell = self.session.cell.clone();
+            crate::replication::become_master(&cell, true).await;
+            tracing::info!("MASTER MODE enabled (failover request)");
+        }
+        if crate::replication::failover::refuses_sync() {
+            return self
+                .out
+                .extend_from_slice(b"-NOMASTERLINK Can't SYNC while failing over\r\n");
+        }
+        if crate::replication::is_replica() && !crate::replication::link::is_up() {
+            return self.out.extend_from_slice(
+                b"-NOMASTERLINK Can't SYNC while not connected with my master\r\n",
+            );
+        }
+        let asked = if psync {
+            match commands::parse_i64(args.get(2)) {
+                Some(offset) => Some((String::from_utf8_lossy(args.get(1)).into_owned(), offset)),
+                None => {
+                    return self
+                        .out
+                        .extend_from_slice(b"-ERR value is not an integer or out of range\r\n")
+                }
+            }
+        } else {
+            None
+        };
         let shared = &self.session.shared;
         let peer = crate::replication::ReplicaPeer {
             ip: shared
@@ -17,7 +60,18 @@ impl Connection {
                 .unwrap_or_else(|| shared.addr.ip_text()),
             port: shared.replica_port.get(),
         };
-        let (rdb, id, _) = crate::replication::snapshot(&cell, Some(peer)).await;
+        let who = format!("{}:{}", peer.ip, peer.port);
+        tracing::info!("Replica {who} asks for synchronization");
+        if let Some((id, offset)) = &asked {
+            if let Some(link) = crate::replication::try_partial(id, *offset, peer.clone(), &who) {
+                let line = format!("+CONTINUE {}\r\n", crate::replication::replid());
+                self.out.extend_from_slice(line.as_bytes());
+                return self.become_replica_link(link, "partial resync");
+            }
+        }
+        crate::replication::count_full_sync(asked.as_ref().is_some_and(|(id, _)| id != "?"));
+        let cell = self.session.cell.clone();
+        let (rdb, id, _) = crate::replication::link::snapshot_for_replica(&cell, peer).await;
         let Some((id, offset)) = id else { return };
         if psync {
             let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
@@ -26,12 +80,16 @@ impl Connection {
         self.out
             .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
         self.out.extend_from_slice(&rdb);
+        self.become_replica_link(id, "full sync");
+    }
+
+    fn become_replica_link(&mut self, id: u64, how: &str) {
         self.replica_link = Some(id);
         self.session
             .shared
             .role
             .set(crate::clients::ClientRole::Replica);
-        tracing::info!(client = self.session.id(), "replica attached, full sync");
+        tracing::info!(client = self.session.id(), "replica attached, {how}");
     }
 
     /// The link's life: write the propagated stream as it comes; what the replica

@@ -82,8 +82,79 @@ pub enum Taken {
     Switch,
 }
 
+/// Who a piece of the stream is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// Every reader: this server's own effects, on a master.
+    All,
+    /// Replica links (and the backlog) only: keep-alive PINGs, GETACKs, and on a
+    /// replica the master's stream passed on.
+    Replicas,
+    /// Logs (the AOF) only: a replica's own effects (its replicas get the master's
+    /// stream instead, byte for byte, so that offsets agree along a chain).
+    Logs,
+}
+
+/// While this server is a replica, its own effects go to its logs only
+/// (`set_replica_mode`).
+static REPLICA_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The replication backlog (Redis's repl_backlog): the last `size` bytes of the
+/// replicas' stream, for a replica that reconnects to continue from its offset.
+struct Backlog {
+    /// A ring of `size` bytes; `len` of them hold stream, the newest ending at `end`.
+    ring: Vec<u8>,
+    end: usize,
+    len: usize,
+}
+
+impl Backlog {
+    fn new(size: usize) -> Backlog {
+        Backlog {
+            ring: vec![0; size.max(1)],
+            end: 0,
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        let size = self.ring.len();
+        if bytes.len() >= size {
+            bytes = &bytes[bytes.len() - size..];
+        }
+        let first = bytes.len().min(size - self.end);
+        self.ring[self.end..self.end + first].copy_from_slice(&bytes[..first]);
+        let rest = &bytes[first..];
+        self.ring[..rest.len()].copy_from_slice(rest);
+        self.end = (self.end + bytes.len()) % size;
+        self.len = (self.len + bytes.len()).min(size);
+    }
+
+    /// The last `n` bytes (n <= len).
+    fn tail(&self, n: usize) -> Vec<u8> {
+        let size = self.ring.len();
+        let start = (self.end + size - n) % size;
+        let mut out = Vec::with_capacity(n);
+        if start + n <= size {
+            out.extend_from_slice(&self.ring[start..start + n]);
+        } else {
+            out.extend_from_slice(&self.ring[start..]);
+            out.extend_from_slice(&self.ring[..n - (size - start)]);
+        }
+        out
+    }
+
+    /// The same history in a ring of `size` bytes (the newest kept).
+    fn resized(&self, size: usize) -> Backlog {
+        let mut b = Backlog::new(size);
+        b.push(&self.tail(self.len));
+        b
+    }
+}
+
 struct Merger {
     readers: Vec<Reader>,
+    backlog: Option<Backlog>,
     next_id: u64,
     /// The number of the next entry to emit.
     next_seq: u64,
@@ -105,6 +176,7 @@ struct Merger {
 
 static MERGER: Mutex<Merger> = Mutex::new(Merger {
     readers: Vec::new(),
+    backlog: None,
     next_id: 1,
     next_seq: 0,
     queues: Vec::new(),
@@ -158,16 +230,22 @@ impl Merger {
         }
     }
 
-    /// Appends bytes of the stream to every reader and counts them in the offset.
-    fn write(&mut self, bytes: &[u8]) {
-        self.write_to(bytes, false);
-    }
-
-    /// `write`, to replica links only when `replicas_only` (keep-alive PINGs).
-    fn write_to(&mut self, bytes: &[u8], replicas_only: bool) {
-        self.offset += bytes.len() as u64;
+    /// Appends bytes of the stream to the readers `target` names; what replicas get
+    /// is counted in the offset and kept in the backlog.
+    fn write_to(&mut self, bytes: &[u8], target: Target) {
+        if target != Target::Logs {
+            self.offset += bytes.len() as u64;
+            if let Some(b) = &mut self.backlog {
+                b.push(bytes);
+            }
+        }
         for r in &mut self.readers {
-            if replicas_only && !r.replica {
+            let skip = match target {
+                Target::All => false,
+                Target::Replicas => !r.replica,
+                Target::Logs => r.replica,
+            };
+            if skip {
                 continue;
             }
             r.tail().extend_from_slice(bytes);
@@ -188,7 +266,12 @@ impl Merger {
             self.selected = Some(db);
         }
         encode(&mut bytes, argv);
-        self.write(&bytes);
+        let target = if REPLICA_MODE.load(std::sync::atomic::Ordering::Relaxed) {
+            Target::Logs
+        } else {
+            Target::All
+        };
+        self.write_to(&bytes, target);
         self.scratch = bytes;
     }
 
@@ -366,13 +449,123 @@ pub fn switch_point(id: u64) {
 /// link asks every repl-ping-replica-period): one per half period at most however
 /// many ask, and never skipped for a link whose timer runs a little early.
 pub fn keepalive(period_ms: u64) {
+    if replica_mode() {
+        // A replica's replicas get its master's PINGs.
+        return;
+    }
     let mut m = merged();
     let now = crate::util::now_ms();
     if now.saturating_sub(m.last_ping_ms) < period_ms / 2 {
         return;
     }
     m.last_ping_ms = now;
-    m.write_to(b"*1\r\n$4\r\nPING\r\n", true);
+    m.write_to(b"*1\r\n$4\r\nPING\r\n", Target::Replicas);
+}
+
+/// Switches where this server's own effects go: to logs only while it is a replica
+/// (its replicas get the master's stream through `proxy`), to every reader as a
+/// master. Either way the next effect selects its database again.
+pub fn set_replica_mode(on: bool) {
+    let mut m = merged();
+    REPLICA_MODE.store(on, std::sync::atomic::Ordering::Relaxed);
+    m.selected = None;
+}
+
+/// Whether this server's own effects reach replicas (it is no replica itself).
+pub fn replica_mode() -> bool {
+    REPLICA_MODE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// On a replica: bytes of the master's stream it applied, passed on as they are to
+/// its own replicas and backlog (Redis's replicationFeedStreamFromMasterStream).
+pub fn proxy(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    let mut m = merged();
+    m.write_to(bytes, Target::Replicas);
+    // The master's stream selected databases of its own: this server's next effect
+    // (to its logs, or to everyone once promoted) selects again.
+    m.selected = None;
+}
+
+/// `REPLCONF GETACK *` to every replica (WAIT, FAILOVER): in the stream, counted in
+/// the offset, as Redis sends it.
+pub fn request_acks() {
+    let mut m = merged();
+    m.write_to(
+        b"*3\r\n$8\r\nREPLCONF\r\n$6\r\nGETACK\r\n$1\r\n*\r\n",
+        Target::Replicas,
+    );
+}
+
+/// Creates the backlog if there is none (the first replica attached, or a replica
+/// synced): `size` bytes. While it exists the stream is kept (it reads the stream).
+pub fn backlog_create(size: usize) {
+    let mut m = merged();
+    if m.backlog.is_none() {
+        m.backlog = Some(Backlog::new(size));
+        READERS.join();
+    }
+}
+
+/// Frees the backlog (repl-backlog-ttl without replicas).
+pub fn backlog_free() {
+    let mut m = merged();
+    if m.backlog.take().is_some() {
+        READERS.leave();
+    }
+}
+
+/// CONFIG SET repl-backlog-size: the history kept, as much as fits.
+pub fn backlog_resize(size: usize) {
+    let mut m = merged();
+    if let Some(b) = &m.backlog {
+        if b.ring.len() != size.max(1) {
+            let resized = b.resized(size);
+            m.backlog = Some(resized);
+        }
+    }
+}
+
+/// INFO's repl_backlog_* fields: (active, size, first byte's offset, bytes held).
+pub fn backlog_info() -> Option<(usize, u64, usize)> {
+    let m = merged();
+    let b = m.backlog.as_ref()?;
+    Some((b.ring.len(), m.offset + 1 - b.len as u64, b.len))
+}
+
+/// A replica's full sync: the stream goes on from the master's `offset`; the backlog
+/// starts again empty (what it held is another history).
+pub fn reset_offset(offset: u64) {
+    let mut m = merged();
+    m.offset = offset;
+    if let Some(b) = &m.backlog {
+        m.backlog = Some(Backlog::new(b.ring.len()));
+    }
+    m.selected = None;
+}
+
+/// PSYNC's partial resync (Redis's masterTryPartialResynchronization, the backlog
+/// half): a replica link whose part starts with the backlog's bytes from `from` (the
+/// first byte the replica lacks) on. None when the backlog does not hold them.
+/// Returns the reader's id and how many bytes of backlog it got.
+pub fn subscribe_from(from: u64) -> Option<(u64, usize)> {
+    let mut m = merged();
+    let b = m.backlog.as_ref()?;
+    let first = m.offset + 1 - b.len as u64;
+    if from < first || from > m.offset + 1 {
+        return None;
+    }
+    let n = (m.offset + 1 - from) as usize;
+    let bytes = b.tail(n);
+    let id = m.next_id;
+    m.next_id += 1;
+    let mut reader = Reader::new(id, true);
+    *reader.tail() = bytes;
+    m.readers.push(reader);
+    READERS.join();
+    Some((id, n))
 }
 
 #[cfg(test)]
@@ -470,5 +663,36 @@ mod tests {
             i += 1;
         }
         assert_eq!(seen, 4 * 400, "every SET arrived once");
+    }
+
+    /// The backlog's ring against a plain vector of everything pushed: the tail it
+    /// returns is always the newest bytes, across wraps, oversized pushes and resizes.
+    #[test]
+    fn backlog_ring_keeps_the_newest_bytes() {
+        let mut x = 7u64;
+        let mut model: Vec<u8> = Vec::new();
+        let mut b = Backlog::new(100);
+        // How many of the newest bytes the ring must hold: a shrink loses history.
+        let mut held = 0usize;
+        for round in 0..2000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = (x % 130) as usize;
+            let chunk: Vec<u8> = (0..n).map(|i| (round as usize + i) as u8).collect();
+            b.push(&chunk);
+            model.extend_from_slice(&chunk);
+            held = (held + n).min(b.ring.len());
+            assert_eq!(b.len, held);
+            let k = (x as usize >> 8) % (b.len + 1);
+            assert_eq!(b.tail(k), model[model.len() - k..], "round {round}");
+            if round % 97 == 0 {
+                let new_size = 50 + (x % 100) as usize;
+                b = b.resized(new_size);
+                held = held.min(new_size);
+                assert_eq!(b.len, held);
+                assert_eq!(b.tail(b.len), model[model.len() - b.len..]);
+            }
+        }
     }
 }

@@ -68,18 +68,23 @@ static STATE: AtomicU8 = AtomicU8::new(0);
 /// setting gives up at its next step.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The offset of the master's stream applied here (slave_repl_offset), and the offset
-/// read from the socket (slave_read_repl_offset). Valid while `HAS_MASTER_OFFSET`.
+/// read from the socket (slave_read_repl_offset). Valid while `HAS_POSITION`.
 static APPLIED: AtomicU64 = AtomicU64::new(0);
 static READ: AtomicU64 = AtomicU64::new(0);
-static HAS_MASTER_OFFSET: AtomicBool = AtomicBool::new(false);
+/// This server has a place in a replication history to continue from with PSYNC:
+/// its replication id and stream offset (Redis's cached master). Set by a sync, and
+/// when a master becomes a replica (Redis's replicationCacheMasterUsingMyself).
+static HAS_POSITION: AtomicBool = AtomicBool::new(false);
+/// The master connection is applying a batch (set around it): a snapshot for a
+/// replica of this one waits for the batch's end, and the connection waits while
+/// `SNAPSHOT_WANTED` before it starts the next.
+static BATCH_RUNNING: AtomicBool = AtomicBool::new(false);
+static SNAPSHOT_WANTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 /// Unix ms of the last bytes from the master (stream or transfer).
 static LAST_IO_MS: AtomicU64 = AtomicU64::new(0);
 
 /// What INFO shows of the link beyond the atomics.
 struct Detail {
-    /// The master's replication id, once a sync told it (kept after the link drops:
-    /// Redis's cached master, what the next PSYNC asks to continue).
-    replid: Option<String>,
     /// When the link went down (unix ms; 0: it never was up).
     down_since_ms: u64,
     /// The RDB transfer: its announced size (-1 with an EOF mark) and bytes read.
@@ -88,7 +93,6 @@ struct Detail {
 }
 
 static DETAIL: Mutex<Detail> = Mutex::new(Detail {
-    replid: None,
     down_since_ms: 0,
     transfer_size: -1,
     transfer_read: 0,
@@ -113,9 +117,16 @@ pub fn is_up() -> bool {
 }
 
 /// REPLICAOF host port (or `replicaof` in the config): the link task connects at
-/// its next look; a link to another master ends.
-pub fn master_changed() {
+/// its next look; a link to another master ends. A master that becomes a replica
+/// asks to continue its own history (the new master may be its promoted replica).
+pub fn master_changed(was_master: bool) {
     GENERATION.fetch_add(1, Ordering::SeqCst);
+    if was_master {
+        let offset = crate::effects::offset();
+        APPLIED.store(offset, Ordering::Relaxed);
+        READ.store(offset, Ordering::Relaxed);
+        HAS_POSITION.store(true, Ordering::Relaxed);
+    }
     let mut d = detail();
     if state() == LinkState::Connected {
         d.down_since_ms = crate::util::now_ms();
@@ -123,28 +134,88 @@ pub fn master_changed() {
     set_state(LinkState::Connect);
 }
 
-/// REPLICAOF NO ONE: the link ends and the master's state is forgotten.
-pub fn master_unset() {
+/// REPLICAOF NO ONE: the link ends (awaited: nothing more of the old master is
+/// applied or passed on once this returns) and the master's state is forgotten.
+/// `wait`: false inside a transaction, which may hold what the link waits for.
+pub async fn master_unset(wait: bool) {
     GENERATION.fetch_add(1, Ordering::SeqCst);
     set_state(LinkState::None);
-    HAS_MASTER_OFFSET.store(false, Ordering::Relaxed);
-    let mut d = detail();
-    d.replid = None;
-    d.down_since_ms = 0;
+    HAS_POSITION.store(false, Ordering::Relaxed);
+    detail().down_since_ms = 0;
+    while wait && MASTER_CONNECTION_UP.load(Ordering::SeqCst) {
+        crate::runtime::sleep(Duration::from_millis(1)).await;
+    }
 }
 
-/// The master replication id and applied offset, once a sync gave them.
-pub fn master_position() -> Option<(String, u64)> {
-    if !HAS_MASTER_OFFSET.load(Ordering::Relaxed) {
-        return None;
+/// The master connection runs (between its start and its end).
+static MASTER_CONNECTION_UP: AtomicBool = AtomicBool::new(false);
+/// The master connection's client id (0: none), for the executor: to the master's
+/// commands no key has expired on a replica.
+static MASTER_CLIENT: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+pub fn master_client() -> u64 {
+    MASTER_CLIENT.load(Ordering::Relaxed)
+}
+
+/// The master connection's client id, while it runs (connection/master_link.rs).
+pub fn set_master_client(id: u64) {
+    MASTER_CLIENT.store(id, Ordering::Relaxed);
+}
+
+/// REPLICAOF's count of changes: a master connection stops when it moves on.
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::SeqCst)
+}
+
+/// Where PSYNC asks to continue: this server's replication id and offset, when it
+/// has a position.
+fn position() -> Option<(String, u64)> {
+    HAS_POSITION
+        .load(Ordering::Relaxed)
+        .then(|| (super::replid(), crate::effects::offset()))
+}
+
+/// The master connection is about to apply a batch: waits while a snapshot for a
+/// replica of this one is wanted (Dekker-style with `snapshot_for_replica`: each
+/// side raises its flag, then looks at the other's).
+pub async fn begin_batch() {
+    loop {
+        while SNAPSHOT_WANTED.load(Ordering::SeqCst) > 0 {
+            crate::runtime::sleep(Duration::from_millis(1)).await;
+        }
+        BATCH_RUNNING.store(true, Ordering::SeqCst);
+        if SNAPSHOT_WANTED.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        BATCH_RUNNING.store(false, Ordering::SeqCst);
     }
-    let id = detail().replid.clone()?;
-    Some((id, APPLIED.load(Ordering::Relaxed)))
+}
+
+/// The batch ran and what it applied was passed on.
+pub fn end_batch() {
+    BATCH_RUNNING.store(false, Ordering::SeqCst);
+}
+
+/// A full sync's snapshot for a replica of this server (the link attached under the
+/// same locks): on a replica, taken between two batches of the master's stream, so
+/// that every command it holds was passed on before the link joins and none after.
+pub async fn snapshot_for_replica(
+    cell: &Rc<ShardCell>,
+    peer: super::ReplicaPeer,
+) -> (Vec<u8>, Option<(u64, u64)>, Vec<u64>) {
+    SNAPSHOT_WANTED.fetch_add(1, Ordering::SeqCst);
+    while BATCH_RUNNING.load(Ordering::SeqCst) {
+        crate::runtime::sleep(Duration::from_millis(1)).await;
+    }
+    let taken = super::snapshot(cell, Some(peer)).await;
+    SNAPSHOT_WANTED.fetch_sub(1, Ordering::SeqCst);
+    taken
 }
 
 /// ROLE's offset for a replica: what it applied, -1 before its first sync.
 pub fn applied_offset() -> i64 {
-    if HAS_MASTER_OFFSET.load(Ordering::Relaxed) {
+    if HAS_POSITION.load(Ordering::Relaxed) {
         APPLIED.load(Ordering::Relaxed) as i64
     } else {
         -1
@@ -194,7 +265,7 @@ pub fn info_fields(out: &mut String) {
     } else {
         -1
     };
-    let (applied, read) = if HAS_MASTER_OFFSET.load(Ordering::Relaxed) {
+    let (applied, read) = if HAS_POSITION.load(Ordering::Relaxed) {
         (
             APPLIED.load(Ordering::Relaxed),
             READ.load(Ordering::Relaxed),
@@ -299,6 +370,7 @@ async fn follow(cell: &Rc<ShardCell>, stream: TcpStream, initial: Vec<u8>, gener
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     set_state(LinkState::Connected);
     LAST_IO_MS.store(crate::util::now_ms(), Ordering::Relaxed);
+    MASTER_CONNECTION_UP.store(true, Ordering::SeqCst);
     let mut conn = serve(cell.clone(), stream, initial);
     loop {
         let tick = crate::runtime::sleep(Duration::from_millis(100));
@@ -320,6 +392,7 @@ async fn follow(cell: &Rc<ShardCell>, stream: TcpStream, initial: Vec<u8>, gener
             break;
         }
     }
+    MASTER_CONNECTION_UP.store(false, Ordering::SeqCst);
     if current(generation) {
         tracing::warn!("Connection with master lost.");
         tracing::info!("Caching the disconnected master state.");
@@ -356,19 +429,22 @@ async fn sync_with_master(
     if !current(generation) {
         return Ok(None);
     }
-    match psync(&mut link).await? {
+    let answer = psync(&mut link).await;
+    super::failover::psync_answered(cell, answer.is_ok()).await;
+    match answer? {
         Psync::Continue { replid } => {
             tracing::info!("Successful partial resynchronization with master.");
-            if let Some(id) = replid {
-                let mut d = detail();
-                if d.replid.as_deref() != Some(id.as_str()) {
-                    tracing::warn!("Master replication ID changed to {id}");
-                    d.replid = Some(id);
-                }
+            let offset = crate::effects::offset();
+            if let Some(id) = replid.filter(|id| *id != super::replid()) {
+                tracing::warn!("Master replication ID changed to {id}");
+                super::continue_with_replid(&id, offset);
+                // This server's replicas must learn of the new id.
+                super::disconnect_replicas(cell).await;
             }
             // The stream goes on from what was applied: the unapplied rest of the
             // last read is gone with the old connection.
-            READ.store(APPLIED.load(Ordering::Relaxed), Ordering::Relaxed);
+            APPLIED.store(offset, Ordering::Relaxed);
+            READ.store(offset, Ordering::Relaxed);
             tracing::info!("MASTER <-> REPLICA sync: Master accepted a Partial Resynchronization.");
         }
         Psync::Full { replid, offset } => {
@@ -378,10 +454,14 @@ async fn sync_with_master(
             if !current(generation) {
                 return Ok(None);
             }
-            detail().replid = Some(replid);
+            // The master's history is this server's now: its id, its offset, and a
+            // backlog from here (a replica keeps one: it may be promoted).
+            super::adopt_replid(&replid);
+            crate::effects::backlog_create(super::backlog_size());
+            crate::effects::reset_offset(offset);
             APPLIED.store(offset, Ordering::Relaxed);
             READ.store(offset, Ordering::Relaxed);
-            HAS_MASTER_OFFSET.store(true, Ordering::Relaxed);
+            HAS_POSITION.store(true, Ordering::Relaxed);
             tracing::info!("MASTER <-> REPLICA sync: Finished with success");
         }
     }
@@ -497,7 +577,7 @@ async fn handshake(cell: &Rc<ShardCell>, link: &mut Lines) -> Result<(), String>
 
 /// PSYNC with the cached master's id and offset+1, or `? -1` without one.
 async fn psync(link: &mut Lines) -> Result<Psync, String> {
-    let (id, offset) = match master_position() {
+    let (id, offset) = match position() {
         Some((id, applied)) => {
             let next = (applied + 1).to_string();
             tracing::info!("Trying a partial resynchronization (request {id}:{next}).");
@@ -508,8 +588,14 @@ async fn psync(link: &mut Lines) -> Result<Psync, String> {
             ("?".to_string(), "-1".to_string())
         }
     };
-    link.send(&[b"PSYNC", id.as_bytes(), offset.as_bytes()])
-        .await?;
+    // A master failing over to this one says so: the replica promotes itself.
+    if super::failover::in_progress() {
+        link.send(&[b"PSYNC", id.as_bytes(), offset.as_bytes(), b"FAILOVER"])
+            .await?;
+    } else {
+        link.send(&[b"PSYNC", id.as_bytes(), offset.as_bytes()])
+            .await?;
+    }
     loop {
         let reply = link.line().await?;
         // Newlines before the reply keep the link alive while the master prepares.
@@ -529,7 +615,7 @@ async fn psync(link: &mut Lines) -> Result<Psync, String> {
             };
         }
         if let Some(rest) = reply.strip_prefix("+CONTINUE") {
-            if !HAS_MASTER_OFFSET.load(Ordering::Relaxed) {
+            if !HAS_POSITION.load(Ordering::Relaxed) {
                 return Err(format!("Unexpected reply to PSYNC from master: {reply}"));
             }
             let id = rest.trim();

@@ -254,6 +254,7 @@ pub fn run(config: Config) -> i32 {
                 runtime::spawn_detached(crate::shard::memory::run_memory_task(cell.clone()));
                 if i == 0 {
                     runtime::spawn_detached(crate::replication::link::run(cell.clone()));
+                    runtime::spawn_detached(crate::replication::run_cron(cell.clone()));
                 }
                 let mut listeners = Vec::new();
                 for a in &addrs {

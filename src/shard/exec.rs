@@ -103,6 +103,11 @@ where
     let before = out.len();
     let spec = &table().specs[call.cmd as usize];
     data.tracking.writer = call.client;
+    // A replica applying its master's command sees the keys the master saw.
+    crate::storage::entry::set_replaying(
+        crate::replication::is_replica()
+            && call.client == crate::replication::link::master_client(),
+    );
     let mut ctx = ExecCtx {
         data,
         db: call.db,

@@ -102,6 +102,12 @@ impl ShardData {
         self.apply_db_settings();
     }
 
+    /// FAILOVER's hold on writes on this shard, on or off.
+    pub fn failover_pause(&mut self, on: bool) {
+        self.client_pause.set_failover(on);
+        self.apply_db_settings();
+    }
+
     /// Whether a client pause is in force at `now_ms` (expiry and eviction wait for
     /// its end, as Redis keeps the dataset static while clients are paused).
     pub fn paused(&mut self, now_ms: u64) -> bool {
@@ -287,7 +293,12 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                 exec::after_deletions(&mut data, None);
                 let now = crate::util::now_ms();
                 // A client pause keeps the dataset still: nothing expires meanwhile.
-                if !data.active_expire || !cell.locks.borrow().is_idle() || data.paused(now) {
+                // A replica's keys go with its master's DELs.
+                if !data.active_expire
+                    || !cell.locks.borrow().is_idle()
+                    || data.paused(now)
+                    || crate::storage::entry::replica_holds_expired()
+                {
                     break;
                 }
                 let data = &mut *data;

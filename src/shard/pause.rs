@@ -22,6 +22,9 @@ pub struct ClientPause {
     writes_only: bool,
     /// Connections waiting for the pause to end, woken by `unpause`.
     waiters: Vec<Waker>,
+    /// A FAILOVER holds writes until it ends, whatever CLIENT PAUSE / UNPAUSE do
+    /// (Redis's PAUSE_DURING_FAILOVER purpose).
+    failover: bool,
 }
 
 impl ClientPause {
@@ -42,7 +45,7 @@ impl ClientPause {
         }
     }
 
-    /// Ends the pause and wakes every waiting connection.
+    /// Ends the pause and wakes every waiting connection (a FAILOVER's hold stays).
     pub fn unpause(&mut self) {
         self.until_ms = 0;
         self.writes_only = false;
@@ -51,11 +54,21 @@ impl ClientPause {
         }
     }
 
+    /// Starts or ends a FAILOVER's hold on writes.
+    pub fn set_failover(&mut self, on: bool) {
+        self.failover = on;
+        if !on {
+            for w in self.waiters.drain(..) {
+                w.wake();
+            }
+        }
+    }
+
     /// Whether a pause was set and not yet seen to end (it may have run out: callers
     /// that act on it go through `in_force`).
     #[inline]
     pub fn is_set(&self) -> bool {
-        self.until_ms != 0
+        self.until_ms != 0 || self.failover
     }
 
     /// Whether a pause is in force at `now_ms`; a pause whose time is up ends here.
@@ -63,13 +76,16 @@ impl ClientPause {
         if self.until_ms != 0 && now_ms > self.until_ms {
             self.unpause();
         }
-        self.until_ms != 0
+        self.until_ms != 0 || self.failover
     }
 
     /// When a command must wait: the pause's end, if one is in force that holds
     /// this command (`may_write`: it may write or propagate).
     pub fn holds(&mut self, now_ms: u64, may_write: bool) -> Option<u64> {
-        if !self.in_force(now_ms) || (self.writes_only && !may_write) {
+        if self.failover && may_write {
+            return Some(u64::MAX);
+        }
+        if !self.in_force(now_ms) || self.until_ms == 0 || (self.writes_only && !may_write) {
             return None;
         }
         Some(self.until_ms)

@@ -260,7 +260,7 @@ impl Entry {
     #[inline]
     pub(super) fn is_expired(&self, now_ms: u64) -> bool {
         let at = self.expire_at();
-        at != NO_EXPIRE && at <= now_ms && !expiry_paused()
+        at != NO_EXPIRE && at <= now_ms && !expiry_paused() && !replaying()
     }
 
     /// Bytes this entry is accounted for in its database's `used_bytes`.
@@ -343,6 +343,37 @@ static DATASET_LOADING: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 
 pub fn set_dataset_loading(on: bool) {
     DATASET_LOADING.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// This server is a replica: keys are not deleted by their TTL here, the master's
+/// DEL does it (set by replication with the role).
+static REPLICA_HOLDS_EXPIRED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_replica_holds_expired(on: bool) {
+    REPLICA_HOLDS_EXPIRED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[inline]
+pub fn replica_holds_expired() -> bool {
+    REPLICA_HOLDS_EXPIRED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The command running on this thread is the master's (a replica applying its
+    /// stream): to it no key has expired — the master decided, its DELs will come.
+    static REPLAYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the commands about to run on this thread as the master's, or not.
+#[inline]
+pub fn set_replaying(on: bool) {
+    REPLAYING.with(|r| r.set(on));
+}
+
+#[inline]
+fn replaying() -> bool {
+    REPLAYING.with(|r| r.get())
 }
 
 /// Whether the dataset is loading (no expiry, no eviction).

@@ -500,6 +500,14 @@ impl Db {
         }
     }
 
+    /// Whether a key whose TTL passed stays in place (reads find it missing): during a
+    /// client pause, and on a replica, which waits for its master's DEL (Redis 7.0's
+    /// expireIfNeeded on a replica).
+    #[inline]
+    fn holds_expired(&self) -> bool {
+        self.expiry_held || super::entry::replica_holds_expired()
+    }
+
     /// Looks a key up, deleting it first if its TTL has passed (Redis's passive expiry).
     /// One probe of the slot's table either way.
     #[inline]
@@ -513,7 +521,7 @@ impl Db {
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
         }
-        if self.expiry_held {
+        if self.expiry_held || super::entry::replica_holds_expired() {
             return None;
         }
         if STREAM_READERS.any() {
@@ -630,7 +638,7 @@ impl Db {
 
     /// Inserts a key known to be absent.
     pub fn insert_new(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) {
-        if self.expiry_held {
+        if self.holds_expired() {
             // During a client pause an expired key stays in place though `get` calls
             // it missing: a write that runs anyway (inside the EXEC that paused)
             // replaces it rather than adding a second entry.
@@ -863,7 +871,7 @@ impl Db {
             let pick = rng.below(slot.table.len());
             let entry = slot.table.iter().nth(pick)?;
             if entry.is_expired(now_ms) {
-                if self.expiry_held {
+                if self.holds_expired() {
                     continue;
                 }
                 let key = entry.key().to_vec();

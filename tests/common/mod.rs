@@ -51,8 +51,10 @@ pub fn crc64(data: &[u8]) -> u64 {
 /// `redis-server` on loopback port `port`, no save points, no AOF, then `extra`.
 fn redis_server_command(port: u16, extra: &[&str]) -> Command {
     let mut cmd = Command::new("redis-server");
+    // A directory of its own: a replica writes the RDB its master sent there.
     cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
         .args(["--save", "", "--appendonly", "no"])
+        .args(private_dir_args(port))
         .args(extra);
     cmd
 }

@@ -332,6 +332,63 @@ pub fn count_full_sync(asked_partial: bool) {
     }
 }
 
+/// The full syncs waiting for `repl-diskless-sync-delay` to pass (Redis waits so
+/// that replicas arriving close together share one snapshot): the open round's id,
+/// when it starts (unix ms) and how many wait for it. A round that starts is closed
+/// (None); its waiters see that and go.
+static SYNC_ROUND: Mutex<Option<(u64, u64, usize)>> = Mutex::new(None);
+static SYNC_ROUND_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn sync_round_slot() -> std::sync::MutexGuard<'static, Option<(u64, u64, usize)>> {
+    SYNC_ROUND.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits for the diskless sync round this full sync joins (the first one opens it,
+/// `delay_s` from now): until its start, or sooner once `max_waiting` replicas
+/// (repl-diskless-sync-max-replicas, 0: no limit) wait, or `gone` says the replica
+/// left. Each replica then takes its snapshot at the round's start.
+pub async fn sync_round(delay_s: u64, max_waiting: usize, gone: impl Fn() -> bool) {
+    let mine = {
+        let mut round = sync_round_slot();
+        match round.as_mut() {
+            Some((id, _, n)) => {
+                *n += 1;
+                *id
+            }
+            None => {
+                tracing::info!("Delay next BGSAVE for diskless SYNC");
+                let id = SYNC_ROUND_IDS.fetch_add(1, Ordering::Relaxed);
+                *round = Some((id, crate::util::now_ms() + delay_s * 1000, 1));
+                id
+            }
+        }
+    };
+    loop {
+        {
+            let mut round = sync_round_slot();
+            let Some((id, start, n)) = round.as_mut() else {
+                return;
+            };
+            if *id != mine {
+                return;
+            }
+            let now = crate::util::now_ms();
+            if now >= *start || (max_waiting > 0 && *n >= max_waiting) {
+                *round = None;
+                return;
+            }
+            if gone() {
+                *n -= 1;
+                if *n == 0 {
+                    *round = None;
+                }
+                return;
+            }
+        }
+        crate::runtime::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// PSYNC <replid> <offset> (Redis's masterTryPartialResynchronization): a replica
 /// link continuing from `offset` when this server's history is the one asked for (or
 /// the previous one, up to where it ended) and the backlog still holds the bytes.
@@ -552,12 +609,17 @@ pub async fn run_cron(cell: std::rc::Rc<crate::shard::ShardCell>) {
 }
 
 /// The master's part of Redis's replicationCron (shard 0, every 100 ms): the backlog
-/// is freed, and the history given a new id, after repl-backlog-ttl seconds without
-/// replicas (never on a replica: it may be promoted).
+/// takes in the stream, and is freed, the history given a new id, after
+/// repl-backlog-ttl seconds without replicas (never on a replica: it may be promoted).
 fn cron(config: &crate::config::Config) {
+    // Asking merges the shards' logs into the backlog: with no replica attached
+    // nobody else reads the stream, and the logs would only grow.
+    if crate::effects::backlog_info().is_none() {
+        return;
+    }
     let since = NO_REPLICAS_SINCE_MS.load(Ordering::Relaxed);
     let ttl = config.int_param("repl-backlog-ttl").unwrap_or(3600).max(0) as u64;
-    if since == 0 || ttl == 0 || is_replica() || crate::effects::backlog_info().is_none() {
+    if since == 0 || ttl == 0 || is_replica() {
         return;
     }
     if crate::util::now_ms().saturating_sub(since) / 1000 >= ttl {

@@ -147,7 +147,7 @@ impl RedisReplica {
             Kind::Redis => Command::new("redis-server"),
             Kind::Tessera => {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
-                c.args(["--threads", "2"]);
+                c.args(["--threads", "2", "--repl-diskless-sync-delay", "0"]);
                 c
             }
         };

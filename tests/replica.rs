@@ -562,3 +562,60 @@ fn a_replica_hides_expired_keys_until_its_master_deletes_them() {
     let n: i64 = q(&mut r, &["DBSIZE"]);
     assert_eq!(n, 0);
 }
+
+fn link_up(c: &mut redis::Connection) -> bool {
+    info_field(c, "replication", "master_link_status") == "up"
+}
+
+#[test]
+fn diskless_sync_delay_gathers_replicas_and_max_replicas_starts_early() {
+    let master = Server::start_with(
+        2,
+        &[
+            "--repl-diskless-sync-delay",
+            "3",
+            "--repl-diskless-sync-max-replicas",
+            "2",
+        ],
+    );
+    let mut m = master.client();
+    fill(&mut m, "d", 100);
+    let a = tessera_replica(master.port);
+    let mut ac = a.client();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(!link_up(&mut ac), "the sync did not wait for the delay");
+    // The second replica fills the round: both sync at once, well before 3 s.
+    let t0 = Instant::now();
+    let b = tessera_replica(master.port);
+    let mut bc = b.client();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(link_up(&mut ac) && link_up(&mut bc)) {
+        assert!(Instant::now() < deadline, "the replicas never synced");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        t0.elapsed()
+    );
+    wait_in_sync(&mut m, &mut ac);
+    assert_same(&mut m, &mut bc);
+}
+
+#[test]
+fn disk_based_sync_writes_the_rdb_first() {
+    let dir = scratch_dir("replica", "disk-sync");
+    let dir_arg = dir.display().to_string();
+    let master = Server::start_with(2, &["--repl-diskless-sync", "no", "--dir", &dir_arg]);
+    let mut m = master.client();
+    fill(&mut m, "disk", 100);
+    let before: i64 = q(&mut m, &["LASTSAVE"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    assert!(dir.join("dump.rdb").exists(), "no dump.rdb in {dir_arg}");
+    let after: i64 = q(&mut m, &["LASTSAVE"]);
+    assert!(after > before, "LASTSAVE did not move");
+    assert_same(&mut m, &mut r);
+}

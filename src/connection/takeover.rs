@@ -71,8 +71,36 @@ impl Connection {
         }
         crate::replication::count_full_sync(asked.as_ref().is_some_and(|(id, _)| id != "?"));
         let cell = self.session.cell.clone();
-        let (rdb, id, _) = crate::replication::link::snapshot_for_replica(&cell, peer).await;
+        let (diskless, delay_s, max_waiting) = {
+            let c = &cell.data.borrow().config;
+            (
+                c.bool_param("repl-diskless-sync").unwrap_or(true),
+                c.int_param("repl-diskless-sync-delay").unwrap_or(5).max(0) as u64,
+                c.int_param("repl-diskless-sync-max-replicas")
+                    .unwrap_or(0)
+                    .max(0) as usize,
+            )
+        };
+        if diskless && delay_s > 0 {
+            let killed = self.session.shared.clone();
+            crate::replication::sync_round(delay_s, max_waiting, || killed.killed.get()).await;
+            if self.session.shared.killed.get() {
+                return;
+            }
+        }
+        let target = if diskless { "replicas sockets" } else { "disk" };
+        tracing::info!("Starting BGSAVE for SYNC with target: {target}");
+        let (rdb, id, dirty) = crate::replication::link::snapshot_for_replica(&cell, peer).await;
         let Some((id, offset)) = id else { return };
+        if !diskless {
+            // The snapshot goes to disk first, as Redis's BGSAVE for SYNC does.
+            if let Err(e) = crate::persistence::save::write_snapshot(&cell, &rdb, dirty).await {
+                tracing::warn!("SYNC failed. BGSAVE child returned an error: {e}");
+                crate::replication::detach(id);
+                self.session.close_after_reply = true;
+                return;
+            }
+        }
         if psync {
             let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
             self.out.extend_from_slice(line.as_bytes());

@@ -19,8 +19,19 @@ pub async fn save(cell: &Rc<ShardCell>) -> std::io::Result<()> {
 /// `save`, its snapshot's locks taken as operation `txn` (a command inside EXEC or a
 /// script saves as its transaction, which may hold every shard already).
 pub async fn save_as(cell: &Rc<ShardCell>, txn: TxnId) -> std::io::Result<()> {
-    super::SAVES.fetch_add(1, Ordering::Relaxed);
     let (rdb, _, dirty) = crate::replication::snapshot_as(cell, txn, None).await;
+    write_snapshot(cell, &rdb, dirty).await
+}
+
+/// Writes a snapshot already taken (`dirty`: each shard's change counter at that
+/// moment) as the RDB file: SAVE, and a full sync to a replica with
+/// `repl-diskless-sync no` (Redis's BGSAVE for SYNC with target disk).
+pub async fn write_snapshot(
+    cell: &Rc<ShardCell>,
+    rdb: &[u8],
+    dirty: Vec<u64>,
+) -> std::io::Result<()> {
+    super::SAVES.fetch_add(1, Ordering::Relaxed);
     let (path, key_delay) = {
         let data = cell.data.borrow();
         let path = std::path::Path::new(data.config.dir()).join(data.config.dbfilename());
@@ -28,7 +39,7 @@ pub async fn save_as(cell: &Rc<ShardCell>, txn: TxnId) -> std::io::Result<()> {
     };
     let tmp = path.with_file_name(format!("temp-{}.rdb", std::process::id()));
     *temp_file() = Some(tmp.clone());
-    let written = write_synced(cell, &tmp, &rdb, key_delay).await;
+    let written = write_synced(cell, &tmp, rdb, key_delay).await;
     let result = written.and_then(|_| std::fs::rename(&tmp, &path));
     *temp_file() = None;
     if let Err(e) = result {

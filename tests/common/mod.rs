@@ -13,8 +13,9 @@ pub struct Server {
 }
 
 /// `tessera --port P --threads N`, DEBUG enabled as Redis's own test suite runs its
-/// servers (the tests use OBJECT, SLEEP, SET-ACTIVE-EXPIRE ...), in a directory of
-/// its own, then `extra`, which may say otherwise.
+/// servers (the tests use OBJECT, SLEEP, SET-ACTIVE-EXPIRE ...), a replica's full
+/// sync started at once (no 5 s diskless delay, as Redis's suite sets for most
+/// tests), in a directory of its own, then `extra`, which may say otherwise.
 fn tessera_command(port: u16, threads: usize, extra: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
     cmd.args([
@@ -24,6 +25,7 @@ fn tessera_command(port: u16, threads: usize, extra: &[&str]) -> Command {
         &threads.to_string(),
     ])
     .args(["--enable-debug-command", "yes"])
+    .args(["--repl-diskless-sync-delay", "0"])
     .args(private_dir_args(port))
     .args(extra)
     .env("RUST_LOG", "warn");

@@ -619,3 +619,27 @@ fn disk_based_sync_writes_the_rdb_first() {
     assert!(after > before, "LASTSAVE did not move");
     assert_same(&mut m, &mut r);
 }
+
+#[test]
+fn a_silent_replica_is_dropped_after_repl_timeout_and_comes_back() {
+    let master = Server::start_with(2, &["--repl-timeout", "2"]);
+    let mut m = master.client();
+    fill(&mut m, "t", 100);
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    replica.signal(libc::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_u64(&mut m, "replication", "connected_slaves") != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the silent replica was never dropped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fill(&mut m, "t2", 100);
+    replica.signal(libc::SIGCONT);
+    wait_in_sync(&mut m, &mut r);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_ok"), 1);
+    assert_same(&mut m, &mut r);
+}

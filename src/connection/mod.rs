@@ -173,6 +173,9 @@ pub struct Connection {
     obuf_watch: usize,
     /// The client broke its output buffer limit: nothing more runs or is written.
     obuf_closed: bool,
+    /// A replica link that came with PSYNC: timed out after `repl-timeout` without an
+    /// ACK (takeover.rs).
+    link_timeout: bool,
     /// Set on the link to this replica's master (master_link.rs): its offset is
     /// accounted per command, its replies are not sent, what it applied is passed on.
     master: Option<Box<master_link::MasterFeed>>,
@@ -282,6 +285,7 @@ async fn serve_as(
         sent_early: 0,
         obuf_watch: usize::MAX,
         obuf_closed: false,
+        link_timeout: false,
         master: from_master.then(Box::default),
     };
     if from_master {

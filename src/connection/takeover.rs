@@ -66,6 +66,7 @@ impl Connection {
             if let Some(link) = crate::replication::try_partial(id, *offset, peer.clone(), &who) {
                 let line = format!("+CONTINUE {}\r\n", crate::replication::replid());
                 self.out.extend_from_slice(line.as_bytes());
+                self.link_timeout = true;
                 return self.become_replica_link(link, "partial resync");
             }
         }
@@ -105,9 +106,20 @@ impl Connection {
             let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
             self.out.extend_from_slice(line.as_bytes());
         }
-        self.out
-            .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
-        self.out.extend_from_slice(&rdb);
+        if diskless && self.session.shared.replica_capa_eof.get() {
+            // Redis's diskless framing: the size is not announced, a random mark
+            // ends the payload.
+            let mark = crate::replication::random_id();
+            self.out
+                .extend_from_slice(format!("$EOF:{mark}\r\n").as_bytes());
+            self.out.extend_from_slice(&rdb);
+            self.out.extend_from_slice(mark.as_bytes());
+        } else {
+            self.out
+                .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
+            self.out.extend_from_slice(&rdb);
+        }
+        self.link_timeout = psync;
         self.become_replica_link(id, "full sync");
     }
 
@@ -137,13 +149,31 @@ impl Connection {
         }
         let mut last_ping = std::time::Instant::now();
         loop {
-            let period = {
+            let (period, timeout_s) = {
                 let data = self.session.cell.data.borrow();
-                data.config
-                    .int_param("repl-ping-replica-period")
-                    .unwrap_or(10)
-                    .max(1) as u64
+                let c = &data.config;
+                (
+                    c.int_param("repl-ping-replica-period").unwrap_or(10).max(1) as u64,
+                    c.int_param("repl-timeout").unwrap_or(60).max(1) as u64,
+                )
             };
+            // A PSYNC replica acknowledges every second: silent for repl-timeout, it
+            // is gone (an old SYNC replica never acknowledges and is never timed out).
+            let silent_ms =
+                crate::util::now_ms().saturating_sub(self.session.shared.last_interaction_ms.get());
+            if self.link_timeout && silent_ms > timeout_s * 1000 {
+                let s = &self.session.shared;
+                let ip = s
+                    .replica_ip
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| s.addr.ip_text());
+                tracing::warn!(
+                    "Disconnecting timedout replica (streaming sync): {ip}:{}",
+                    s.replica_port.get()
+                );
+                return;
+            }
             let due = std::time::Duration::from_secs(period).saturating_sub(last_ping.elapsed());
             if due.is_zero() {
                 crate::effects::keepalive(period * 1000);

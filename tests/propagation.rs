@@ -201,7 +201,10 @@ impl Drop for RedisReplica {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // KEEP_DIR=1 keeps it (the replica's log and the RDB its master sent).
+        if std::env::var("KEEP_DIR").is_err() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

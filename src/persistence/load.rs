@@ -424,7 +424,10 @@ pub async fn load_from_master(
         Ok(_) => Ok(()),
         Err(Failed::Refused) => Err("not an RDB file".into()),
         Err(Failed::Broken(e)) => {
-            refuse(&e);
+            // The reason only: the server goes on (empty) and the link retries.
+            for line in e.log_lines() {
+                tracing::warn!("{line}");
+            }
             clear_all(cell).await;
             Err("the file is corrupt".into())
         }

@@ -661,9 +661,10 @@ impl StreamValue {
         })
     }
 
-    /// Appends a node loaded by RESTORE after the existing ones. False (the payload is
-    /// corrupt) if it is incomplete, has no live entry, or does not follow the last
-    /// node: every entry of a node must precede the next node's master ID.
+    /// Appends a node loaded by RESTORE after the existing ones (one holding only
+    /// tombstones is dropped). False (the payload is corrupt) if it is incomplete or
+    /// does not follow the last node: every entry of a node must precede the next
+    /// node's master ID.
     pub fn push_loaded_node(&mut self, loader: NodeLoader) -> bool {
         let NodeLoader {
             master,
@@ -672,13 +673,18 @@ impl StreamValue {
             pending,
             ok,
         } = loader;
-        if !ok || pending != 0 || node.live == 0 || last.is_none() {
+        if !ok || pending != 0 || last.is_none() {
             return false;
         }
         if let Some((&prev, prev_node)) = self.nodes.iter().next_back() {
             if prev_node.last_id(prev) >= master {
                 return false;
             }
+        }
+        if node.live == 0 {
+            // Only tombstones (Redis leaves such a node after some trims and writes
+            // it as it is): nothing of it is visible, so it is not kept.
+            return true;
         }
         self.len += u64::from(node.live);
         self.nodes.insert(master, node);

@@ -863,3 +863,24 @@ proptest! {
         let _ = restore(&with_footer(&body));
     }
 }
+
+/// A stream whose only node holds nothing but tombstones, as redis-server 7.0.15
+/// DUMPs it (after XADDs and trims of a propagation test run): it restores, empty,
+/// with its counters.
+#[test]
+fn stream_node_of_only_tombstones_restores() {
+    let v = restored(
+        "130110000001a21e04d4d000000000000000002b2b0000000f00000102010101816602000103010001\
+         000182763803040103010401000183763138040401ff0081000001a21e04d4d400000081000001a2\
+         1e04d4d40002000a00ad3512202ab22b5c",
+    );
+    let DumpValue::Stream(s) = v else {
+        panic!("not a stream");
+    };
+    assert_eq!(s.len(), 0);
+    assert_eq!(
+        s.last_id,
+        crate::storage::stream::StreamId::new(1_795_799_962_836, 0)
+    );
+    assert_eq!(s.entries_added, 2);
+}

@@ -127,8 +127,6 @@ pub struct ClientShared {
     /// while under it (Redis's obuf_soft_limit_reached_time).
     pub obuf_soft_since: Cell<u64>,
     pub killed: Cell<bool>,
-    /// REPLCONF capa eof: the replica takes a diskless RDB framed by an EOF mark.
-    pub replica_capa_eof: Cell<bool>,
     /// The master asked for a REPLCONF ACK (REPLCONF GETACK on the master link):
     /// `ACK_ASKED` while the GETACK runs, then the offset before it.
     pub ack_asked: Cell<Option<u64>>,
@@ -223,7 +221,6 @@ impl ClientShared {
             obuf_soft_since: Default::default(),
             killed: Default::default(),
             ack_asked: Default::default(),
-            replica_capa_eof: Default::default(),
             no_evict: Default::default(),
             multi_count: Cell::new(-1),
             blocked: Default::default(),

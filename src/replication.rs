@@ -224,9 +224,8 @@ fn ids() -> std::sync::MutexGuard<'static, Option<Ids>> {
 
 const NO_ID: &str = "0000000000000000000000000000000000000000";
 
-/// 40 hex characters (Redis's getRandomHexChars for a replication id, and the EOF
-/// mark of a diskless transfer).
-pub fn random_id() -> String {
+/// 40 hex characters (Redis's getRandomHexChars for a replication id).
+fn random_id() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seed = crate::util::now_ms()
         ^ ((std::process::id() as u64) << 32)

@@ -93,11 +93,7 @@ fn replconf(ctx: &mut ClientCtx) {
             if ctx.args.is(i, "rdb-only") && !matches!(value, b"0" | b"1") {
                 return ctx.out.error("ERR value is out of range, must be positive");
             }
-        } else if ctx.args.is(i, "capa") {
-            if value.eq_ignore_ascii_case(b"eof") {
-                ctx.session.shared.replica_capa_eof.set(true);
-            }
-        } else {
+        } else if !ctx.args.is(i, "capa") {
             let msg = format!(
                 "ERR Unrecognized REPLCONF option: {}",
                 String::from_utf8_lossy(ctx.args.get(i))

@@ -106,19 +106,13 @@ impl Connection {
             let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
             self.out.extend_from_slice(line.as_bytes());
         }
-        if diskless && self.session.shared.replica_capa_eof.get() {
-            // Redis's diskless framing: the size is not announced, a random mark
-            // ends the payload.
-            let mark = crate::replication::random_id();
-            self.out
-                .extend_from_slice(format!("$EOF:{mark}\r\n").as_bytes());
-            self.out.extend_from_slice(&rdb);
-            self.out.extend_from_slice(mark.as_bytes());
-        } else {
-            self.out
-                .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
-            self.out.extend_from_slice(&rdb);
-        }
+        // Always `$<len>` framing: with Redis's `$EOF:<mark>` a replica finds the mark
+        // only at the end of a read, so the stream may not follow until its first
+        // ACK (Redis's repl_start_cmd_stream_on_ack), which this link does not wait
+        // for yet. The snapshot is in memory, so its size is known anyway.
+        self.out
+            .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
+        self.out.extend_from_slice(&rdb);
         self.link_timeout = psync;
         self.become_replica_link(id, "full sync");
     }

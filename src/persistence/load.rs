@@ -413,26 +413,96 @@ pub async fn load_into(
     }
 }
 
-/// A replica's full sync (Redis's readSyncBulkPayload): the dataset replaced by the
-/// file the master sent. A file that breaks mid-way leaves the dataset empty (never
-/// half loaded) and the link retries; Err says why (logged already).
+/// A full sync's file, loaded as the startup file is: every shard emptied, then each
+/// walks the file between turns of serving its clients, who get -LOADING meanwhile
+/// (Redis's replica with repl-diskless-load disabled), the checksum summed as they
+/// go. A file that breaks leaves the dataset empty (the link retries).
 pub async fn load_from_master(
     cell: &std::rc::Rc<ShardCell>,
     path: &std::path::Path,
 ) -> Result<(), String> {
-    match load_held(cell, path, true, false).await {
-        Ok(_) => Ok(()),
-        Err(Failed::Refused) => Err("not an RDB file".into()),
-        Err(Failed::Broken(e)) => {
-            // The reason only: the server goes on (empty) and the link retries.
-            for line in e.log_lines() {
-                tracing::warn!("{line}");
+    let shards = cell.shard_count();
+    let file = match open_path(path, shards) {
+        Ok(Some(file)) => file,
+        Ok(None) => return Err("the file is gone".into()),
+        Err(e) => return Err(e),
+    };
+    clear_all(cell).await;
+    let check = cell.data.borrow().config.rdbchecksum();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let walked = file.clone();
+    cell.call_all(move |c| {
+        let (c, file, done) = (c.clone(), walked.clone(), tx.clone());
+        crate::runtime::spawn_detached(load_shard(c, file, done));
+    })
+    .await;
+    let result = collect_serving(&file, rx, shards, check).await;
+    *CURRENT.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    if let Err(e) = result {
+        // The reason only: the server goes on (empty) and the link retries.
+        for line in e.log_lines() {
+            tracing::warn!("{line}");
+        }
+        clear_all(cell).await;
+        return Err("the file is corrupt".into());
+    }
+    Ok(())
+}
+
+/// `finish` for a load on a running server: waits for every shard's walk without
+/// blocking this shard, summing the checksum a slice per turn.
+async fn collect_serving(
+    file: &RdbFile,
+    results: Receiver<ShardResult>,
+    shards: usize,
+    check: bool,
+) -> Result<(), LoadError> {
+    let bytes = file.map.bytes();
+    let mut crc = Checksum::default();
+    let mut done = Vec::with_capacity(shards);
+    let mut failed = None;
+    let mut last_progress = Instant::now();
+    // Every walk sends one result, and each must end before the dataset is touched.
+    for _ in 0..shards {
+        let result = loop {
+            match results.try_recv() {
+                Ok(r) => break r,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(failed.unwrap_or(LoadError {
+                        offset: 0,
+                        kind: LoadErrorKind::Fatal("A shard stopped while loading".into()),
+                    }));
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
             }
-            clear_all(cell).await;
-            Err("the file is corrupt".into())
+            let summed = check
+                && failed.is_none()
+                && crc.advance_by(bytes, bytes.len().saturating_sub(8), SERVING_SLICE);
+            if summed {
+                crate::runtime::yield_now().await;
+            } else {
+                crate::runtime::sleep(Duration::from_millis(1)).await;
+            }
+            if last_progress.elapsed() >= Duration::from_secs(2) {
+                last_progress = Instant::now();
+                log_progress(file);
+            }
+        };
+        match result {
+            Ok(loaded) => done.push(loaded),
+            Err(e) => failed = failed.or(Some(e)),
         }
     }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    verify_checksum(file, &done, check, &mut crc)?;
+    log_done(&done);
+    Ok(())
 }
+
+/// How much of the file a running server's load sums per turn of its shard.
+const SERVING_SLICE: usize = 1 << 20;
 
 /// Why `load_held` did not load: the file is no RDB at all (refused, logged, the
 /// dataset as it was), or it broke mid-way (the dataset is partly loaded).
@@ -719,10 +789,15 @@ impl Checksum {
 
     /// Takes in the next slice below `limit`; false when there is nothing left.
     fn advance(&mut self, bytes: &[u8], limit: usize) -> bool {
+        self.advance_by(bytes, limit, Self::SLICE)
+    }
+
+    /// `advance` by at most `slice` bytes.
+    fn advance_by(&mut self, bytes: &[u8], limit: usize, slice: usize) -> bool {
         if self.upto >= limit {
             return false;
         }
-        let end = (self.upto + Self::SLICE).min(limit);
+        let end = (self.upto + slice).min(limit);
         self.crc = crc64(self.crc, &bytes[self.upto..end]);
         self.upto = end;
         true

@@ -119,6 +119,9 @@ pub struct ClientShared {
     /// What REPLCONF listening-port / ip-address announced (INFO's slaveN line).
     pub replica_port: Cell<u16>,
     pub replica_ip: RefCell<Option<String>>,
+    /// REPLCONF capa eof: the replica reads an RDB framed `$EOF:<mark>` (a diskless
+    /// full sync).
+    pub replica_capa_eof: Cell<bool>,
     /// Reply bytes the connection holds but has not written yet (while a write waits
     /// for the client to read): with the pub/sub outbox, CLIENT LIST's `omem` and what
     /// `client-output-buffer-limit` measures.
@@ -217,6 +220,7 @@ impl ClientShared {
             role: Default::default(),
             replica_port: Default::default(),
             replica_ip: Default::default(),
+            replica_capa_eof: Default::default(),
             output_len: Default::default(),
             obuf_soft_since: Default::default(),
             killed: Default::default(),

@@ -1,9 +1,10 @@
 //! Replication (Redis's replication.c): the role (REPLICAOF, the read-only and
 //! min-replicas gates), the replica links — each a reader of the effect stream
-//! (`crate::effects`) with what INFO shows of it — and the snapshot a replica starts
-//! from. The replica side, the link to a master, is `link`.
+//! (`crate::effects`) with what INFO shows of it. A full sync's snapshot is
+//! `full_sync`; the replica side, the link to a master, is `link`.
 
 pub mod failover;
+pub mod full_sync;
 pub mod link;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -225,7 +226,7 @@ fn ids() -> std::sync::MutexGuard<'static, Option<Ids>> {
 const NO_ID: &str = "0000000000000000000000000000000000000000";
 
 /// 40 hex characters (Redis's getRandomHexChars for a replication id).
-fn random_id() -> String {
+pub(crate) fn random_id() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seed = crate::util::now_ms()
         ^ ((std::process::id() as u64) << 32)
@@ -332,63 +333,6 @@ pub fn count_full_sync(asked_partial: bool) {
     }
 }
 
-/// The full syncs waiting for `repl-diskless-sync-delay` to pass (Redis waits so
-/// that replicas arriving close together share one snapshot): the open round's id,
-/// when it starts (unix ms) and how many wait for it. A round that starts is closed
-/// (None); its waiters see that and go.
-static SYNC_ROUND: Mutex<Option<(u64, u64, usize)>> = Mutex::new(None);
-static SYNC_ROUND_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-fn sync_round_slot() -> std::sync::MutexGuard<'static, Option<(u64, u64, usize)>> {
-    SYNC_ROUND.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Waits for the diskless sync round this full sync joins (the first one opens it,
-/// `delay_s` from now): until its start, or sooner once `max_waiting` replicas
-/// (repl-diskless-sync-max-replicas, 0: no limit) wait, or `gone` says the replica
-/// left. Each replica then takes its snapshot at the round's start.
-pub async fn sync_round(delay_s: u64, max_waiting: usize, gone: impl Fn() -> bool) {
-    let mine = {
-        let mut round = sync_round_slot();
-        match round.as_mut() {
-            Some((id, _, n)) => {
-                *n += 1;
-                *id
-            }
-            None => {
-                tracing::info!("Delay next BGSAVE for diskless SYNC");
-                let id = SYNC_ROUND_IDS.fetch_add(1, Ordering::Relaxed);
-                *round = Some((id, crate::util::now_ms() + delay_s * 1000, 1));
-                id
-            }
-        }
-    };
-    loop {
-        {
-            let mut round = sync_round_slot();
-            let Some((id, start, n)) = round.as_mut() else {
-                return;
-            };
-            if *id != mine {
-                return;
-            }
-            let now = crate::util::now_ms();
-            if now >= *start || (max_waiting > 0 && *n >= max_waiting) {
-                *round = None;
-                return;
-            }
-            if gone() {
-                *n -= 1;
-                if *n == 0 {
-                    *round = None;
-                }
-                return;
-            }
-        }
-        crate::runtime::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 /// PSYNC <replid> <offset> (Redis's masterTryPartialResynchronization): a replica
 /// link continuing from `offset` when this server's history is the one asked for (or
 /// the previous one, up to where it ended) and the backlog still holds the bytes.
@@ -451,22 +395,14 @@ pub fn shard_records(data: &ShardData) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The dataset as one RDB file, taken under every shard's lock, plus each shard's
-/// change counter at that moment (what a SAVE of it makes clean).
-pub async fn snapshot(
-    cell: &std::rc::Rc<crate::shard::ShardCell>,
-    attach_link: Option<ReplicaPeer>,
-) -> (Vec<u8>, Option<(u64, u64)>, Vec<u64>) {
-    snapshot_as(cell, cell.next_txn_id(), attach_link).await
-}
-
-/// `snapshot`, its locks taken as operation `txn`: a command inside EXEC or a script
-/// (FLUSHALL's save) takes them as the transaction, which may already hold them.
+/// The dataset as one RDB file, taken under every shard's lock as operation `txn`
+/// (SAVE: a command inside EXEC or a script, FLUSHALL's save, takes them as the
+/// transaction, which may already hold them), plus each shard's change counter at
+/// that moment (what a SAVE of it makes clean).
 pub async fn snapshot_as(
     cell: &std::rc::Rc<crate::shard::ShardCell>,
     txn: crate::shard::locks::TxnId,
-    attach_link: Option<ReplicaPeer>,
-) -> (Vec<u8>, Option<(u64, u64)>, Vec<u64>) {
+) -> (Vec<u8>, Vec<u64>) {
     let owner = crate::shard::locks::LockOwner {
         id: txn,
         write: false,
@@ -474,12 +410,11 @@ pub async fn snapshot_as(
     };
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
     let parts = op.on_each(cell, |d| (shard_records(d), d.dirty)).await;
-    let id = attach_link.map(attach);
     op.release(cell).await;
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
     let (_, libraries) = crate::scripting::functions::snapshot();
     let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
-    (rdb::file::assemble(&parts, &codes), id, dirty)
+    (rdb::file::assemble(&parts, &codes), dirty)
 }
 
 /// What INFO replication shows of a replica link, kept beside its stream reader.

@@ -643,3 +643,102 @@ fn a_silent_replica_is_dropped_after_repl_timeout_and_comes_back() {
     assert_eq!(info_u64(&mut m, "stats", "sync_partial_ok"), 1);
     assert_same(&mut m, &mut r);
 }
+
+/// Waits until the master's INFO says a transfer (an RDB child) runs.
+fn wait_transfer_running(m: &mut redis::Connection) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(m, "persistence", "rdb_bgsave_in_progress") != "1" {
+        assert!(Instant::now() < deadline, "no transfer started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_diskless_sync_walks_the_dataset_while_the_master_serves() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    fill(&mut m, "w", 2000);
+    // A millisecond per key saved: the walk takes about a second per shard.
+    let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
+    let replica = tessera_replica(master.port);
+    wait_transfer_running(&mut m);
+    // The master is not held by the snapshot: it answers and takes writes at once,
+    // on keys the walk has and has not reached.
+    for i in 0..200 {
+        let t0 = Instant::now();
+        let _: () = q(&mut m, &["SET", &format!("w:{}", i * 10), "changed"]);
+        let _: () = q(&mut m, &["DEL", &format!("w:{}", i * 10 + 1)]);
+        let _: () = q(&mut m, &["RPUSH", &format!("w:l{}", i % 7), "late"]);
+        assert!(
+            t0.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+    assert_eq!(
+        info_field(&mut m, "persistence", "rdb_bgsave_in_progress"),
+        "1"
+    );
+    assert!(err(&mut m, &["BGSAVE"]).contains("Background save already in progress"));
+    let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    assert_same(&mut m, &mut r);
+    let changed: String = q(&mut r, &["GET", "w:10"]);
+    assert_eq!(changed, "changed");
+}
+
+#[test]
+fn a_replica_dropped_mid_transfer_leaves_the_others_syncing() {
+    let master = Server::start_with(
+        2,
+        &[
+            "--repl-diskless-sync-delay",
+            "5",
+            "--repl-diskless-sync-max-replicas",
+            "2",
+        ],
+    );
+    let mut m = master.client();
+    fill(&mut m, "x", 2000);
+    let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "500"]);
+    let dropped = tessera_replica(master.port);
+    let kept = tessera_replica(master.port);
+    wait_transfer_running(&mut m);
+    dropped.signal(libc::SIGKILL);
+    drop(dropped);
+    let _: () = q(&mut m, &["SET", "x:after", "1"]);
+    let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    let mut r = kept.client();
+    wait_in_sync(&mut m, &mut r);
+    assert_same(&mut m, &mut r);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_u64(&mut m, "replication", "connected_slaves") != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the dropped replica's link stayed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_replica_answers_loading_while_it_loads_its_masters_file() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    fill(&mut m, "ld", 1500);
+    // A millisecond per key loaded: the load takes a few seconds.
+    let replica = replica_of(master.port, &["--key-load-delay", "1000"]);
+    let mut r = replica.client();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut r, "persistence", "loading") != "1" {
+        assert!(Instant::now() < deadline, "the replica never loaded");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let refused = err(&mut r, &["GET", "ld:1"]);
+    assert!(refused.to_lowercase().contains("loading"), "{refused}");
+    // Commands flagged `loading` (INFO above, CONFIG) still run.
+    let _: () = q(&mut r, &["CONFIG", "SET", "key-load-delay", "0"]);
+    wait_in_sync(&mut m, &mut r);
+    assert_same(&mut m, &mut r);
+}

@@ -52,7 +52,8 @@ fn sync_elsewhere(ctx: &mut ClientCtx) {
 }
 
 /// REPLCONF option value pairs a replica sends before SYNC / PSYNC: listening-port
-/// and ip-address are kept for INFO's `slaveN:` line, capabilities are accepted.
+/// and ip-address are kept for INFO's `slaveN:` line, `capa eof` allows a diskless
+/// full sync (psync2 is implied by PSYNC itself).
 /// ACK reaches a link's own loop (connection.rs); here, from a client that is no
 /// replica, it is ignored without a reply. GETACK from this replica's master asks for
 /// a REPLCONF ACK (the master connection sends it); from anyone else it is ignored.
@@ -93,7 +94,11 @@ fn replconf(ctx: &mut ClientCtx) {
             if ctx.args.is(i, "rdb-only") && !matches!(value, b"0" | b"1") {
                 return ctx.out.error("ERR value is out of range, must be positive");
             }
-        } else if !ctx.args.is(i, "capa") {
+        } else if ctx.args.is(i, "capa") {
+            if value.eq_ignore_ascii_case(b"eof") {
+                ctx.session.shared.replica_capa_eof.set(true);
+            }
+        } else {
             let msg = format!(
                 "ERR Unrecognized REPLCONF option: {}",
                 String::from_utf8_lossy(ctx.args.get(i))

@@ -5,7 +5,7 @@
 //! back every second and when the master asks with GETACK. What was applied is passed
 //! on byte for byte to this server's own replicas and backlog (`effects::proxy`), once
 //! per batch, after the batch ran: a replica's full sync snapshots between batches
-//! (`replication::link::snapshot_for_replica`), so it never holds a command its
+//! (`replication::link::between_batches`), so it never holds a command its
 //! stream also carries.
 
 use super::*;

@@ -176,6 +176,9 @@ pub struct Connection {
     /// A replica link that came with PSYNC: timed out after `repl-timeout` without an
     /// ACK (takeover.rs).
     link_timeout: bool,
+    /// A replica link after a diskless transfer: its stream waits for the replica's
+    /// first ACK (full_sync.rs says why).
+    stream_on_ack: bool,
     /// Set on the link to this replica's master (master_link.rs): its offset is
     /// accounted per command, its replies are not sent, what it applied is passed on.
     master: Option<Box<master_link::MasterFeed>>,
@@ -286,6 +289,7 @@ async fn serve_as(
         obuf_watch: usize::MAX,
         obuf_closed: false,
         link_timeout: false,
+        stream_on_ack: false,
         master: from_master.then(Box::default),
     };
     if from_master {

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// How much of an RDB file a disk-based full sync reads and writes at a time.
+const SEND_CHUNK: usize = 1 << 20;
+
 impl Connection {
     /// SYNC / PSYNC (Redis's syncCommand): continue from the backlog when PSYNC names
     /// a history and offset this server still holds (+CONTINUE), else reply with an
@@ -71,6 +74,11 @@ impl Connection {
             }
         }
         crate::replication::count_full_sync(asked.as_ref().is_some_and(|(id, _)| id != "?"));
+        // Whatever this client was sent before goes out first: the sync's bytes are
+        // written to its socket directly.
+        if !self.send_early().await {
+            return;
+        }
         let cell = self.session.cell.clone();
         let (diskless, delay_s, max_waiting) = {
             let c = &cell.data.borrow().config;
@@ -82,39 +90,130 @@ impl Connection {
                     .max(0) as usize,
             )
         };
-        if diskless && delay_s > 0 {
-            let killed = self.session.shared.clone();
-            crate::replication::sync_round(delay_s, max_waiting, || killed.killed.get()).await;
-            if self.session.shared.killed.get() {
-                return;
-            }
+        if diskless && psync && self.session.shared.replica_capa_eof.get() {
+            self.diskless_sync(&cell, peer, delay_s, max_waiting).await;
+        } else {
+            self.disk_sync(&cell, peer, psync).await;
         }
-        let target = if diskless { "replicas sockets" } else { "disk" };
-        tracing::info!("Starting BGSAVE for SYNC with target: {target}");
-        let (rdb, id, dirty) = crate::replication::link::snapshot_for_replica(&cell, peer).await;
-        let Some((id, offset)) = id else { return };
-        if !diskless {
-            // The snapshot goes to disk first, as Redis's BGSAVE for SYNC does.
-            if let Err(e) = crate::persistence::save::write_snapshot(&cell, &rdb, dirty).await {
-                tracing::warn!("SYNC failed. BGSAVE child returned an error: {e}");
-                crate::replication::detach(id);
-                self.session.close_after_reply = true;
-                return;
-            }
+    }
+
+    /// A full sync through the round's shared transfer (full_sync.rs): the writer
+    /// child sends +FULLRESYNC, the file and its mark; the link's stream then waits
+    /// for the replica's first ACK.
+    async fn diskless_sync(
+        &mut self,
+        cell: &Rc<ShardCell>,
+        peer: crate::replication::ReplicaPeer,
+        delay_s: u64,
+        max_waiting: usize,
+    ) {
+        use crate::replication::full_sync;
+        let who = format!("{}:{}", peer.ip, peer.port);
+        let shared = self.session.shared.clone();
+        let gone = || shared.killed.get();
+        let Some(transfer) =
+            full_sync::diskless(cell, peer, &self.stream, delay_s, max_waiting, gone).await
+        else {
+            self.session.close_after_reply = true;
+            return;
+        };
+        if !transfer.finished(&self.stream, gone).await {
+            crate::replication::detach(transfer.link);
+            self.session.close_after_reply = true;
+            return;
         }
+        tracing::info!("Streamed RDB transfer with replica {who} succeeded (socket). Waiting for REPLCONF ACK from slave to enable streaming");
+        // The replica loads now; its timeout counts from here (replicaPutOnline).
+        shared.last_interaction_ms.set(crate::util::now_ms());
+        self.stream_on_ack = true;
+        self.link_timeout = true;
+        self.become_replica_link(transfer.link, "full sync");
+    }
+
+    /// A full sync through a BGSAVE of dbfilename (Redis's disk target), the file
+    /// then sent as `$<len>`.
+    async fn disk_sync(
+        &mut self,
+        cell: &Rc<ShardCell>,
+        peer: crate::replication::ReplicaPeer,
+        psync: bool,
+    ) {
+        use crate::replication::full_sync;
+        tracing::info!("Starting BGSAVE for SYNC with target: disk");
+        let shared = self.session.shared.clone();
+        let gone = || shared.killed.get();
+        let Some((job, link, offset)) = full_sync::to_disk(cell, peer, &self.stream, gone).await
+        else {
+            self.session.close_after_reply = true;
+            return;
+        };
         if psync {
             let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
             self.out.extend_from_slice(line.as_bytes());
+            if !self.send_early().await {
+                crate::replication::detach(link);
+                return;
+            }
         }
-        // Always `$<len>` framing: with Redis's `$EOF:<mark>` a replica finds the mark
-        // only at the end of a read, so the stream may not follow until its first
-        // ACK (Redis's repl_start_cmd_stream_on_ack), which this link does not wait
-        // for yet. The snapshot is in memory, so its size is known anyway.
-        self.out
-            .extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
-        self.out.extend_from_slice(&rdb);
+        if !full_sync::saved(&job, &self.stream, gone).await {
+            tracing::warn!("SYNC failed. BGSAVE child returned an error");
+            crate::replication::detach(link);
+            self.session.close_after_reply = true;
+            return;
+        }
+        if let Err(e) = self.send_rdb_file(cell).await {
+            tracing::warn!("SYNC failed. Can't open/stat DB after BGSAVE: {e}");
+            crate::replication::detach(link);
+            self.session.close_after_reply = true;
+            return;
+        }
         self.link_timeout = psync;
-        self.become_replica_link(id, "full sync");
+        shared.last_interaction_ms.set(crate::util::now_ms());
+        self.become_replica_link(link, "full sync");
+    }
+
+    /// Sends dbfilename as `$<len>` and its bytes, a chunk at a time (Redis's
+    /// sendBulkToSlave). Err on a file error; a write error ends the link later.
+    async fn send_rdb_file(&mut self, cell: &Rc<ShardCell>) -> std::io::Result<()> {
+        use std::io::Read as _;
+        let path = {
+            let c = &cell.data.borrow().config;
+            std::path::Path::new(c.dir()).join(c.dbfilename())
+        };
+        let mut file = std::fs::File::open(&path)?;
+        let len = file.metadata()?.len();
+        self.out.extend_from_slice(format!("${len}\r\n").as_bytes());
+        let mut left = len;
+        let mut chunk = vec![0u8; SEND_CHUNK];
+        loop {
+            if !self.send_early().await {
+                return Ok(());
+            }
+            if left == 0 {
+                return Ok(());
+            }
+            let n = file.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let n = n.min(left as usize);
+            self.out.extend_from_slice(&chunk[..n]);
+            left -= n as u64;
+        }
+    }
+
+    /// Writes what `out` holds now, outside the reply accounting of the command
+    /// running (as a pause's early write): false when the client is gone.
+    async fn send_early(&mut self) -> bool {
+        let n = self.out.len();
+        if n == 0 {
+            return true;
+        }
+        let sent = self.write_out().await;
+        self.out.clear();
+        self.sent_early += n;
+        self.session.cell.data.borrow_mut().stats.net_output_bytes += n as u64;
+        sent
     }
 
     fn become_replica_link(&mut self, id: u64, how: &str) {
@@ -174,6 +273,7 @@ impl Connection {
                 last_ping = std::time::Instant::now();
                 continue;
             }
+            let held = self.stream_on_ack;
             let ev = {
                 let mut rd = std::pin::pin!(self.stream.read(&mut tmp));
                 // Wakes the loop for the next PING (at most a second late, so a
@@ -190,6 +290,9 @@ impl Connection {
                             Ok(0) | Err(_) => Event::Gone,
                             Ok(n) => Event::Input(n),
                         });
+                    }
+                    if held {
+                        return std::task::Poll::Pending;
                     }
                     crate::effects::poll(id, cx.waker()).map(|o| match o {
                         Some(buf) => Event::Output(buf),
@@ -248,6 +351,8 @@ impl Connection {
                         if let Some(offset) = commands::parse_i64(args.get(2)) {
                             crate::replication::ack(id, offset.max(0) as u64);
                         }
+                        // Loaded: the stream may follow the file now.
+                        self.stream_on_ack = false;
                     }
                     pos += consumed;
                 }

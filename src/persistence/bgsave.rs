@@ -57,6 +57,28 @@ pub enum Kind {
     /// An AOF rewrite's new base: this path under `dir` (`appenddirname`/name), an
     /// RDB or (`commands`, aof-use-rdb-preamble no) the commands that rebuild it.
     AofBase { path: String, commands: bool },
+    /// A diskless full sync: the file goes to the sockets of the replicas of one
+    /// sync round (Redis's RDB_CHILD_TYPE_SOCKET).
+    Replicas,
+}
+
+impl Kind {
+    /// An RDB child as Redis counts one (BGSAVE refused, INFO's
+    /// rdb_bgsave_in_progress, killed by FLUSHALL): a save to disk or to replicas.
+    fn is_rdb_child(&self) -> bool {
+        matches!(self, Kind::Rdb | Kind::Replicas)
+    }
+}
+
+/// A diskless full sync's target: the replicas' sockets, what precedes the file on
+/// them (filled in by the job's `AtCut`, which attaches the links and so learns the
+/// offset that +FULLRESYNC reports) and what follows it (the EOF mark).
+pub struct Transfer {
+    pub sockets: Vec<std::os::fd::OwnedFd>,
+    /// A replica not draining its socket for this long is dropped (repl-timeout).
+    pub timeout_ms: u64,
+    pub preamble: Rc<std::cell::RefCell<Vec<u8>>>,
+    pub suffix: Vec<u8>,
 }
 
 /// One background save.
@@ -79,6 +101,9 @@ pub struct Job {
     ahead_bytes: AtomicU64,
     /// Each shard's change counter at the cut.
     dirty_at_cut: Vec<u64>,
+    /// A transfer's verdict per replica socket, in order (true: got the whole file),
+    /// set before the outcome.
+    socket_results: Mutex<Vec<bool>>,
 }
 
 impl Job {
@@ -94,8 +119,19 @@ impl Job {
         *lock(&self.outcome) = Some(outcome);
     }
 
-    fn outcome(&self) -> Option<Outcome> {
+    /// How the job ended; None while it runs.
+    pub fn outcome(&self) -> Option<Outcome> {
         *lock(&self.outcome)
+    }
+
+    pub(super) fn set_socket_results(&self, results: Vec<bool>) {
+        *lock(&self.socket_results) = results;
+    }
+
+    /// Whether the replica on socket `i` of a transfer got the whole file (asked once
+    /// `outcome` is in).
+    pub fn socket_ok(&self, i: usize) -> bool {
+        lock(&self.socket_results).get(i).copied().unwrap_or(false)
     }
 
     /// Signals the writer child, if it is still ours to signal.
@@ -186,7 +222,7 @@ fn job() -> Option<Arc<Job>> {
 
 /// Whether a BGSAVE is in progress (INFO rdb_bgsave_in_progress).
 pub fn in_progress() -> bool {
-    lock(&JOB).as_ref().is_some_and(|j| j.kind == Kind::Rdb)
+    lock(&JOB).as_ref().is_some_and(|j| j.kind.is_rdb_child())
 }
 
 /// Whether any background job (a BGSAVE or an AOF rewrite) runs: Redis has one child
@@ -199,7 +235,7 @@ pub fn busy() -> bool {
 pub fn rewrite_running() -> Option<(Instant, u32, u64)> {
     lock(&JOB)
         .as_ref()
-        .filter(|j| j.kind != Kind::Rdb)
+        .filter(|j| matches!(j.kind, Kind::AofBase { .. }))
         .map(|j| {
             (
                 j.started,
@@ -221,24 +257,55 @@ pub enum StartError {
 /// Starts a background save: the cut, the walks, the writer. Returns once the cut is
 /// taken (what BGSAVE's "Background saving started" means).
 pub async fn start(cell: &Rc<ShardCell>) -> Result<(), StartError> {
-    start_job(cell, Kind::Rdb, Box::new(|| true)).await
+    start_job(cell, Kind::Rdb, Box::new(|| true))
+        .await
+        .map(drop)
 }
 
 /// What runs at the cut, while every shard is held (an AOF rewrite switches the
 /// stream to its new incr file there); false gives the job up.
 pub type AtCut = Box<dyn FnOnce() -> bool>;
 
-/// Starts a background job of `kind`: `start`, for BGSAVE and AOF rewrites alike.
-pub async fn start_job(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), StartError> {
+/// Starts a background job of `kind` (not `Kind::Replicas`): `start`, for BGSAVE and
+/// AOF rewrites alike. Returns the job once its cut is taken.
+pub async fn start_job(
+    cell: &Rc<ShardCell>,
+    kind: Kind,
+    at_cut: AtCut,
+) -> Result<Arc<Job>, StartError> {
+    start_any(cell, kind, None, at_cut).await
+}
+
+/// Starts a diskless full sync's transfer to `transfer`'s sockets (Redis's
+/// rdbSaveToSlavesSockets); `at_cut` attaches the replicas' links.
+pub async fn start_transfer(
+    cell: &Rc<ShardCell>,
+    transfer: Transfer,
+    at_cut: AtCut,
+) -> Result<Arc<Job>, StartError> {
+    start_any(cell, Kind::Replicas, Some(transfer), at_cut).await
+}
+
+async fn start_any(
+    cell: &Rc<ShardCell>,
+    kind: Kind,
+    transfer: Option<Transfer>,
+    at_cut: AtCut,
+) -> Result<Arc<Job>, StartError> {
     if STARTING.swap(true, Ordering::SeqCst) {
         return Err(StartError::InProgress);
     }
-    let started = begin(cell, kind, at_cut).await;
+    let started = begin(cell, kind, transfer, at_cut).await;
     STARTING.store(false, Ordering::SeqCst);
     started
 }
 
-async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), StartError> {
+async fn begin(
+    cell: &Rc<ShardCell>,
+    kind: Kind,
+    transfer: Option<Transfer>,
+    at_cut: AtCut,
+) -> Result<Arc<Job>, StartError> {
     if lock(&JOB).is_some() {
         return Err(StartError::InProgress);
     }
@@ -253,7 +320,7 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
     let (dir, dbfilename, checksum) = {
         let data = cell.data.borrow();
         let target = match &kind {
-            Kind::Rdb => data.config.dbfilename().to_string(),
+            Kind::Rdb | Kind::Replicas => data.config.dbfilename().to_string(),
             Kind::AofBase { path, .. } => path.clone(),
         };
         (
@@ -262,11 +329,23 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
             data.config.rdbchecksum(),
         )
     };
-    let child = match writer::spawn_child(&dir, &dbfilename) {
+    let target = match &transfer {
+        Some(t) => writer::Target::Sockets {
+            sockets: &t.sockets,
+            timeout_ms: t.timeout_ms,
+        },
+        None => writer::Target::File {
+            dir: &dir,
+            dbfilename: &dbfilename,
+        },
+    };
+    let child = match writer::spawn_child(target) {
         Ok(c) => c,
         Err(e) => {
             if kind == Kind::Rdb {
                 LAST_OK.store(false, Ordering::Relaxed);
+                tracing::warn!("Can't save in background: fork: {e}");
+            } else if kind == Kind::Replicas {
                 tracing::warn!("Can't save in background: fork: {e}");
             } else {
                 tracing::warn!("Can't rewrite append only file in background: fork: {e}");
@@ -309,7 +388,7 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
     }
     let keys_total = db_sizes.iter().map(|s| s.0).sum();
     let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
-    let aof_base = kind != Kind::Rdb;
+    let aof_base = matches!(kind, Kind::AofBase { .. });
     let commands = matches!(kind, Kind::AofBase { commands: true, .. });
     let header = if commands {
         let mut h = Vec::new();
@@ -322,12 +401,21 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
     } else {
         crate::storage::rdb::file::header_for(&codes, aof_base)
     };
+    let (preamble, suffix) = match &transfer {
+        Some(t) => (t.preamble.take(), t.suffix.clone()),
+        None => (Vec::new(), Vec::new()),
+    };
+    // The replicas' sockets are the child's now: this process's copies close here
+    // (their connections keep their own).
+    drop(transfer);
     let framing = writer::Framing {
         commands,
+        preamble,
         header,
         db_sizes,
         shards: cuts.len(),
         checksum,
+        suffix,
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let job = Arc::new(Job {
@@ -344,6 +432,7 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
         keys_saved: AtomicU64::new(0),
         ahead_bytes: AtomicU64::new(0),
         dirty_at_cut: cuts.iter().map(|(_, dirty)| *dirty).collect(),
+        socket_results: Mutex::new(Vec::new()),
     });
     let pid = child.id();
     WALKING.store(cuts.len(), Ordering::SeqCst);
@@ -361,17 +450,20 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
         job.abandon();
         job.finish(Outcome::Failed);
     }
+    let walked = job.clone();
     cell.call_all(move |c| {
-        let (c, job) = (c.clone(), job.clone());
+        let (c, job) = (c.clone(), walked.clone());
         crate::runtime::spawn_detached(async move { walk(c, job).await });
     })
     .await;
-    if aof_base {
-        tracing::info!("Background append only file rewriting started by pid {pid}");
-    } else {
-        tracing::info!("Background saving started by pid {pid}");
+    match job.kind {
+        Kind::AofBase { .. } => {
+            tracing::info!("Background append only file rewriting started by pid {pid}")
+        }
+        Kind::Rdb => tracing::info!("Background saving started by pid {pid}"),
+        Kind::Replicas => tracing::info!("Background RDB transfer started by pid {pid}"),
     }
-    Ok(())
+    Ok(job)
 }
 
 /// A pidfd for the child `pid`, not reaped yet (None on kernels before 5.3).
@@ -501,7 +593,7 @@ fn step(
 /// one was in progress.
 pub fn abandon() -> bool {
     match job() {
-        Some(job) if job.kind == Kind::Rdb => abandon_job(&job),
+        Some(job) if job.kind.is_rdb_child() => abandon_job(&job),
         _ => false,
     }
 }
@@ -509,7 +601,7 @@ pub fn abandon() -> bool {
 /// Gives the AOF rewrite in progress up (Redis's killAppendOnlyChild).
 pub fn abandon_rewrite() -> bool {
     match job() {
-        Some(job) if job.kind != Kind::Rdb => {
+        Some(job) if matches!(job.kind, Kind::AofBase { .. }) => {
             tracing::info!("Killing running AOF rewrite child: {}", job.child_pid);
             abandon_job(&job)
         }
@@ -530,7 +622,7 @@ pub async fn abandon_for_shutdown() {
     let Some(job) = job() else {
         return;
     };
-    if job.kind == Kind::Rdb {
+    if job.kind.is_rdb_child() {
         tracing::warn!("There is a child saving an .rdb. Killing it!");
     } else {
         tracing::warn!("There is a child rewriting the AOF. Killing it!");
@@ -566,6 +658,8 @@ pub fn cron(cell: &Rc<ShardCell>) {
                 crate::runtime::spawn_detached(async move {
                     if job.kind == Kind::Rdb {
                         done(&cell, &job, outcome).await;
+                    } else if job.kind == Kind::Replicas {
+                        transfer_done(&job, outcome);
                     } else {
                         let pid = job.child_pid;
                         super::rewrite::done(&cell, &job.kind, outcome, pid, job.started).await;
@@ -650,6 +744,18 @@ async fn done(cell: &Rc<ShardCell>, job: &Arc<Job>, outcome: Outcome) {
     *lock(&JOB) = None;
 }
 
+/// Redis's backgroundSaveDoneHandlerSocket: the replicas' connections read their
+/// own verdicts from the job.
+fn transfer_done(job: &Arc<Job>, outcome: Outcome) {
+    match outcome {
+        Outcome::Saved => tracing::info!("Background RDB transfer terminated with success"),
+        Outcome::Failed => tracing::warn!("Background transfer error"),
+        Outcome::Killed(sig) => tracing::warn!("Background transfer terminated by signal {sig}"),
+    }
+    LAST_TIME_SEC.store(job.started.elapsed().as_secs() as i64, Ordering::Relaxed);
+    *lock(&JOB) = None;
+}
+
 /// BGSAVE SCHEDULE: a save once the one in progress is over.
 pub fn schedule() {
     SCHEDULED.store(true, Ordering::Relaxed);
@@ -686,7 +792,7 @@ pub fn info_fields(out: &mut String, dirty: u64, last_save: u64, saves: u64) {
                 processed as f64 * 100.0 / j.keys_total as f64
             };
             let ahead = j.ahead_bytes.load(Ordering::Relaxed);
-            let current = if j.kind == Kind::Rdb {
+            let current = if j.kind.is_rdb_child() {
                 j.started.elapsed().as_secs() as i64
             } else {
                 -1

@@ -123,7 +123,7 @@ pub async fn start(cell: &Rc<ShardCell>) -> Result<(), StartError> {
         commands: !rdb,
     };
     match bgsave::start_job(cell, kind, at_cut).await {
-        Ok(()) => {
+        Ok(_) => {
             REWRITES.fetch_add(1, Ordering::Relaxed);
             SCHEDULED.store(false, Ordering::Relaxed);
             Ok(())

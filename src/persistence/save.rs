@@ -1,5 +1,5 @@
-//! Writing the dataset to `dir`/`dbfilename`: one RDB file (the snapshot a full sync
-//! sends), written to a temporary file, flushed to disk and renamed into place, as
+//! Writing the dataset to `dir`/`dbfilename` in the foreground (SAVE): one RDB file,
+//! written to a temporary file, flushed to disk and renamed into place, as
 //! Redis's rdbSave does.
 
 use std::path::PathBuf;
@@ -19,18 +19,13 @@ pub async fn save(cell: &Rc<ShardCell>) -> std::io::Result<()> {
 /// `save`, its snapshot's locks taken as operation `txn` (a command inside EXEC or a
 /// script saves as its transaction, which may hold every shard already).
 pub async fn save_as(cell: &Rc<ShardCell>, txn: TxnId) -> std::io::Result<()> {
-    let (rdb, _, dirty) = crate::replication::snapshot_as(cell, txn, None).await;
+    let (rdb, dirty) = crate::replication::snapshot_as(cell, txn).await;
     write_snapshot(cell, &rdb, dirty).await
 }
 
 /// Writes a snapshot already taken (`dirty`: each shard's change counter at that
-/// moment) as the RDB file: SAVE, and a full sync to a replica with
-/// `repl-diskless-sync no` (Redis's BGSAVE for SYNC with target disk).
-pub async fn write_snapshot(
-    cell: &Rc<ShardCell>,
-    rdb: &[u8],
-    dirty: Vec<u64>,
-) -> std::io::Result<()> {
+/// moment) as the RDB file (SAVE).
+async fn write_snapshot(cell: &Rc<ShardCell>, rdb: &[u8], dirty: Vec<u64>) -> std::io::Result<()> {
     super::SAVES.fetch_add(1, Ordering::Relaxed);
     let (path, key_delay) = {
         let data = cell.data.borrow();

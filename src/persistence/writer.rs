@@ -1,4 +1,4 @@
-//! The disk side of a BGSAVE: a thread that frames the shards' records into one RDB
+//! The output side of a BGSAVE: a thread that frames the shards' records into one RDB
 //! file, and the process that writes it.
 //!
 //! The shards serialize (bgsave.rs); this thread puts the pieces in file order —
@@ -11,6 +11,12 @@
 //! writer stuck on a slow or failing disk stalls no thread of the server, and
 //! operators and Redis's tooling find the save where Redis has it (a child of the
 //! server, `temp-<child pid>.rdb`, killed with a signal to abort it).
+//!
+//! A diskless full sync uses the same thread and a child of its own,
+//! `tessera --rdb-writer --sockets TIMEOUT_MS FD...` (`tessera-rdb-to-replicas` in
+//! `ps`), which inherits the replicas' sockets and writes every frame to each (Redis's
+//! rdbSaveToSlavesSockets child), dropping a replica whose socket fails or does not
+//! drain for the timeout; at the end it reports a verdict per socket on stdout.
 //!
 //! The pipe carries frames: an 8-byte little-endian length, then that many bytes;
 //! length 0 commits. A child that reads end-of-file before the commit (the server
@@ -31,19 +37,79 @@ use crate::storage::rdb::{crc64, file};
 /// The first argument that makes the binary the writer child, not a server.
 pub const CHILD_FLAG: &str = "--rdb-writer";
 
-/// Starts the writer process for `dir`/`dbfilename`.
-pub fn spawn_child(dir: &Path, dbfilename: &str) -> std::io::Result<Child> {
+/// The argument after `CHILD_FLAG` that makes the child write to replica sockets.
+const SOCKETS_FLAG: &str = "--sockets";
+
+/// Where the writer child puts the bytes.
+pub enum Target<'a> {
+    /// `dir`/`dbfilename`, through a temporary file renamed into place.
+    File { dir: &'a Path, dbfilename: &'a str },
+    /// The sockets of the replicas of one diskless full sync (Redis's
+    /// rdbSaveToSlavesSockets), each given up after `timeout_ms` without progress.
+    Sockets {
+        sockets: &'a [std::os::fd::OwnedFd],
+        timeout_ms: u64,
+    },
+}
+
+/// Starts the writer process for `target`.
+pub fn spawn_child(target: Target<'_>) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt as _;
-    Command::new("/proc/self/exe")
-        // What `ps` shows, as Redis's child is "redis-rdb-bgsave".
-        .arg0("tessera-rdb-bgsave")
-        .arg(CHILD_FLAG)
-        .arg(dir)
-        .arg(dbfilename)
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg(CHILD_FLAG)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(Stdio::piped());
+    match target {
+        Target::File { dir, dbfilename } => {
+            // What `ps` shows, as Redis's child is "redis-rdb-bgsave".
+            cmd.arg0("tessera-rdb-bgsave").arg(dir).arg(dbfilename);
+            cmd.spawn()
+        }
+        Target::Sockets {
+            sockets,
+            timeout_ms,
+        } => {
+            // The child inherits copies of the sockets (dup(2) leaves close-on-exec
+            // off), which are closed here once it runs: posix_spawn stays usable (no
+            // pre_exec hook, which would fork the whole server first).
+            let inherited = sockets
+                .iter()
+                .map(Inheritable::copy)
+                .collect::<std::io::Result<Vec<_>>>()?;
+            cmd.arg0("tessera-rdb-to-replicas")
+                .arg(SOCKETS_FLAG)
+                .arg(timeout_ms.to_string())
+                .args(inherited.iter().map(|fd| fd.0.to_string()))
+                .stdout(Stdio::piped());
+            let child = cmd.spawn();
+            drop(inherited);
+            child
+        }
+    }
+}
+
+/// A copy of a descriptor that a spawned process inherits (dup(2) leaves
+/// close-on-exec off), closed when dropped.
+struct Inheritable(i32);
+
+impl Inheritable {
+    fn copy(fd: &std::os::fd::OwnedFd) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: dup(2) of a descriptor we own.
+        let copy = unsafe { libc::dup(fd.as_raw_fd()) };
+        if copy < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self(copy))
+    }
+}
+
+impl Drop for Inheritable {
+    fn drop(&mut self) {
+        // SAFETY: closing the copy made by `copy`, which nothing else holds.
+        unsafe { libc::close(self.0) };
+    }
 }
 
 /// Makes the calling thread (the framing thread, the child) yield the CPU to the
@@ -70,6 +136,9 @@ pub struct Framing {
     /// An AOF base of commands (aof-use-rdb-preamble no): the records are turned into
     /// the commands that rebuild them, with SELECTs, and the file has no trailer.
     pub commands: bool,
+    /// Bytes before the file, outside its checksum (a diskless full sync's
+    /// +FULLRESYNC line and `$EOF:<mark>`).
+    pub preamble: Vec<u8>,
     pub header: Vec<u8>,
     /// Keys and keys with a TTL per database at the cut.
     pub db_sizes: Vec<(u64, u64)>,
@@ -77,6 +146,8 @@ pub struct Framing {
     /// `rdbchecksum`: off, the file ends with a zero checksum, as Redis writes it
     /// then (loaders skip the check on a zero).
     pub checksum: bool,
+    /// Bytes after the file (a diskless full sync's EOF mark).
+    pub suffix: Vec<u8>,
 }
 
 /// The framing thread's body: returns when the file is committed, or the save failed
@@ -99,6 +170,12 @@ pub fn run(job: Arc<Job>, pieces: Receiver<Piece>, mut child: Child, framing: Fr
             child.wait()
         }
     };
+    if let Some(mut results) = child.stdout.take() {
+        // A sockets child's verdict per replica: a '1' or a '0' each, in order.
+        let mut verdicts = Vec::new();
+        let _ = results.read_to_end(&mut verdicts);
+        job.set_socket_results(verdicts.iter().map(|&v| v == b'1').collect());
+    }
     let mut report = String::new();
     if let Some(mut err) = child.stderr.take() {
         let _ = err.read_to_string(&mut report);
@@ -135,6 +212,7 @@ fn frame(
         crc: 0,
         checksum: framing.checksum,
     };
+    out.send_raw(&framing.preamble)?;
     out.send(&framing.header)?;
     let mut selected = None;
     let mut seen = vec![false; framing.db_sizes.len()];
@@ -185,6 +263,7 @@ fn frame(
         };
         out.send(&trailer)?;
     }
+    out.send_raw(&framing.suffix)?;
     out.pipe.write_all(&0u64.to_le_bytes()).map_err(|_| ())
 }
 
@@ -200,6 +279,14 @@ impl Frames {
         if self.checksum {
             self.crc = crc64(self.crc, bytes);
         }
+        self.send_raw(bytes)
+    }
+
+    /// Sends bytes that are not part of the file's checksum.
+    fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ()> {
+        if bytes.is_empty() {
+            return Ok(()); // a zero length is the commit
+        }
         let len = (bytes.len() as u64).to_le_bytes();
         self.pipe
             .write_all(&len)
@@ -208,8 +295,12 @@ impl Frames {
     }
 }
 
-/// The writer child's main: `args` are DIR and DBFILENAME. Returns the exit code.
+/// The writer child's main: `args` are DIR and DBFILENAME, or `--sockets`, the
+/// timeout in ms and the inherited socket descriptors. Returns the exit code.
 pub fn child_main(args: &[String]) -> i32 {
+    if args.first().map(String::as_str) == Some(SOCKETS_FLAG) {
+        return sockets_child_main(&args[1..]);
+    }
     let [dir, dbfilename] = args else {
         eprintln!("usage: {CHILD_FLAG} DIR DBFILENAME");
         return 2;
@@ -301,4 +392,93 @@ fn strerror(e: &std::io::Error) -> String {
         Some(at) => text[..at].to_string(),
         None => text,
     }
+}
+
+/// The sockets child (Redis's rdbSaveToSlavesSockets child): every frame goes to
+/// every replica still up; at the commit it prints a verdict per socket ('1' ok, '0'
+/// dropped) on stdout. Exits 0 when at least one replica got the whole file.
+fn sockets_child_main(args: &[String]) -> i32 {
+    let parsed = args.first().and_then(|t| t.parse::<u64>().ok()).zip(
+        args[1..]
+            .iter()
+            .map(|a| a.parse::<i32>().ok())
+            .collect::<Option<Vec<_>>>(),
+    );
+    let Some((timeout_ms, fds)) = parsed.filter(|(_, fds)| !fds.is_empty()) else {
+        eprintln!("usage: {CHILD_FLAG} {SOCKETS_FLAG} TIMEOUT_MS FD...");
+        return 2;
+    };
+    lower_priority();
+    let mut replicas: Vec<Option<i32>> = fds.into_iter().map(Some).collect();
+    let mut input = std::io::stdin().lock();
+    let mut frame = Vec::new();
+    let mut len = [0u8; 8];
+    let committed = loop {
+        if input.read_exact(&mut len).is_err() {
+            break false;
+        }
+        let n = u64::from_le_bytes(len);
+        if n == 0 {
+            break true;
+        }
+        frame.clear();
+        match (&mut input).take(n).read_to_end(&mut frame) {
+            Ok(got) if got as u64 == n => {}
+            _ => break false,
+        }
+        for slot in replicas.iter_mut() {
+            if let Some(fd) = *slot {
+                if let Err(e) = write_socket(fd, &frame, timeout_ms) {
+                    eprintln!("Diskless rdb transfer, replica dropped: {e}");
+                    *slot = None;
+                }
+            }
+        }
+        if replicas.iter().all(Option::is_none) {
+            eprintln!("Diskless rdb transfer, last replica dropped, killing fork child.");
+            break false;
+        }
+    };
+    let verdicts: Vec<u8> = replicas
+        .iter()
+        .map(|r| if committed && r.is_some() { b'1' } else { b'0' })
+        .collect();
+    let _ = std::io::stdout().write_all(&verdicts);
+    i32::from(!committed)
+}
+
+/// Writes all of `bytes` to the (non-blocking) socket `fd`, waiting for it to drain;
+/// an error when it fails or makes no progress for `timeout_ms`.
+fn write_socket(fd: i32, mut bytes: &[u8], timeout_ms: u64) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: send(2) from a live buffer to a descriptor this process holds;
+        // MSG_NOSIGNAL: a gone replica is an EPIPE error, not a signal.
+        let n = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            bytes = &bytes[n as usize..];
+            continue;
+        }
+        let err = std::io::Error::last_os_error();
+        match err.kind() {
+            std::io::ErrorKind::Interrupted => {}
+            std::io::ErrorKind::WouldBlock => {
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                let wait = timeout_ms.min(i32::MAX as u64) as i32;
+                // SAFETY: poll(2) on one pollfd that lives on this stack.
+                let ready = unsafe { libc::poll(&mut pfd, 1, wait) };
+                if ready == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "timeout writing to the replica",
+                    ));
+                }
+            }
+            _ => return Err(err),
+        }
+    }
+    Ok(())
 }

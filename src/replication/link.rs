@@ -177,7 +177,7 @@ fn position() -> Option<(String, u64)> {
 }
 
 /// The master connection is about to apply a batch: waits while a snapshot for a
-/// replica of this one is wanted (Dekker-style with `snapshot_for_replica`: each
+/// replica of this one is wanted (Dekker-style with `between_batches`: each
 /// side raises its flag, then looks at the other's).
 pub async fn begin_batch() {
     loop {
@@ -197,20 +197,17 @@ pub fn end_batch() {
     BATCH_RUNNING.store(false, Ordering::SeqCst);
 }
 
-/// A full sync's snapshot for a replica of this server (the link attached under the
-/// same locks): on a replica, taken between two batches of the master's stream, so
-/// that every command it holds was passed on before the link joins and none after.
-pub async fn snapshot_for_replica(
-    cell: &Rc<ShardCell>,
-    peer: super::ReplicaPeer,
-) -> (Vec<u8>, Option<(u64, u64)>, Vec<u64>) {
+/// Runs `f` (a full sync's cut, which attaches the replica's link) between two
+/// batches of the master's stream, so that every command this replica holds was
+/// passed on before the link joins and none after. At once on a master.
+pub async fn between_batches<T>(f: impl std::future::Future<Output = T>) -> T {
     SNAPSHOT_WANTED.fetch_add(1, Ordering::SeqCst);
     while BATCH_RUNNING.load(Ordering::SeqCst) {
         crate::runtime::sleep(Duration::from_millis(1)).await;
     }
-    let taken = super::snapshot(cell, Some(peer)).await;
+    let out = f.await;
     SNAPSHOT_WANTED.fetch_sub(1, Ordering::SeqCst);
-    taken
+    out
 }
 
 /// ROLE's offset for a replica: what it applied, -1 before its first sync.

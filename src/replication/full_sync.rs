@@ -1,0 +1,352 @@
+//! A full sync's snapshot (Redis's startBgsaveForReplication), taken without fork and
+//! without holding the shards, as BGSAVE is (persistence/bgsave.rs: a cut under every
+//! shard's lock, then a walk of each shard between its other work).
+//!
+//! * **Diskless** (`repl-diskless-sync yes` and a replica that announced `capa eof`):
+//!   the replicas of one sync round share one walk, whose file a writer child sends
+//!   straight to their sockets after `+FULLRESYNC <id> <offset>` and `$EOF:<mark>`,
+//!   ending with the mark. Their links join the stream at the cut, and each link's
+//!   stream is held until its replica's first REPLCONF ACK: a replica looks for the
+//!   mark at the end of what it read, so nothing may follow the file until it has it
+//!   (Redis's repl_start_cmd_stream_on_ack).
+//! * **Disk** (`repl-diskless-sync no`, or a replica without `capa eof`): a BGSAVE of
+//!   dbfilename, whose cut attaches the link, then the file sent as `$<len>`.
+//!
+//! A round opens with the first replica waiting and starts `repl-diskless-sync-delay`
+//! seconds later (sooner once `repl-diskless-sync-max-replicas` wait), once no other
+//! background job runs: one child at a time, as Redis has. A replica waiting for its
+//! round or its BGSAVE gets a newline every second, which keeps its link alive.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::ReplicaPeer;
+use crate::persistence::bgsave::{self, Job, Outcome};
+use crate::shard::ShardCell;
+
+/// Where a replica of a sync round stands.
+enum Joined {
+    Waiting,
+    /// The round's transfer runs: its job, this replica's socket among its sockets,
+    /// and its link.
+    Started {
+        job: Arc<Job>,
+        index: usize,
+        link: u64,
+    },
+    /// The transfer could not start.
+    Failed,
+}
+
+/// A replica waiting for its round.
+struct Waiter {
+    peer: ReplicaPeer,
+    socket: OwnedFd,
+    joined: Arc<Mutex<Joined>>,
+}
+
+/// The open round: when it starts (unix ms) and who waits for it.
+struct Round {
+    start_ms: u64,
+    max_waiting: usize,
+    waiters: Vec<Waiter>,
+}
+
+static ROUND: Mutex<Option<Round>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How often a waiting replica gets its keep-alive newline.
+const NEWLINE_EVERY: Duration = Duration::from_secs(1);
+/// How often waiters look at their round.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What a started transfer hands the connection of one of its replicas.
+pub struct Transfer {
+    job: Arc<Job>,
+    index: usize,
+    /// The replica's link (a reader of the stream from the cut on).
+    pub link: u64,
+}
+
+impl Transfer {
+    /// Waits for the transfer to end: true when this replica got the whole file.
+    /// `gone` (the connection killed) ends the wait, the socket shut down so that
+    /// the writer drops it too.
+    pub async fn finished(&self, socket: &impl AsRawFd, gone: impl Fn() -> bool) -> bool {
+        loop {
+            if self.job.outcome().is_some() {
+                return self.job.socket_ok(self.index);
+            }
+            if gone() {
+                // SAFETY: shutdown(2) on the connection's own socket.
+                unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
+                return false;
+            }
+            crate::runtime::sleep(POLL).await;
+        }
+    }
+}
+
+/// A diskless full sync: joins (or opens) the round and waits for its transfer to
+/// start. None when the transfer could not start or `gone` says the replica left
+/// (its link then never existed).
+pub async fn diskless(
+    cell: &Rc<ShardCell>,
+    peer: ReplicaPeer,
+    socket: &impl AsRawFd,
+    delay_s: u64,
+    max_waiting: usize,
+    gone: impl Fn() -> bool,
+) -> Option<Transfer> {
+    // SAFETY: the connection's socket is open for the length of this call.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(socket.as_raw_fd()) };
+    let own = borrowed.try_clone_to_owned().ok()?;
+    let joined = Arc::new(Mutex::new(Joined::Waiting));
+    {
+        let mut round = lock(&ROUND);
+        let r = round.get_or_insert_with(|| {
+            if delay_s > 0 {
+                tracing::info!("Delay next BGSAVE for diskless SYNC");
+            }
+            Round {
+                start_ms: crate::util::now_ms() + delay_s * 1000,
+                max_waiting,
+                waiters: Vec::new(),
+            }
+        });
+        r.waiters.push(Waiter {
+            peer,
+            socket: own,
+            joined: joined.clone(),
+        });
+    }
+    let mut last_newline = std::time::Instant::now();
+    loop {
+        match std::mem::replace(&mut *lock(&joined), Joined::Waiting) {
+            Joined::Started { job, index, link } => return Some(Transfer { job, index, link }),
+            Joined::Failed => return None,
+            Joined::Waiting => {}
+        }
+        if gone() {
+            // Taken out of the round, or its transfer began meanwhile: then the
+            // socket is shut so that the writer drops it, and the link goes.
+            if let Some(started) = leave_round(&joined) {
+                started.finished(socket, || true).await;
+                super::detach(started.link);
+            }
+            return None;
+        }
+        if let Some(waiters) = take_due_round() {
+            lead(cell, waiters).await;
+            continue;
+        }
+        if last_newline.elapsed() >= NEWLINE_EVERY {
+            send_newline(socket);
+            last_newline = std::time::Instant::now();
+        }
+        crate::runtime::sleep(POLL).await;
+    }
+}
+
+/// A waiter whose replica left: out of the round if it is still open, marked failed
+/// otherwise; its transfer if one had started for it.
+fn leave_round(joined: &Arc<Mutex<Joined>>) -> Option<Transfer> {
+    {
+        let mut round = lock(&ROUND);
+        if let Some(r) = round.as_mut() {
+            r.waiters.retain(|w| !Arc::ptr_eq(&w.joined, joined));
+            if r.waiters.is_empty() {
+                *round = None;
+            }
+        }
+    }
+    let was = std::mem::replace(&mut *lock(joined), Joined::Failed);
+    match was {
+        Joined::Started { job, index, link } => Some(Transfer { job, index, link }),
+        _ => None,
+    }
+}
+
+/// The waiters of the open round, if it is due and no background job runs (the round
+/// is closed: later replicas open the next one).
+fn take_due_round() -> Option<Vec<Waiter>> {
+    let mut round = lock(&ROUND);
+    let r = round.as_ref()?;
+    let due = crate::util::now_ms() >= r.start_ms
+        || (r.max_waiting > 0 && r.waiters.len() >= r.max_waiting);
+    if !due || bgsave::busy() {
+        return None;
+    }
+    round.take().map(|r| r.waiters)
+}
+
+/// Starts the round's transfer and tells each waiter how it went. A job that
+/// started first puts the round back, due.
+async fn lead(cell: &Rc<ShardCell>, waiters: Vec<Waiter>) {
+    tracing::info!("Starting BGSAVE for SYNC with target: replicas sockets");
+    let sockets: std::io::Result<Vec<OwnedFd>> =
+        waiters.iter().map(|w| w.socket.try_clone()).collect();
+    let Ok(sockets) = sockets else {
+        return fail(&waiters);
+    };
+    let mark = super::random_id();
+    let preamble = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let links = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let at_cut = {
+        let (preamble, links, mark) = (preamble.clone(), links.clone(), mark.clone());
+        let peers: Vec<ReplicaPeer> = waiters.iter().map(|w| w.peer.clone()).collect();
+        Box::new(move || {
+            let mut offset = 0;
+            for peer in peers {
+                let (id, at) = super::attach(peer);
+                links.borrow_mut().push(id);
+                offset = at;
+            }
+            *preamble.borrow_mut() = format!(
+                "+FULLRESYNC {} {offset}\r\n$EOF:{mark}\r\n",
+                super::replid()
+            )
+            .into_bytes();
+            true
+        })
+    };
+    let timeout_ms = {
+        let c = &cell.data.borrow().config;
+        c.int_param("repl-timeout").unwrap_or(60).max(1) as u64 * 1000
+    };
+    let transfer = bgsave::Transfer {
+        sockets,
+        timeout_ms,
+        preamble,
+        suffix: mark.into_bytes(),
+    };
+    let started =
+        super::link::between_batches(bgsave::start_transfer(cell, transfer, at_cut)).await;
+    match started {
+        Ok(job) => {
+            let links = links.borrow();
+            for (index, w) in waiters.iter().enumerate() {
+                let link = links.get(index).copied().unwrap_or(0);
+                let mut joined = lock(&w.joined);
+                if matches!(*joined, Joined::Failed) {
+                    // Its connection left while the transfer started: the writer
+                    // drops its socket, and its link goes.
+                    // SAFETY: shutdown(2) on our copy of the replica's socket.
+                    unsafe { libc::shutdown(w.socket.as_raw_fd(), libc::SHUT_RDWR) };
+                    super::detach(link);
+                    continue;
+                }
+                *joined = Joined::Started {
+                    job: job.clone(),
+                    index,
+                    link,
+                };
+            }
+        }
+        Err(bgsave::StartError::InProgress) => {
+            // Attached nothing: the cut was never taken.
+            let mut round = lock(&ROUND);
+            let r = round.get_or_insert_with(|| Round {
+                start_ms: 0,
+                max_waiting: 0,
+                waiters: Vec::new(),
+            });
+            r.start_ms = 0;
+            r.waiters.extend(waiters);
+        }
+        Err(bgsave::StartError::Spawn) => {
+            for id in links.borrow().iter() {
+                super::detach(*id);
+            }
+            fail(&waiters)
+        }
+    }
+}
+
+fn fail(waiters: &[Waiter]) {
+    tracing::warn!("BGSAVE for replication failed");
+    for w in waiters {
+        *lock(&w.joined) = Joined::Failed;
+    }
+}
+
+/// A keep-alive newline, if the socket takes it now (a replica whose socket is full
+/// needs none: it is reading or gone).
+fn send_newline(socket: &impl AsRawFd) {
+    // SAFETY: send(2) of one byte from a static buffer on the connection's socket.
+    unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            b"\n".as_ptr().cast(),
+            1,
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+}
+
+/// A disk-based full sync: a BGSAVE whose cut attaches the link, for this replica
+/// alone. Returns the job and the link, with the offset +FULLRESYNC reports; None
+/// when the save could not start or `gone` says the replica left first.
+pub async fn to_disk(
+    cell: &Rc<ShardCell>,
+    peer: ReplicaPeer,
+    socket: &impl AsRawFd,
+    gone: impl Fn() -> bool,
+) -> Option<(Arc<Job>, u64, u64)> {
+    let mut last_newline = std::time::Instant::now();
+    loop {
+        if gone() {
+            return None;
+        }
+        if !bgsave::busy() {
+            let attached = Rc::new(std::cell::Cell::new(None));
+            let at_cut = {
+                let (attached, peer) = (attached.clone(), peer.clone());
+                Box::new(move || {
+                    attached.set(Some(super::attach(peer)));
+                    true
+                })
+            };
+            let kind = bgsave::Kind::Rdb;
+            let started = super::link::between_batches(bgsave::start_job(cell, kind, at_cut)).await;
+            match (started, attached.get()) {
+                (Ok(job), Some((link, offset))) => return Some((job, link, offset)),
+                (Err(bgsave::StartError::InProgress), None) => {}
+                (_, attached) => {
+                    if let Some((link, _)) = attached {
+                        super::detach(link);
+                    }
+                    return None;
+                }
+            }
+        }
+        if last_newline.elapsed() >= NEWLINE_EVERY {
+            send_newline(socket);
+            last_newline = std::time::Instant::now();
+        }
+        crate::runtime::sleep(POLL).await;
+    }
+}
+
+/// Waits for a disk-based sync's BGSAVE to end, sending newlines meanwhile: true
+/// when the file was saved.
+pub async fn saved(job: &Job, socket: &impl AsRawFd, gone: impl Fn() -> bool) -> bool {
+    let mut last_newline = std::time::Instant::now();
+    loop {
+        match job.outcome() {
+            Some(outcome) => return outcome == Outcome::Saved,
+            None if gone() => return false,
+            None => {}
+        }
+        if last_newline.elapsed() >= NEWLINE_EVERY {
+            send_newline(socket);
+            last_newline = std::time::Instant::now();
+        }
+        crate::runtime::sleep(POLL).await;
+    }
+}

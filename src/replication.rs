@@ -479,7 +479,7 @@ pub async fn snapshot_as(
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
     let (_, libraries) = crate::scripting::functions::snapshot();
     let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
-    (rdb::file::assemble(&parts, &codes), id, dirty)
+    (rdb::file::assemble(&parts, &codes, None), id, dirty)
 }
 
 /// What INFO replication shows of a replica link, kept beside its stream reader.

@@ -320,7 +320,7 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
         super::aof_base::function_loads(&mut h, &codes);
         h
     } else {
-        crate::storage::rdb::file::header_for(&codes, aof_base)
+        crate::storage::rdb::file::header_for(&codes, aof_base, None)
     };
     let framing = writer::Framing {
         commands,

@@ -1464,7 +1464,7 @@ mod snapshot_tests {
 
     /// The records as key -> (value, deadline).
     fn decode(records: &[u8]) -> Model {
-        let file = crate::storage::rdb::file::assemble(&[vec![records.to_vec()]], &[]);
+        let file = crate::storage::rdb::file::assemble(&[vec![records.to_vec()]], &[], None);
         let mut r = RdbReader::new(&file).expect("header");
         let mut out = Model::new();
         loop {

@@ -21,6 +21,10 @@ pub(super) struct MasterFeed {
 
 impl Connection {
     pub(super) async fn run_master(&mut self) {
+        // A partial resync's stream goes on in the database the last one selected.
+        if let Some(db) = crate::replication::link::stream_db() {
+            self.session.set_db(db);
+        }
         crate::replication::link::set_master_client(self.session.id());
         self.serve_master_stream().await;
         crate::replication::link::set_master_client(0);
@@ -44,6 +48,7 @@ impl Connection {
                 }
                 self.process_input().await;
                 self.pass_on_applied();
+                crate::replication::link::set_stream_db(self.session.db);
                 crate::replication::link::end_batch();
             }
             // Replies to the master are never sent (its pushes neither).

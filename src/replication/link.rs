@@ -82,6 +82,11 @@ static BATCH_RUNNING: AtomicBool = AtomicBool::new(false);
 static SNAPSHOT_WANTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 /// Unix ms of the last bytes from the master (stream or transfer).
 static LAST_IO_MS: AtomicU64 = AtomicU64::new(0);
+/// The database the master's stream selected last, as applied (Redis's
+/// `master->db`): a partial resync's stream goes on without selecting again, so the
+/// next master connection, and a restart from a save's file, start in it. Valid
+/// while `HAS_POSITION`.
+static STREAM_DB: AtomicU64 = AtomicU64::new(0);
 
 /// What INFO shows of the link beyond the atomics.
 struct Detail {
@@ -125,6 +130,8 @@ pub fn master_changed(was_master: bool) {
         let offset = crate::effects::offset();
         APPLIED.store(offset, Ordering::Relaxed);
         READ.store(offset, Ordering::Relaxed);
+        // Any database will do: a master's stream selects again after a promotion.
+        STREAM_DB.store(0, Ordering::Relaxed);
         HAS_POSITION.store(true, Ordering::Relaxed);
     }
     let mut d = detail();
@@ -166,6 +173,21 @@ pub fn set_master_client(id: u64) {
 /// REPLICAOF's count of changes: a master connection stops when it moves on.
 pub fn generation() -> u64 {
     GENERATION.load(Ordering::SeqCst)
+}
+
+/// The database the master's stream had selected at the end of what was applied,
+/// when this server has a position (Redis's `master->db->id` or the cached
+/// master's, for a save's `repl-stream-db`).
+pub fn stream_db() -> Option<usize> {
+    HAS_POSITION
+        .load(Ordering::Relaxed)
+        .then(|| STREAM_DB.load(Ordering::Relaxed) as usize)
+}
+
+/// The master connection applied everything up to the end of a batch, in database
+/// `db` (connection/master_link.rs).
+pub fn set_stream_db(db: usize) {
+    STREAM_DB.store(db as u64, Ordering::Relaxed);
 }
 
 /// Where PSYNC asks to continue: this server's replication id and offset, when it
@@ -461,6 +483,8 @@ async fn sync_with_master(
             crate::effects::reset_offset(offset);
             APPLIED.store(offset, Ordering::Relaxed);
             READ.store(offset, Ordering::Relaxed);
+            // The master's stream starts with a SELECT after a full sync.
+            STREAM_DB.store(0, Ordering::Relaxed);
             HAS_POSITION.store(true, Ordering::Relaxed);
             tracing::info!("MASTER <-> REPLICA sync: Finished with success");
         }

@@ -475,11 +475,43 @@ pub async fn snapshot_as(
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
     let parts = op.on_each(cell, |d| (shard_records(d), d.dirty)).await;
     let id = attach_link.map(attach);
+    let mut replication = save_info();
+    if let (Some(r), Some((_, attached_at))) = (replication.as_mut(), id) {
+        // A keep-alive PING may have gone in since: the file holds what the
+        // replica's stream starts after.
+        r.offset = attached_at;
+    }
     op.release(cell).await;
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
     let (_, libraries) = crate::scripting::functions::snapshot();
     let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
-    (rdb::file::assemble(&parts, &codes, None), id, dirty)
+    (
+        rdb::file::assemble(&parts, &codes, replication.as_ref()),
+        id,
+        dirty,
+    )
+}
+
+/// Where this server's replication stands, for a save's AUX fields (Redis's
+/// rdbPopulateSaveInfo): a master's own stream while it has a backlog (without one
+/// no replica can continue anyway), a replica's master's stream while it has a
+/// position; None otherwise. Called at the cut, every shard held (and on a replica
+/// the master connection between batches, `link::hold_stream`), so the offset is the
+/// one the dataset holds everything up to.
+pub fn save_info() -> Option<rdb::file::ReplicationAux> {
+    let (offset, selected) = crate::effects::position();
+    let stream_db = if is_replica() {
+        link::stream_db()?
+    } else {
+        crate::effects::backlog_info()?;
+        // Nothing selected yet: the next write selects, any database will do.
+        selected.unwrap_or(0)
+    };
+    Some(rdb::file::ReplicationAux {
+        stream_db,
+        id: replid(),
+        offset,
+    })
 }
 
 /// What INFO replication shows of a replica link, kept beside its stream reader.

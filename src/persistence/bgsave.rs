@@ -279,6 +279,12 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
         write: false,
         client: 0,
     };
+    // A replica's cut falls between two batches of its master's stream, so that the
+    // offset it records is exactly what the file holds (an AOF base records none).
+    let held_stream = match kind {
+        Kind::Rdb => Some(crate::replication::link::hold_stream().await),
+        Kind::AofBase { .. } => None,
+    };
     let cut_started = Instant::now();
     let op = MultiShardOp::lock_all(owner, cell).await;
     let cuts = op
@@ -295,8 +301,14 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
         })
         .await;
     let (_, libraries) = crate::scripting::functions::snapshot();
+    // Redis's rdbPopulateSaveInfo for BGSAVE and the save points; an AOF rewrite
+    // passes none (its base is loaded as an AOF, whose replication is not restored).
+    let replication = held_stream
+        .as_ref()
+        .and_then(|_| crate::replication::save_info());
     let cut_taken = at_cut();
     op.release(cell).await;
+    drop(held_stream);
     JOBS_STARTED.fetch_add(1, Ordering::Relaxed);
     LAST_CUT_US.store(cut_started.elapsed().as_micros() as u64, Ordering::Relaxed);
 
@@ -320,7 +332,7 @@ async fn begin(cell: &Rc<ShardCell>, kind: Kind, at_cut: AtCut) -> Result<(), St
         super::aof_base::function_loads(&mut h, &codes);
         h
     } else {
-        crate::storage::rdb::file::header_for(&codes, aof_base, None)
+        crate::storage::rdb::file::header_for(&codes, aof_base, replication.as_ref())
     };
     let framing = writer::Framing {
         commands,

@@ -219,6 +219,30 @@ pub fn end_batch() {
     BATCH_RUNNING.store(false, Ordering::SeqCst);
 }
 
+/// The master connection kept between two batches while this lives
+/// (`hold_stream`).
+pub struct StreamHeld(());
+
+impl Drop for StreamHeld {
+    fn drop(&mut self) {
+        SNAPSHOT_WANTED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits until the master connection (if any) is between two batches and keeps it
+/// there until the guard drops: a cut taken meanwhile holds exactly the master's
+/// stream up to `effects::offset()`, never part of a batch the offset does not count
+/// yet. Costs nothing on a master. Never call it holding key locks: the batch it
+/// waits for may need them.
+pub async fn hold_stream() -> StreamHeld {
+    SNAPSHOT_WANTED.fetch_add(1, Ordering::SeqCst);
+    let held = StreamHeld(());
+    while BATCH_RUNNING.load(Ordering::SeqCst) {
+        crate::runtime::sleep(Duration::from_millis(1)).await;
+    }
+    held
+}
+
 /// A full sync's snapshot for a replica of this server (the link attached under the
 /// same locks): on a replica, taken between two batches of the master's stream, so
 /// that every command it holds was passed on before the link joins and none after.
@@ -226,13 +250,8 @@ pub async fn snapshot_for_replica(
     cell: &Rc<ShardCell>,
     peer: super::ReplicaPeer,
 ) -> (Vec<u8>, Option<(u64, u64)>, Vec<u64>) {
-    SNAPSHOT_WANTED.fetch_add(1, Ordering::SeqCst);
-    while BATCH_RUNNING.load(Ordering::SeqCst) {
-        crate::runtime::sleep(Duration::from_millis(1)).await;
-    }
-    let taken = super::snapshot(cell, Some(peer)).await;
-    SNAPSHOT_WANTED.fetch_sub(1, Ordering::SeqCst);
-    taken
+    let _held = hold_stream().await;
+    super::snapshot(cell, Some(peer)).await
 }
 
 /// ROLE's offset for a replica: what it applied, -1 before its first sync.

@@ -190,6 +190,18 @@ pub fn set_stream_db(db: usize) {
     STREAM_DB.store(db as u64, Ordering::Relaxed);
 }
 
+/// A server started as a replica from a file that recorded where its replication
+/// stood (Redis's replicationCacheMasterUsingMyself at start): the history and
+/// offset it continues from with PSYNC, and the database the stream had selected.
+/// The caller has made `offset` the stream's own (`effects::reset_offset`).
+pub fn cache_position(offset: u64, stream_db: usize) {
+    tracing::info!("Before turning into a replica, using my own master parameters to synthesize a cached master: I may be able to synchronize with the new master with just a partial transfer.");
+    APPLIED.store(offset, Ordering::Relaxed);
+    READ.store(offset, Ordering::Relaxed);
+    STREAM_DB.store(stream_db as u64, Ordering::Relaxed);
+    HAS_POSITION.store(true, Ordering::Relaxed);
+}
+
 /// Where PSYNC asks to continue: this server's replication id and offset, when it
 /// has a position.
 fn position() -> Option<(String, u64)> {
@@ -366,7 +378,9 @@ pub fn set_master_server(serve: ServeMaster) {
 pub async fn run(cell: Rc<ShardCell>) {
     loop {
         crate::runtime::sleep(Duration::from_millis(100)).await;
-        if state() != LinkState::Connect {
+        // Not while the dataset loads (Redis's cron does not run then): a start from
+        // a file that recorded a position must have adopted it before the first PSYNC.
+        if state() != LinkState::Connect || crate::persistence::loading() {
             continue;
         }
         let Some((host, port)) = super::master() else {
@@ -482,6 +496,9 @@ async fn sync_with_master(
                 // This server's replicas must learn of the new id.
                 super::disconnect_replicas(cell).await;
             }
+            // A replica keeps a backlog (it may be promoted); one that continued a
+            // position from its file at start has none yet (Redis creates it here).
+            crate::effects::backlog_create(super::backlog_size());
             // The stream goes on from what was applied: the unapplied rest of the
             // last read is gone with the old connection.
             APPLIED.store(offset, Ordering::Relaxed);

@@ -410,11 +410,77 @@ pub async fn snapshot_as(
     };
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
     let parts = op.on_each(cell, |d| (shard_records(d), d.dirty)).await;
+    let replication = save_info();
     op.release(cell).await;
     let (parts, dirty): (Vec<_>, Vec<u64>) = parts.into_iter().unzip();
     let (_, libraries) = crate::scripting::functions::snapshot();
     let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
-    (rdb::file::assemble(&parts, &codes), dirty)
+    (
+        rdb::file::assemble(&parts, &codes, replication.as_ref()),
+        dirty,
+    )
+}
+
+/// Where this server's replication stands, for a save's AUX fields (Redis's
+/// rdbPopulateSaveInfo): a master's own stream while it has a backlog (without one
+/// no replica can continue anyway), a replica's master's stream while it has a
+/// position; None otherwise. Called at the cut, every shard held (and on a replica
+/// the master connection between batches, `link::hold_stream`), so the offset is the
+/// one the dataset holds everything up to.
+pub fn save_info() -> Option<rdb::file::ReplicationAux> {
+    let (offset, selected) = crate::effects::position();
+    let stream_db = if is_replica() {
+        link::stream_db()?
+    } else {
+        crate::effects::backlog_info()?;
+        // Nothing selected yet: the next write selects, any database will do.
+        selected.unwrap_or(0)
+    };
+    Some(rdb::file::ReplicationAux {
+        stream_db,
+        id: replid(),
+        offset,
+    })
+}
+
+/// The replication AUX fields of the RDB file this server starts from (Redis's
+/// loadDataFromDisk), before its keys load: a replica continues its master's
+/// history from the file's offset (its first PSYNC asks for the next byte); a
+/// master keeps the file's history as its second id, valid up to the next byte, and
+/// its stream goes on from that offset into a fresh backlog, so that replicas that
+/// followed it before the restart continue. Ignored when the file's database does
+/// not exist here.
+pub fn restore_from_rdb(
+    config: &crate::config::Config,
+    saved: &crate::persistence::load::SavedReplication,
+) {
+    let (Ok(offset), Ok(stream_db)) = (
+        u64::try_from(saved.offset),
+        usize::try_from(saved.stream_db),
+    ) else {
+        return;
+    };
+    if saved.id.len() != 40 || stream_db >= config.databases() {
+        return;
+    }
+    sync_config(config);
+    if is_replica() {
+        adopt_replid(&saved.id);
+        crate::effects::reset_offset(offset);
+        link::cache_position(offset, stream_db);
+        return;
+    }
+    if let Some(i) = ids().as_mut() {
+        i.replid2 = saved.id.clone();
+        i.second_offset = offset as i64 + 1;
+    }
+    crate::effects::backlog_create(backlog_size());
+    crate::effects::reset_offset(offset);
+    // repl-backlog-ttl counts from the start: no replica is attached yet.
+    NO_REPLICAS_SINCE_MS.store(crate::util::now_ms(), Ordering::Relaxed);
+    // Keys found expired while loading reach the backlog as DELs (Redis's
+    // RDBFLAGS_FEED_REPL): replicas that continue hold them still.
+    crate::persistence::load::feed_expired_to_stream(true);
 }
 
 /// What INFO replication shows of a replica link, kept beside its stream reader.

@@ -742,3 +742,152 @@ fn a_replica_answers_loading_while_it_loads_its_masters_file() {
     wait_in_sync(&mut m, &mut r);
     assert_same(&mut m, &mut r);
 }
+
+/// A client of database `db` on the server at `port`.
+fn client_of_db(port: u16, db: u32) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/{db}"))
+        .and_then(|c| c.get_connection())
+        .expect("connect")
+}
+
+/// SHUTDOWN `how` (the connection closes under it) and the process's end.
+fn shut_down(server: &mut Server, how: &str) {
+    let mut c = server.client();
+    let _ = redis::cmd("SHUTDOWN").arg(how).query::<()>(&mut c);
+    assert_eq!(server.wait_exit(Duration::from_secs(20)), Some(0));
+}
+
+/// A replica of the master on `master_port` saves at SHUTDOWN and starts again
+/// from that file while the master writes on: the file's replication fields let it
+/// continue with a partial resync, in the database the stream had selected last
+/// (the master's stream goes on without selecting it again).
+fn replica_restart_continues(master_port: u16) {
+    let mut m = client_of_db(master_port, 0);
+    let mut m3 = client_of_db(master_port, 3);
+    let dir = scratch_dir("replica", &format!("restart-{master_port}"));
+    let dir_arg = dir.display().to_string();
+    let port = master_port.to_string();
+    let replica_args = ["--replicaof", "127.0.0.1", &port, "--dir", &dir_arg];
+    let mut replica = Server::start_with(2, &replica_args);
+    fill(&mut m, "before", 500);
+    // The stream's last SELECT is of database 3.
+    let _: () = q(&mut m3, &["SET", "in3", "a"]);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    let acked: i64 = q(&mut m, &["WAIT", "1", "5000"]);
+    assert_eq!(acked, 1);
+    let (full, partial) = (
+        info_u64(&mut m, "stats", "sync_full"),
+        info_u64(&mut m, "stats", "sync_partial_ok"),
+    );
+    drop(r);
+    shut_down(&mut replica, "SAVE");
+
+    // Database 3 first: these reach the replica with no SELECT before them.
+    let _: () = q(&mut m3, &["SET", "in3", "b"]);
+    let _: i64 = q(&mut m3, &["RPUSH", "list3", "x", "y"]);
+    fill(&mut m, "during", 300);
+    let replica = Server::start_with(2, &replica_args);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    fill(&mut m, "after", 100);
+    wait_in_sync(&mut m, &mut r);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_ok"), partial + 1);
+    assert_eq!(info_u64(&mut m, "stats", "sync_full"), full);
+    let diffs = dataset::compare(&mut m, &mut r, &[0, 3]);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[test]
+fn a_restarted_tessera_replica_continues_from_its_rdb() {
+    let master = Server::start(2);
+    replica_restart_continues(master.port);
+}
+
+#[test]
+fn a_restarted_replica_of_redis_continues_from_its_rdb() {
+    let Some(redis) = master(&[]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    replica_restart_continues(redis.port);
+}
+
+/// A master saves at SHUTDOWN and starts again from that file on its port: the
+/// file's replication fields become its second id, and its replica continues with
+/// +CONTINUE. A key that expired meanwhile reaches the replica as a DEL.
+#[test]
+fn a_restarted_master_continues_its_replica_from_its_rdb() {
+    let dir = scratch_dir("replica", "master-restart");
+    let dir_arg = dir.display().to_string();
+    let log = dir.join("master.log");
+    let master_args = ["--dir", &dir_arg, "--save", ""];
+    let port = free_port();
+    let mut master = Server::start_on(port, 2, &master_args, &log).expect("master starts");
+    let mut m = master.client();
+    let replica = tessera_replica(port);
+    let mut r = replica.client();
+    fill(&mut m, "before", 500);
+    let _: () = q(&mut m, &["SET", "short-lived", "x", "PX", "1500"]);
+    let expires = Instant::now() + Duration::from_millis(1600);
+    wait_in_sync(&mut m, &mut r);
+    let old_id = info_field(&mut m, "replication", "master_replid");
+    let old_offset = info_u64(&mut m, "replication", "master_repl_offset");
+    drop(m);
+    shut_down(&mut master, "SAVE");
+    // The key expires while the master is down: the file still holds it.
+    std::thread::sleep(expires.saturating_duration_since(Instant::now()));
+
+    let master = Server::start_on(port, 2, &master_args, &log).expect("master restarts");
+    let mut m = master.client();
+    assert_eq!(info_field(&mut m, "replication", "master_replid2"), old_id);
+    assert_eq!(
+        info_u64(&mut m, "replication", "second_repl_offset"),
+        old_offset + 1
+    );
+    wait_in_sync(&mut m, &mut r);
+    fill(&mut m, "after", 200);
+    wait_in_sync(&mut m, &mut r);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_ok"), 1);
+    assert_eq!(info_u64(&mut m, "stats", "sync_full"), 0);
+    assert_eq!(
+        info_field(&mut r, "replication", "master_replid"),
+        info_field(&mut m, "replication", "master_replid")
+    );
+    let sizes: (i64, i64) = (q(&mut m, &["DBSIZE"]), q(&mut r, &["DBSIZE"]));
+    assert_eq!(
+        sizes.0, sizes.1,
+        "the expired key's DEL reached the replica"
+    );
+    assert_same(&mut m, &mut r);
+}
+
+#[test]
+fn a_writable_replica_expires_the_keys_its_clients_gave_a_ttl() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let _: () = q(&mut m, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    let _: () = q(&mut m, &["SET", "from-master", "1", "PX", "50"]);
+    wait_in_sync(&mut m, &mut r);
+    let _: () = q(&mut r, &["CONFIG", "SET", "replica-read-only", "no"]);
+    let _: () = q(&mut r, &["SET", "local", "1", "PX", "50"]);
+    let _: () = q(&mut r, &["SET", "made-persistent", "1", "PX", "50"]);
+    let _: i64 = q(&mut r, &["PERSIST", "made-persistent"]);
+    let _: () = q(&mut r, &["SET", "plain", "1"]);
+    std::thread::sleep(Duration::from_millis(600));
+    // The replica's own expired key is deleted by the replica; the master's waits
+    // for the master's DEL (its active expiry is off), hidden from reads meanwhile.
+    let size: i64 = q(&mut r, &["DBSIZE"]);
+    assert_eq!(size, 3);
+    let exists: i64 = q(&mut r, &["EXISTS", "from-master", "local"]);
+    assert_eq!(exists, 0);
+    // A write finds the master's expired key gone and starts it afresh (Redis's
+    // expireIfNeeded with EXPIRE_FORCE_DELETE_EXPIRED on a writable replica).
+    let n: i64 = q(&mut r, &["INCR", "from-master"]);
+    assert_eq!(n, 1);
+    let ttl: i64 = q(&mut r, &["TTL", "from-master"]);
+    assert_eq!(ttl, -1);
+}

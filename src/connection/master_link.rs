@@ -5,7 +5,7 @@
 //! back every second and when the master asks with GETACK. What was applied is passed
 //! on byte for byte to this server's own replicas and backlog (`effects::proxy`), once
 //! per batch, after the batch ran: a replica's full sync snapshots between batches
-//! (`replication::link::between_batches`), so it never holds a command its
+//! (`replication::link::hold_stream`), so it never holds a command its
 //! stream also carries.
 
 use super::*;
@@ -21,6 +21,10 @@ pub(super) struct MasterFeed {
 
 impl Connection {
     pub(super) async fn run_master(&mut self) {
+        // A partial resync's stream goes on in the database the last one selected.
+        if let Some(db) = crate::replication::link::stream_db() {
+            self.session.set_db(db);
+        }
         crate::replication::link::set_master_client(self.session.id());
         self.serve_master_stream().await;
         crate::replication::link::set_master_client(0);
@@ -44,6 +48,7 @@ impl Connection {
                 }
                 self.process_input().await;
                 self.pass_on_applied();
+                crate::replication::link::set_stream_db(self.session.db);
                 crate::replication::link::end_batch();
             }
             // Replies to the master are never sent (its pushes neither).

@@ -326,6 +326,14 @@ pub fn offset() -> u64 {
     merged().offset
 }
 
+/// The offset and the database the stream last selected (None: its next effect
+/// selects again, Redis's slaveseldb -1), read together: a save's cut records them
+/// as where its dataset leaves the stream.
+pub fn position() -> (u64, Option<usize>) {
+    let m = merged();
+    (m.offset, m.selected)
+}
+
 /// Adds a replica link as a reader; its part starts with the next effect, after a
 /// SELECT. Whatever was appended before goes to the readers already there (the caller
 /// holds every shard still, so that is everything the new reader's snapshot holds).

@@ -397,7 +397,7 @@ fn write_empty_base(dir: &Path, base: &str, as_rdb: bool) -> Result<(), String> 
     let tmp = dir.join(format!("temp-rewriteaof-{}.aof", std::process::id()));
     let mut rdb = Vec::new();
     if as_rdb {
-        rdb = crate::storage::rdb::file::header_for(&[], true);
+        rdb = crate::storage::rdb::file::header_for(&[], true, None);
         let crc = crate::storage::rdb::crc64(0, &rdb);
         rdb.extend_from_slice(&crate::storage::rdb::file::trailer(crc));
     } else if aof::timestamps() {

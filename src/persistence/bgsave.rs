@@ -104,6 +104,8 @@ pub struct Job {
     /// A transfer's verdict per replica socket, in order (true: got the whole file),
     /// set before the outcome.
     socket_results: Mutex<Vec<bool>>,
+    /// The done handler ran (LASTSAVE and the change counter are updated).
+    handled: AtomicBool,
 }
 
 impl Job {
@@ -122,6 +124,15 @@ impl Job {
     /// How the job ended; None while it runs.
     pub fn outcome(&self) -> Option<Outcome> {
         *lock(&self.outcome)
+    }
+
+    /// How the job ended, once its done handler ran (Redis sends a disk-based sync's
+    /// file from there, after LASTSAVE moved).
+    pub fn handled_outcome(&self) -> Option<Outcome> {
+        self.handled
+            .load(Ordering::SeqCst)
+            .then(|| self.outcome())
+            .flatten()
     }
 
     pub(super) fn set_socket_results(&self, results: Vec<bool>) {
@@ -358,6 +369,12 @@ async fn begin(
         write: false,
         client: 0,
     };
+    // A replica's cut falls between two batches of its master's stream, so that the
+    // offset it records is exactly what the file holds (an AOF base records none).
+    let held_stream = match kind {
+        Kind::Rdb | Kind::Replicas => Some(crate::replication::link::hold_stream().await),
+        Kind::AofBase { .. } => None,
+    };
     let cut_started = Instant::now();
     let op = MultiShardOp::lock_all(owner, cell).await;
     let cuts = op
@@ -374,8 +391,14 @@ async fn begin(
         })
         .await;
     let (_, libraries) = crate::scripting::functions::snapshot();
+    // Redis's rdbPopulateSaveInfo for BGSAVE and the save points; an AOF rewrite
+    // passes none (its base is loaded as an AOF, whose replication is not restored).
+    let replication = held_stream
+        .as_ref()
+        .and_then(|_| crate::replication::save_info());
     let cut_taken = at_cut();
     op.release(cell).await;
+    drop(held_stream);
     JOBS_STARTED.fetch_add(1, Ordering::Relaxed);
     LAST_CUT_US.store(cut_started.elapsed().as_micros() as u64, Ordering::Relaxed);
 
@@ -399,7 +422,7 @@ async fn begin(
         super::aof_base::function_loads(&mut h, &codes);
         h
     } else {
-        crate::storage::rdb::file::header_for(&codes, aof_base)
+        crate::storage::rdb::file::header_for(&codes, aof_base, replication.as_ref())
     };
     let (preamble, suffix) = match &transfer {
         Some(t) => (t.preamble.take(), t.suffix.clone()),
@@ -433,6 +456,7 @@ async fn begin(
         ahead_bytes: AtomicU64::new(0),
         dirty_at_cut: cuts.iter().map(|(_, dirty)| *dirty).collect(),
         socket_results: Mutex::new(Vec::new()),
+        handled: AtomicBool::new(false),
     });
     let pid = child.id();
     WALKING.store(cuts.len(), Ordering::SeqCst);
@@ -665,6 +689,7 @@ pub fn cron(cell: &Rc<ShardCell>) {
                         super::rewrite::done(&cell, &job.kind, outcome, pid, job.started).await;
                         *lock(&JOB) = None;
                     }
+                    job.handled.store(true, Ordering::SeqCst);
                     FINISHING.store(false, Ordering::SeqCst);
                 });
             }

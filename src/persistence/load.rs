@@ -10,7 +10,7 @@
 //! shard and the checksum agree: a file that fails anywhere stops the server before
 //! any client sees a key of it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -74,6 +74,17 @@ pub fn saved_replication() -> Option<SavedReplication> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone()
+}
+
+/// A master starting from a file that recorded its replication: keys the load finds
+/// expired go into the effect stream as DELs (Redis's RDBFLAGS_FEED_REPL), for the
+/// replicas that continue from the backlog. Set only for the load at start.
+static FEED_EXPIRED: AtomicBool = AtomicBool::new(false);
+
+/// Turns the DELs of keys found expired at start on (before the shards load) or
+/// off (once they loaded).
+pub fn feed_expired_to_stream(on: bool) {
+    FEED_EXPIRED.store(on, Ordering::Relaxed);
 }
 
 /// The file being loaded, for INFO's loading_* fields.
@@ -141,16 +152,18 @@ fn log_aux_fields(bytes: &[u8]) -> u64 {
             _ => tracing::debug!("Unrecognized RDB AUX field: '{key}'"),
         }
     }
+    let mut saved_replication = None;
     if let (Some(id), Some(offset), Some(stream_db)) = repl {
         if offset != -1 && stream_db != -1 {
-            let saved = SavedReplication {
+            saved_replication = Some(SavedReplication {
                 id,
                 offset,
                 stream_db,
-            };
-            *SAVED_REPLICATION.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
+            });
         }
     }
+    // A file without them says nothing of replication, whatever an earlier one said.
+    *SAVED_REPLICATION.lock().unwrap_or_else(|e| e.into_inner()) = saved_replication;
     used_mem
 }
 
@@ -175,7 +188,12 @@ async fn walk_serving<'a>(cell: &ShardCell, file: &'a RdbFile) -> Result<Walk<'a
     let (mut walk, interval) = {
         let data = cell.data.borrow();
         let interval = data.config.loading_events_interval_bytes().max(1024) as usize;
-        (Walk::new(file.map.bytes(), &data, false)?, interval)
+        let mut walk = Walk::new(file.map.bytes(), &data, false)?;
+        if FEED_EXPIRED.load(Ordering::Relaxed) {
+            let unlink = data.config.bool_param("lazyfree-lazy-expire") == Some(true);
+            walk.expired_dels = Some(if unlink { &b"UNLINK"[..] } else { b"DEL" });
+        }
+        (walk, interval)
     };
     loop {
         let done = walk.run(&mut cell.data.borrow_mut(), interval, true)?;
@@ -200,6 +218,8 @@ struct Walk<'a> {
     now: u64,
     lru: u32,
     keep_expired: bool,
+    /// The command a dropped expired key propagates as (`feed_expired_to_stream`).
+    expired_dels: Option<&'static [u8]>,
     /// DEBUG RELOAD MERGE: a key already present is replaced, not a corrupt file.
     replace_existing: bool,
     key_load_delay: i64,
@@ -217,6 +237,7 @@ impl<'a> Walk<'a> {
             now: crate::util::now_ms(),
             lru: crate::util::lru_clock(),
             keep_expired: crate::replication::is_replica(),
+            expired_dels: None,
             replace_existing,
             key_load_delay: data.config.key_load_delay(),
             databases: data.config.databases(),
@@ -289,6 +310,9 @@ impl<'a> Walk<'a> {
             // it: its master decides); the value need not be decoded to be dropped.
             self.reader.skip_value(header)?;
             self.out.expired += 1;
+            if let Some(del) = self.expired_dels {
+                crate::effects::propagate(None, self.db, vec![del.to_vec(), header.key.to_vec()]);
+            }
         } else {
             self.store(data, header)?;
         }

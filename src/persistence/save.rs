@@ -13,11 +13,17 @@ use crate::shard::ShardCell;
 /// Saves the dataset now (SAVE). On success the change counter drops by what the file
 /// holds (writes that came after the snapshot still count) and LASTSAVE moves.
 pub async fn save(cell: &Rc<ShardCell>) -> std::io::Result<()> {
-    save_as(cell, cell.next_txn_id()).await
+    // On a replica the cut falls between two batches of the master's stream: the
+    // offset the file records is then exactly what it holds.
+    let held_stream = crate::replication::link::hold_stream().await;
+    let (rdb, dirty) = crate::replication::snapshot_as(cell, cell.next_txn_id()).await;
+    drop(held_stream);
+    write_snapshot(cell, &rdb, dirty).await
 }
 
 /// `save`, its snapshot's locks taken as operation `txn` (a command inside EXEC or a
-/// script saves as its transaction, which may hold every shard already).
+/// script saves as its transaction, which may hold every shard already, so it
+/// cannot wait for a replica's master connection, which may wait for those locks).
 pub async fn save_as(cell: &Rc<ShardCell>, txn: TxnId) -> std::io::Result<()> {
     let (rdb, dirty) = crate::replication::snapshot_as(cell, txn).await;
     write_snapshot(cell, &rdb, dirty).await

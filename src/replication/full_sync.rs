@@ -225,8 +225,9 @@ async fn lead(cell: &Rc<ShardCell>, waiters: Vec<Waiter>) {
         preamble,
         suffix: mark.into_bytes(),
     };
-    let started =
-        super::link::between_batches(bgsave::start_transfer(cell, transfer, at_cut)).await;
+    // On a replica the cut falls between two batches of its master's stream
+    // (bgsave.rs holds it), so the links join exactly where the file ends.
+    let started = bgsave::start_transfer(cell, transfer, at_cut).await;
     match started {
         Ok(job) => {
             let links = links.borrow();
@@ -313,7 +314,7 @@ pub async fn to_disk(
                 })
             };
             let kind = bgsave::Kind::Rdb;
-            let started = super::link::between_batches(bgsave::start_job(cell, kind, at_cut)).await;
+            let started = bgsave::start_job(cell, kind, at_cut).await;
             match (started, attached.get()) {
                 (Ok(job), Some((link, offset))) => return Some((job, link, offset)),
                 (Err(bgsave::StartError::InProgress), None) => {}
@@ -338,7 +339,7 @@ pub async fn to_disk(
 pub async fn saved(job: &Job, socket: &impl AsRawFd, gone: impl Fn() -> bool) -> bool {
     let mut last_newline = std::time::Instant::now();
     loop {
-        match job.outcome() {
+        match job.handled_outcome() {
             Some(outcome) => return outcome == Outcome::Saved,
             None if gone() => return false,
             None => {}

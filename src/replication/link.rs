@@ -82,6 +82,11 @@ static BATCH_RUNNING: AtomicBool = AtomicBool::new(false);
 static SNAPSHOT_WANTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 /// Unix ms of the last bytes from the master (stream or transfer).
 static LAST_IO_MS: AtomicU64 = AtomicU64::new(0);
+/// The database the master's stream selected last, as applied (Redis's
+/// `master->db`): a partial resync's stream goes on without selecting again, so the
+/// next master connection, and a restart from a save's file, start in it. Valid
+/// while `HAS_POSITION`.
+static STREAM_DB: AtomicU64 = AtomicU64::new(0);
 
 /// What INFO shows of the link beyond the atomics.
 struct Detail {
@@ -125,6 +130,8 @@ pub fn master_changed(was_master: bool) {
         let offset = crate::effects::offset();
         APPLIED.store(offset, Ordering::Relaxed);
         READ.store(offset, Ordering::Relaxed);
+        // Any database will do: a master's stream selects again after a promotion.
+        STREAM_DB.store(0, Ordering::Relaxed);
         HAS_POSITION.store(true, Ordering::Relaxed);
     }
     let mut d = detail();
@@ -168,6 +175,33 @@ pub fn generation() -> u64 {
     GENERATION.load(Ordering::SeqCst)
 }
 
+/// The database the master's stream had selected at the end of what was applied,
+/// when this server has a position (Redis's `master->db->id` or the cached
+/// master's, for a save's `repl-stream-db`).
+pub fn stream_db() -> Option<usize> {
+    HAS_POSITION
+        .load(Ordering::Relaxed)
+        .then(|| STREAM_DB.load(Ordering::Relaxed) as usize)
+}
+
+/// The master connection applied everything up to the end of a batch, in database
+/// `db` (connection/master_link.rs).
+pub fn set_stream_db(db: usize) {
+    STREAM_DB.store(db as u64, Ordering::Relaxed);
+}
+
+/// A server started as a replica from a file that recorded where its replication
+/// stood (Redis's replicationCacheMasterUsingMyself at start): the history and
+/// offset it continues from with PSYNC, and the database the stream had selected.
+/// The caller has made `offset` the stream's own (`effects::reset_offset`).
+pub fn cache_position(offset: u64, stream_db: usize) {
+    tracing::info!("Before turning into a replica, using my own master parameters to synthesize a cached master: I may be able to synchronize with the new master with just a partial transfer.");
+    APPLIED.store(offset, Ordering::Relaxed);
+    READ.store(offset, Ordering::Relaxed);
+    STREAM_DB.store(stream_db as u64, Ordering::Relaxed);
+    HAS_POSITION.store(true, Ordering::Relaxed);
+}
+
 /// Where PSYNC asks to continue: this server's replication id and offset, when it
 /// has a position.
 fn position() -> Option<(String, u64)> {
@@ -177,7 +211,7 @@ fn position() -> Option<(String, u64)> {
 }
 
 /// The master connection is about to apply a batch: waits while a snapshot for a
-/// replica of this one is wanted (Dekker-style with `between_batches`: each
+/// replica of this one is wanted (Dekker-style with `hold_stream`: each
 /// side raises its flag, then looks at the other's).
 pub async fn begin_batch() {
     loop {
@@ -197,17 +231,28 @@ pub fn end_batch() {
     BATCH_RUNNING.store(false, Ordering::SeqCst);
 }
 
-/// Runs `f` (a full sync's cut, which attaches the replica's link) between two
-/// batches of the master's stream, so that every command this replica holds was
-/// passed on before the link joins and none after. At once on a master.
-pub async fn between_batches<T>(f: impl std::future::Future<Output = T>) -> T {
+/// The master connection kept between two batches while this lives
+/// (`hold_stream`).
+pub struct StreamHeld(());
+
+impl Drop for StreamHeld {
+    fn drop(&mut self) {
+        SNAPSHOT_WANTED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits until the master connection (if any) is between two batches and keeps it
+/// there until the guard drops: a cut taken meanwhile holds exactly the master's
+/// stream up to `effects::offset()`, never part of a batch the offset does not count
+/// yet. Costs nothing on a master. Never call it holding key locks: the batch it
+/// waits for may need them.
+pub async fn hold_stream() -> StreamHeld {
     SNAPSHOT_WANTED.fetch_add(1, Ordering::SeqCst);
+    let held = StreamHeld(());
     while BATCH_RUNNING.load(Ordering::SeqCst) {
         crate::runtime::sleep(Duration::from_millis(1)).await;
     }
-    let out = f.await;
-    SNAPSHOT_WANTED.fetch_sub(1, Ordering::SeqCst);
-    out
+    held
 }
 
 /// ROLE's offset for a replica: what it applied, -1 before its first sync.
@@ -322,7 +367,9 @@ pub fn set_master_server(serve: ServeMaster) {
 pub async fn run(cell: Rc<ShardCell>) {
     loop {
         crate::runtime::sleep(Duration::from_millis(100)).await;
-        if state() != LinkState::Connect {
+        // Not while the dataset loads (Redis's cron does not run then): a start from
+        // a file that recorded a position must have adopted it before the first PSYNC.
+        if state() != LinkState::Connect || crate::persistence::loading() {
             continue;
         }
         let Some((host, port)) = super::master() else {
@@ -438,6 +485,9 @@ async fn sync_with_master(
                 // This server's replicas must learn of the new id.
                 super::disconnect_replicas(cell).await;
             }
+            // A replica keeps a backlog (it may be promoted); one that continued a
+            // position from its file at start has none yet (Redis creates it here).
+            crate::effects::backlog_create(super::backlog_size());
             // The stream goes on from what was applied: the unapplied rest of the
             // last read is gone with the old connection.
             APPLIED.store(offset, Ordering::Relaxed);
@@ -458,6 +508,8 @@ async fn sync_with_master(
             crate::effects::reset_offset(offset);
             APPLIED.store(offset, Ordering::Relaxed);
             READ.store(offset, Ordering::Relaxed);
+            // The master's stream starts with a SELECT after a full sync.
+            STREAM_DB.store(0, Ordering::Relaxed);
             HAS_POSITION.store(true, Ordering::Relaxed);
             tracing::info!("MASTER <-> REPLICA sync: Finished with success");
         }

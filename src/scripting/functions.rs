@@ -383,7 +383,7 @@ mod tests {
 
     #[test]
     fn snapshots_write_libraries_as_function_dump_does() {
-        let file = rdb::file::assemble(&[], &[LONG]);
+        let file = rdb::file::assemble(&[], &[LONG], None);
         let dumped = unhex(LONG_DUMP);
         let record = &dumped[..dumped.len() - 10];
         // The record, then EOF (0xFF) and the CRC64.

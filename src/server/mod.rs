@@ -204,6 +204,13 @@ pub fn run(config: Config) -> i32 {
             return 1;
         }
     };
+    // A file that recorded where replication stood (never an AOF's: Redis ignores it
+    // there) lets this server continue that history, taken up before its keys load.
+    if aof.is_none() && rdb.is_some() {
+        if let Some(saved) = crate::persistence::load::saved_replication() {
+            crate::replication::restore_from_rdb(&config, &saved);
+        }
+    }
     let load_started = std::time::Instant::now();
     let (aof_feed, mut aof_client) = match aof.as_ref().filter(|p| p.has_commands()) {
         Some(_) => match std::os::unix::net::UnixStream::pair() {
@@ -345,6 +352,7 @@ pub fn run(config: Config) -> i32 {
             Some(end) => rdb_end = Some(end),
             None => return 1,
         }
+        crate::persistence::load::feed_expired_to_stream(false);
         if aof.is_none() {
             let secs = load_started.elapsed().as_secs_f64();
             tracing::info!("DB loaded from disk: {secs:.3} seconds");

@@ -294,11 +294,18 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                 let now = crate::util::now_ms();
                 // A client pause keeps the dataset still: nothing expires meanwhile.
                 // A replica's keys go with its master's DELs.
-                if !data.active_expire
-                    || !cell.locks.borrow().is_idle()
-                    || data.paused(now)
-                    || crate::storage::entry::replica_holds_expired()
-                {
+                if !cell.locks.borrow().is_idle() || data.paused(now) {
+                    break;
+                }
+                if crate::storage::entry::replica_holds_expired() {
+                    // A replica's keys go with its master's DELs, but those its own
+                    // clients gave a TTL (a writable replica) it expires itself.
+                    for db in data.dbs.iter_mut() {
+                        db.expire_replica_local(now);
+                    }
+                    break;
+                }
+                if !data.active_expire {
                     break;
                 }
                 let data = &mut *data;

@@ -372,7 +372,7 @@ pub fn set_replaying(on: bool) {
 }
 
 #[inline]
-fn replaying() -> bool {
+pub(super) fn replaying() -> bool {
     REPLAYING.with(|r| r.get())
 }
 

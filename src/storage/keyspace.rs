@@ -132,6 +132,15 @@ pub fn shed_value(v: &mut Value, budget: usize) -> bool {
 /// eviction that was ~1 MB of 32 (benches/hit-ratio.sh). The gap between a third and
 /// the 7/8 growth point keeps a slot hovering near a boundary from rebuilding back
 /// and forth; the rebuild rehashes at most a third of a table's capacity.
+/// A TTL set on a replica by one of its own clients (a writable replica): the key
+/// joins the ones the replica expires itself. The master's commands never do.
+#[inline]
+fn note_replica_local_expire(keys: &mut hashbrown::HashSet<Vec<u8>>, key: &[u8]) {
+    if super::entry::replica_holds_expired() && !super::entry::replaying() && !keys.contains(key) {
+        keys.insert(key.to_vec());
+    }
+}
+
 fn shrink_if_sparse(table: &mut HashTable<Entry>, hasher: &DefaultHashBuilder) {
     if table.is_empty() {
         *table = HashTable::new();
@@ -243,6 +252,9 @@ pub struct Db {
     /// While clients are paused keys do not expire: a read finds a key whose TTL
     /// passed missing, but leaves it in place (Redis's expireIfNeeded under a pause).
     pub expiry_held: bool,
+    /// On a writable replica, keys its own clients gave a TTL (never its master's
+    /// stream): the replica expires these itself (Redis's slaveKeysWithExpire).
+    replica_local_expires: hashbrown::HashSet<Vec<u8>>,
     /// Replaced big values with their charges, already counted as pending lazy frees,
     /// waiting for the shard's memory task (`ShardData::adopt_overwritten`).
     pub overwritten: Vec<(Value, usize)>,
@@ -372,6 +384,7 @@ impl Db {
             tracking_expired: Vec::new(),
             lazy_overwrites: false,
             expiry_held: false,
+            replica_local_expires: Default::default(),
             overwritten: Vec::new(),
             lfu: None,
             rng: Rng::new(first_slot as u64 ^ 0x9E37_79B9_7F4A_7C15),
@@ -512,6 +525,13 @@ impl Db {
     /// One probe of the slot's table either way.
     #[inline]
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        self.lookup::<false>(key, now_ms)
+    }
+
+    /// `get`; with `FORCE_EXPIRE` a key whose TTL passed is deleted even where
+    /// expired keys are held (a writable replica's own keys).
+    #[inline]
+    fn lookup<const FORCE_EXPIRE: bool>(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
         self.exact.forget();
         let (idx, hash) = self.locate(key);
         let slot = self.slots.get_mut(idx)?;
@@ -521,7 +541,7 @@ impl Db {
         if !occupied.get().is_expired(now_ms) {
             return Some(occupied.into_mut());
         }
-        if self.expiry_held || super::entry::replica_holds_expired() {
+        if !FORCE_EXPIRE && (self.expiry_held || super::entry::replica_holds_expired()) {
             return None;
         }
         if STREAM_READERS.any() {
@@ -538,6 +558,28 @@ impl Db {
         }
         notify(class::EXPIRED, "expired", key, self.index);
         None
+    }
+
+    /// A writable replica's active expiry (Redis's expireSlaveKeys): its own keys
+    /// whose TTL passed are deleted; those gone or made persistent are forgotten.
+    /// Returns how many expired.
+    pub fn expire_replica_local(&mut self, now_ms: u64) -> usize {
+        if self.replica_local_expires.is_empty() {
+            return 0;
+        }
+        let mut expired = 0;
+        for key in std::mem::take(&mut self.replica_local_expires) {
+            let at = self.peek(&key).map_or(NO_EXPIRE, |e| e.expire_at());
+            if at == NO_EXPIRE {
+                continue;
+            }
+            if at > now_ms {
+                self.replica_local_expires.insert(key);
+            } else if self.lookup::<true>(&key, now_ms).is_none() {
+                expired += 1;
+            }
+        }
+        expired
     }
 
     /// Looks a key up without expiring it or touching anything (for introspection).
@@ -660,6 +702,7 @@ impl Db {
         if expire_at != NO_EXPIRE {
             slot.ttl_count += 1;
             self.expires += 1;
+            note_replica_local_expire(&mut self.replica_local_expires, key);
         }
         let mut entry = Entry::new(key, value, expire_at, lru, meta);
         if self.mark {
@@ -703,6 +746,9 @@ impl Db {
             return false;
         };
         save_before_change(&mut self.cut, entry, self.mark);
+        if expire_at != NO_EXPIRE {
+            note_replica_local_expire(&mut self.replica_local_expires, key);
+        }
         match (entry.expire_at() != NO_EXPIRE, expire_at != NO_EXPIRE) {
             (false, true) => {
                 slot.ttl_count += 1;
@@ -723,6 +769,7 @@ impl Db {
 
     pub fn clear(&mut self) {
         self.save_rest_of_snapshot(false);
+        self.replica_local_expires = Default::default();
         self.slots = SlotTables::default();
         self.keys = 0;
         self.expires = 0;
@@ -1464,7 +1511,7 @@ mod snapshot_tests {
 
     /// The records as key -> (value, deadline).
     fn decode(records: &[u8]) -> Model {
-        let file = crate::storage::rdb::file::assemble(&[vec![records.to_vec()]], &[]);
+        let file = crate::storage::rdb::file::assemble(&[vec![records.to_vec()]], &[], None);
         let mut r = RdbReader::new(&file).expect("header");
         let mut out = Model::new();
         loop {

@@ -157,6 +157,26 @@ impl Server {
         Server::start_with(threads, &[])
     }
 
+    /// `start_with` on `port` (a master restarted where its replicas look for it),
+    /// its log in `log`; None when it did not serve within 10 s. Give it a `--dir`
+    /// of its own in `extra`: the default one of a port is emptied at each start.
+    pub fn start_on(
+        port: u16,
+        threads: usize,
+        extra: &[&str],
+        log: &std::path::Path,
+    ) -> Option<Server> {
+        let out = std::fs::File::create(log).expect("create log");
+        let err = out.try_clone().expect("clone log");
+        let child = tessera_command(port, threads, extra)
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("spawn tessera");
+        let mut s = Server { child, port };
+        s.wait_ready().then_some(s)
+    }
+
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {

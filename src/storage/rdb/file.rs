@@ -23,7 +23,7 @@ const AUX_FIELDS: [(&str, &str); 2] = [("redis-ver", "7.0.15"), ("redis-bits", "
 
 /// An RDB file with no keys.
 pub fn empty() -> Vec<u8> {
-    assemble(&[], &[])
+    assemble(&[], &[], None)
 }
 
 /// Appends one key's record (`expire_at` is a unix time in ms, or `NO_EXPIRE`).
@@ -46,24 +46,50 @@ pub fn write_record(out: &mut Vec<u8>, key: &[u8], value: &Value, expire_at: u64
 /// selected, a hint that lets the loader size its tables once.
 pub(super) const OPCODE_RESIZEDB: u8 = 0xFB;
 
+/// Where the replication stream stood at a save's cut (Redis's rdbSaveInfo): the
+/// AUX `repl-stream-db`, `repl-id` and `repl-offset` a server restarted from the
+/// file continues its replication from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationAux {
+    /// The database the stream last selected (0 when it selected none yet).
+    pub stream_db: usize,
+    /// The replication id of the history the dataset belongs to.
+    pub id: String,
+    /// The stream offset the dataset holds everything up to (master_repl_offset).
+    pub offset: u64,
+}
+
 /// The start of an RDB file: the magic, the AUX fields and the function libraries'
-/// codes, which go before the keys as in Redis's rdbSaveFunctions.
-pub fn header(libraries: &[&[u8]]) -> Vec<u8> {
-    header_for(libraries, false)
+/// codes, which go before the keys as in Redis's rdbSaveFunctions. `replication`
+/// adds the replication AUX fields (Redis writes them whenever it has them).
+pub fn header(libraries: &[&[u8]], replication: Option<&ReplicationAux>) -> Vec<u8> {
+    header_for(libraries, false, replication)
 }
 
 /// `header`, for an AOF's base file when `aof_base` (AUX `aof-base` 1, which Redis
 /// writes there and logs as "RDB is base AOF" when it loads one).
-pub fn header_for(libraries: &[&[u8]], aof_base: bool) -> Vec<u8> {
+pub fn header_for(
+    libraries: &[&[u8]],
+    aof_base: bool,
+    replication: Option<&ReplicationAux>,
+) -> Vec<u8> {
     let mut rdb = MAGIC.to_vec();
-    let base = [("aof-base", "1")];
-    let extra: &[(&str, &str)] = if aof_base { &base } else { &[] };
-    for (k, v) in AUX_FIELDS.iter().chain(extra) {
-        rdb.push(OPCODE_AUX);
-        rdb.push(k.len() as u8);
-        rdb.extend_from_slice(k.as_bytes());
-        rdb.push(v.len() as u8);
-        rdb.extend_from_slice(v.as_bytes());
+    for (k, v) in AUX_FIELDS {
+        write_aux_raw(&mut rdb, k, v);
+    }
+    if let Some(r) = replication {
+        // As rdbSaveAuxFieldStrInt: numbers as strings, which the RDB string
+        // encoding stores as integers.
+        write_aux(
+            &mut rdb,
+            "repl-stream-db",
+            r.stream_db.to_string().as_bytes(),
+        );
+        write_aux(&mut rdb, "repl-id", r.id.as_bytes());
+        write_aux(&mut rdb, "repl-offset", r.offset.to_string().as_bytes());
+    }
+    if aof_base {
+        write_aux_raw(&mut rdb, "aof-base", "1");
     }
     for code in libraries {
         // As rdbSaveFunctions: the code is an RDB string, so LZF-compressed when
@@ -72,6 +98,24 @@ pub fn header_for(libraries: &[&[u8]], aof_base: bool) -> Vec<u8> {
         write_string(&mut rdb, code);
     }
     rdb
+}
+
+/// An AUX field whose key and value are short and written as they are (the bytes
+/// of the fields every file has stay what they always were).
+fn write_aux_raw(out: &mut Vec<u8>, key: &str, value: &str) {
+    out.push(OPCODE_AUX);
+    out.push(key.len() as u8);
+    out.extend_from_slice(key.as_bytes());
+    out.push(value.len() as u8);
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// An AUX field with both strings in the RDB string encoding (Redis's
+/// rdbSaveAuxField).
+fn write_aux(out: &mut Vec<u8>, key: &str, value: &[u8]) {
+    out.push(OPCODE_AUX);
+    write_string(out, key.as_bytes());
+    write_string(out, value);
 }
 
 /// Selects database `db` for the records that follow; `sizes` (keys, keys with a
@@ -105,9 +149,14 @@ pub fn trailer_without_checksum() -> [u8; 9] {
 
 /// A whole RDB file from records grouped by shard and database (`parts[shard][db]`,
 /// each the concatenation of `write_record`s): one SELECTDB per database that has
-/// records in any shard. `libraries` are the function libraries' codes.
-pub fn assemble(parts: &[Vec<Vec<u8>>], libraries: &[&[u8]]) -> Vec<u8> {
-    let mut rdb = header(libraries);
+/// records in any shard. `libraries` are the function libraries' codes;
+/// `replication` the replication AUX fields, if the file carries them.
+pub fn assemble(
+    parts: &[Vec<Vec<u8>>],
+    libraries: &[&[u8]],
+    replication: Option<&ReplicationAux>,
+) -> Vec<u8> {
+    let mut rdb = header(libraries, replication);
     let dbs = parts.iter().map(|p| p.len()).max().unwrap_or(0);
     for db in 0..dbs {
         let mut selected = false;
@@ -150,6 +199,47 @@ mod tests {
         assert_eq!(crc, crate::storage::rdb::crc64(0, body));
     }
 
+    /// The AUX fields a header carries, decoded as a loader reads them.
+    fn aux_fields(rdb: &[u8]) -> Vec<(String, String)> {
+        use super::super::records::{RdbReader, Record};
+        let mut reader = RdbReader::new(rdb).expect("header");
+        let mut out = Vec::new();
+        while let Ok(Record::Aux(k, v)) = reader.next_record() {
+            let text = |b: Vec<u8>| String::from_utf8(b).expect("utf8");
+            out.push((text(k), text(v)));
+        }
+        out
+    }
+
+    #[test]
+    fn header_carries_replication_fields_only_when_given() {
+        let names =
+            |rdb: &[u8]| -> Vec<String> { aux_fields(rdb).into_iter().map(|(k, _)| k).collect() };
+        assert_eq!(names(&header(&[], None)), ["redis-ver", "redis-bits"]);
+        assert_eq!(
+            names(&header_for(&[], true, None)),
+            ["redis-ver", "redis-bits", "aof-base"]
+        );
+        let repl = ReplicationAux {
+            stream_db: 9,
+            id: "0123456789abcdef0123456789abcdef01234567".into(),
+            offset: 1_234_567_890_123,
+        };
+        let fields = aux_fields(&assemble(&[], &[], Some(&repl)));
+        let want = [
+            ("redis-ver", "7.0.15"),
+            ("redis-bits", "64"),
+            ("repl-stream-db", "9"),
+            ("repl-id", repl.id.as_str()),
+            ("repl-offset", "1234567890123"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(fields, want);
+    }
+
     /// The exact bytes of a snapshot: records with and without an expiry, a string
     /// key long enough for LZF, a collection, two shards sharing a database and a
     /// database only one shard has. (Captured before the framing moved here from
@@ -176,7 +266,7 @@ mod tests {
             record(&[b'q'; 40], s(&[b'x'; 50]), NO_EXPIRE),
         ];
         let shard1 = vec![record(b"l", Value::List(Box::new(list)), 5)];
-        let rdb = assemble(&[shard0, shard1], &[]);
+        let rdb = assemble(&[shard0, shard1], &[], None);
         let hex: String = rdb.iter().map(|b| format!("{b:02x}")).collect();
         let want = concat!(
             "524544495330303130fa0972656469732d76657206372e302e3135fa0a72656469732d6269",

@@ -115,6 +115,19 @@ fn set_state(s: LinkState) {
     STATE.store(s as u8, Ordering::Relaxed);
 }
 
+/// The link task's own state change, made only while the REPLICAOF it works for is
+/// still the current one (under `DETAIL`, as REPLICAOF's changes are): a link that
+/// finished its handshake just as REPLICAOF moved on must not mark itself up over
+/// the `Connect` that sends the task to the new master. False when it moved on.
+fn set_state_for(generation: u64, s: LinkState) -> bool {
+    let _d = detail();
+    let current = GENERATION.load(Ordering::SeqCst) == generation;
+    if current {
+        set_state(s);
+    }
+    current
+}
+
 /// The link is up: the master's stream is being applied.
 #[inline]
 pub fn is_up() -> bool {
@@ -125,6 +138,7 @@ pub fn is_up() -> bool {
 /// its next look; a link to another master ends. A master that becomes a replica
 /// asks to continue its own history (the new master may be its promoted replica).
 pub fn master_changed(was_master: bool) {
+    let mut d = detail();
     GENERATION.fetch_add(1, Ordering::SeqCst);
     if was_master {
         let offset = crate::effects::offset();
@@ -134,7 +148,6 @@ pub fn master_changed(was_master: bool) {
         STREAM_DB.store(0, Ordering::Relaxed);
         HAS_POSITION.store(true, Ordering::Relaxed);
     }
-    let mut d = detail();
     if state() == LinkState::Connected {
         d.down_since_ms = crate::util::now_ms();
     }
@@ -145,10 +158,13 @@ pub fn master_changed(was_master: bool) {
 /// applied or passed on once this returns) and the master's state is forgotten.
 /// `wait`: false inside a transaction, which may hold what the link waits for.
 pub async fn master_unset(wait: bool) {
-    GENERATION.fetch_add(1, Ordering::SeqCst);
-    set_state(LinkState::None);
+    {
+        let mut d = detail();
+        GENERATION.fetch_add(1, Ordering::SeqCst);
+        set_state(LinkState::None);
+        d.down_since_ms = 0;
+    }
     HAS_POSITION.store(false, Ordering::Relaxed);
-    detail().down_since_ms = 0;
     while wait && MASTER_CONNECTION_UP.load(Ordering::SeqCst) {
         crate::runtime::sleep(Duration::from_millis(1)).await;
     }
@@ -387,14 +403,18 @@ pub async fn run(cell: Rc<ShardCell>) {
         }
         // Whatever ended the link, the next look reconnects (unless REPLICAOF
         // changed the setting meanwhile: it set the state itself).
-        if GENERATION.load(Ordering::SeqCst) == generation {
-            {
-                let mut d = detail();
+        let retry = {
+            let mut d = detail();
+            let current = GENERATION.load(Ordering::SeqCst) == generation;
+            if current {
                 if d.down_since_ms == 0 || state() == LinkState::Connected {
                     d.down_since_ms = crate::util::now_ms();
                 }
                 set_state(LinkState::Connect);
             }
+            current
+        };
+        if retry {
             // Redis retries once a second (replicationCron).
             crate::runtime::sleep(Duration::from_millis(900)).await;
         }
@@ -412,7 +432,9 @@ async fn follow(cell: &Rc<ShardCell>, stream: TcpStream, initial: Vec<u8>, gener
         return;
     };
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-    set_state(LinkState::Connected);
+    if !set_state_for(generation, LinkState::Connected) {
+        return;
+    }
     LAST_IO_MS.store(crate::util::now_ms(), Ordering::Relaxed);
     MASTER_CONNECTION_UP.store(true, Ordering::SeqCst);
     let mut conn = serve(cell.clone(), stream, initial);
@@ -458,7 +480,9 @@ async fn sync_with_master(
     generation: u64,
 ) -> Result<Option<(TcpStream, Vec<u8>)>, String> {
     tracing::info!("Connecting to MASTER {host}:{port}");
-    set_state(LinkState::Connecting);
+    if !set_state_for(generation, LinkState::Connecting) {
+        return Ok(None);
+    }
     let timeout = repl_timeout(cell);
     let stream = connect(host, port, timeout)
         .await
@@ -467,7 +491,9 @@ async fn sync_with_master(
         return Ok(None);
     }
     tracing::info!("MASTER <-> REPLICA sync started");
-    set_state(LinkState::Handshake);
+    if !set_state_for(generation, LinkState::Handshake) {
+        return Ok(None);
+    }
     let mut link = Lines::new(stream, timeout);
     handshake(cell, &mut link).await?;
     if !current(generation) {
@@ -496,7 +522,9 @@ async fn sync_with_master(
         }
         Psync::Full { replid, offset } => {
             tracing::info!("Full resync from master: {replid}:{offset}");
-            set_state(LinkState::Transfer);
+            if !set_state_for(generation, LinkState::Transfer) {
+                return Ok(None);
+            }
             receive_and_load(cell, &mut link, generation).await?;
             if !current(generation) {
                 return Ok(None);

@@ -891,3 +891,56 @@ fn a_writable_replica_expires_the_keys_its_clients_gave_a_ttl() {
     let ttl: i64 = q(&mut r, &["TTL", "from-master"]);
     assert_eq!(ttl, -1);
 }
+
+#[test]
+fn errors_on_the_masters_commands_are_logged_and_may_stop_the_replica() {
+    let dir = scratch_dir("replica", "critical");
+    let log = dir.join("replica.log");
+    let master = Server::start(2);
+    let mut m = master.client();
+    let port = master.port.to_string();
+    let mut replica = Server::start_logged_with(2, &["--replicaof", "127.0.0.1", &port], &log);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    // A writable replica's own write makes the master's INCRBY fail here.
+    let _: () = q(&mut r, &["CONFIG", "SET", "replica-read-only", "no"]);
+    let _: () = q(&mut r, &["SET", "number", "foo"]);
+    let _: i64 = q(&mut m, &["INCRBY", "number", "1"]);
+    let _: () = q(&mut m, &["DEBUG", "REPLICATE", "fake-command-1"]);
+    wait_in_sync(&mut m, &mut r);
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("== CRITICAL == This replica is sending an error to its master: 'ERR value is not an integer or out of range' after processing the command 'incrby'"),
+        "{text}"
+    );
+    assert!(
+        text.contains("unknown command 'fake-command-1'")
+            && text.contains("after processing the command '<unknown>'"),
+        "{text}"
+    );
+    assert_eq!(info_u64(&mut r, "stats", "unexpected_error_replies"), 2);
+    let value: String = q(&mut r, &["GET", "number"]);
+    assert_eq!(value, "foo");
+    // Read-only again, told to panic: the next error ends the replica.
+    let _: () = q(&mut r, &["CONFIG", "SET", "replica-read-only", "yes"]);
+    let _: () = q(
+        &mut r,
+        &[
+            "CONFIG",
+            "SET",
+            "propagation-error-behavior",
+            "panic-on-replicas",
+        ],
+    );
+    let _: () = q(&mut m, &["DEBUG", "REPLICATE", "fake-command-2"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.is_running() {
+        assert!(Instant::now() < deadline, "the replica went on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("This replica panicked sending an error to its master after processing the command '<unknown>'"),
+        "{text}"
+    );
+}

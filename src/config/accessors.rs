@@ -418,6 +418,16 @@ impl Config {
         }
     }
 
+    /// Any enumerated parameter's value name by name or alias (None if unknown or
+    /// not an enumeration).
+    pub fn enum_param(&self, name: &str) -> Option<&'static str> {
+        let (idx, _) = lookup_entry(name.as_bytes())?;
+        match (self.value(idx)?, &PARAMS.get(idx)?.kind) {
+            (Value::Enum(i), ParamKind::Enum(names)) => names.get(*i).copied(),
+            _ => None,
+        }
+    }
+
     /// Any string parameter by name or alias ("" if unknown or not a string).
     pub fn str_param(&self, name: &str) -> &str {
         lookup_entry(name.as_bytes()).map_or("", |(idx, _)| self.str_at(idx))

@@ -17,6 +17,9 @@ pub(super) struct MasterFeed {
     applied: Vec<u8>,
     /// How much of `applied` is complete units (a MULTI not yet EXECed stays back).
     ready: usize,
+    /// Where in `applied` the names of this batch's commands that reply are, in
+    /// order: each error reply is logged with its command (`check_replies`).
+    replying: Vec<std::ops::Range<usize>>,
 }
 
 impl Connection {
@@ -47,6 +50,7 @@ impl Connection {
                     return;
                 }
                 self.process_input().await;
+                self.check_replies();
                 self.pass_on_applied();
                 crate::replication::link::set_stream_db(self.session.db);
                 crate::replication::link::end_batch();
@@ -87,7 +91,12 @@ impl Connection {
     /// the bytes from its start to the end of what was read): kept to pass on; the
     /// applied offset moves past it unless a MULTI is open; a GETACK gets the offset
     /// before it.
-    pub(super) fn master_command_done(&mut self, raw: &[u8], unprocessed: usize) {
+    pub(super) fn master_command_done(
+        &mut self,
+        raw: &[u8],
+        name: Option<std::ops::Range<usize>>,
+        unprocessed: usize,
+    ) {
         let shared = &self.session.shared;
         if shared.ack_asked.get() == Some(crate::clients::ACK_ASKED) {
             shared
@@ -96,6 +105,12 @@ impl Connection {
         }
         let in_multi = self.session.multi.is_some();
         if let Some(feed) = self.master.as_mut() {
+            let at = feed.applied.len();
+            // REPLCONF (GETACK) is the one command of the stream with no reply.
+            let name = name.unwrap_or(0..0);
+            if !raw[name.clone()].eq_ignore_ascii_case(b"replconf") {
+                feed.replying.push(at + name.start..at + name.end);
+            }
             feed.applied.extend_from_slice(raw);
             if !in_multi {
                 feed.ready = feed.applied.len();
@@ -104,6 +119,32 @@ impl Connection {
         if !in_multi {
             crate::replication::link::stream_applied(self.end - self.start);
         }
+    }
+
+    /// The batch's replies, which the master never gets: an error among them means
+    /// this replica may now differ from it (`link::error_to_master` logs it).
+    fn check_replies(&mut self) {
+        let Some(feed) = self.master.as_mut() else {
+            return;
+        };
+        let mut at = 0;
+        if self.out.contains(&b'-') {
+            let data = self.session.cell.data.borrow();
+            for name in &feed.replying {
+                let Some(len) = crate::protocol::reply::value_len(&self.out[at..]) else {
+                    break;
+                };
+                let reply = &self.out[at..at + len];
+                at += len;
+                if reply.first() == Some(&b'-') {
+                    // An unknown command has no name to Redis here ("<unknown>").
+                    let spec = crate::commands::table::lookup(&feed.applied[name.clone()]);
+                    let cmd = spec.map(|(_, spec)| spec.name);
+                    crate::replication::link::error_to_master(reply, cmd, &data.config);
+                }
+            }
+        }
+        feed.replying.clear();
     }
 
     /// The complete units applied since the last pass, to this server's replicas.

@@ -562,7 +562,13 @@ impl Connection {
                         self.absorb_stash(&mut buf);
                     }
                     if self.master.is_some() {
-                        self.master_command_done(&buf[cmd_start..self.start], self.end - cmd_start);
+                        // The name's place in the command's bytes (none inline).
+                        let name = (!self.parser.last_was_inline())
+                            .then(|| spans.first())
+                            .flatten()
+                            .map(|s| s.start as usize..s.end as usize);
+                        let raw = &buf[cmd_start..self.start];
+                        self.master_command_done(raw, name, self.end - cmd_start);
                     }
                     if self.out.len() + self.pipe.scratch.len() >= self.obuf_watch {
                         self.check_output_limit();

@@ -497,6 +497,18 @@ pub fn proxy(bytes: &[u8]) {
     m.selected = None;
 }
 
+/// A command into the replicas' stream only, with no SELECT before it (DEBUG
+/// REPLICATE, Redis's replicationFeedSlaves with no database): Redis's tests make a
+/// replica diverge with it. Nothing on a replica (its replicas get its master's).
+pub fn replicate_command(args: &[&[u8]]) {
+    if replica_mode() {
+        return;
+    }
+    let mut cmd = Vec::new();
+    encode(&mut cmd, args);
+    merged().write_to(&cmd, Target::Replicas);
+}
+
 /// `REPLCONF GETACK *` to every replica (WAIT, FAILOVER): in the stream, counted in
 /// the offset, as Redis sends it.
 pub fn request_acks() {

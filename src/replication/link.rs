@@ -271,6 +271,32 @@ pub async fn hold_stream() -> StreamHeld {
     held
 }
 
+/// Error replies this replica gave its master's commands (INFO
+/// unexpected_error_replies).
+static UNEXPECTED_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+pub fn unexpected_error_replies() -> u64 {
+    UNEXPECTED_ERRORS.load(Ordering::Relaxed)
+}
+
+/// One of the master's commands failed here (Redis's afterErrorReply for its master
+/// client): the replica may now differ from its master, which never sees the reply.
+/// Logged as Redis logs it and counted; with `propagation-error-behavior panic` or
+/// `panic-on-replicas` a read-only replica stops rather than diverge.
+pub fn error_to_master(reply: &[u8], cmd: Option<&str>, config: &crate::config::Config) {
+    let text = reply.strip_prefix(b"-").unwrap_or(reply);
+    let text = text.strip_suffix(b"\r\n").unwrap_or(text);
+    let text = String::from_utf8_lossy(&text[..text.len().min(4096)]);
+    let cmd = cmd.unwrap_or("<unknown>");
+    tracing::warn!("== CRITICAL == This replica is sending an error to its master: '{text}' after processing the command '{cmd}'");
+    UNEXPECTED_ERRORS.fetch_add(1, Ordering::Relaxed);
+    let behavior = config.enum_param("propagation-error-behavior");
+    let panics = matches!(behavior, Some("panic" | "panic-on-replicas"));
+    if panics && config.replica_read_only() {
+        panic!("This replica panicked sending an error to its master after processing the command '{cmd}'");
+    }
+}
+
 /// ROLE's offset for a replica: what it applied, -1 before its first sync.
 pub fn applied_offset() -> i64 {
     if HAS_POSITION.load(Ordering::Relaxed) {

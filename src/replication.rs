@@ -319,6 +319,7 @@ pub fn sync_stats() -> (u64, u64, u64) {
 
 /// CONFIG RESETSTAT.
 pub fn reset_stats() {
+    link::reset_unexpected_error_replies();
     SYNC_FULL.store(0, Ordering::Relaxed);
     SYNC_PARTIAL_OK.store(0, Ordering::Relaxed);
     SYNC_PARTIAL_ERR.store(0, Ordering::Relaxed);

@@ -788,3 +788,48 @@ fn bgrewriteaof_replies() {
         .expect("manifest");
     assert_eq!(m, "file appendonly.aof.1.base.rdb seq 1 type b\n");
 }
+
+/// A command of the file that fails when replayed (here an INCR of a string the
+/// file never had: edited in) is logged as Redis logs it; with
+/// propagation-error-behavior panic the server stops instead of diverging.
+#[test]
+fn a_command_failing_at_load_is_logged_and_may_stop_the_server() {
+    let dir = scratch("load-error");
+    let s = start_aof(&dir, &["--appendfsync", "always"]);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["SET", "k", "text"]);
+    s.signal(libc::SIGKILL);
+    drop(s);
+    let incr = last_incr(&dir);
+    let mut bytes = std::fs::read(&incr).expect("read incr");
+    bytes.extend_from_slice(b"*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n");
+    std::fs::write(&incr, &bytes).expect("edit incr");
+    let s = start_aof(&dir, &[]);
+    let mut c = s.client();
+    let v: String = q(&mut c, &["GET", "k"]);
+    assert_eq!(v, "text");
+    assert!(
+        all_logs(&dir).contains("== CRITICAL == This server is sending an error to its AOF-loading-client: 'ERR value is not an integer or out of range' after processing the command 'incr'"),
+        "{}",
+        all_logs(&dir)
+    );
+    s.signal(libc::SIGKILL);
+    drop(s);
+    let d = dir.display().to_string();
+    let args = [
+        "--dir",
+        d.as_str(),
+        "--appendonly",
+        "yes",
+        "--propagation-error-behavior",
+        "panic",
+    ];
+    let log = dir.join("log-panic");
+    let refused = Server::start_loading(2, &args, &log, Duration::from_secs(20));
+    assert!(refused.is_err(), "the server started");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("This server panicked sending an error to its AOF-loading-client after processing the command 'incr'"),
+        "{text}"
+    );
+}

@@ -10,6 +10,34 @@
 
 use super::*;
 
+/// The names of the commands a replaying client ran since its replies were last
+/// looked at, in order, those without a reply left out.
+#[derive(Default)]
+pub(super) struct ReplyCheck {
+    names: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl ReplyCheck {
+    pub(super) fn command(&mut self, name: &[u8]) {
+        // REPLCONF (GETACK) is the one command of a master's stream with no reply.
+        if !name.eq_ignore_ascii_case(b"replconf") {
+            self.names.extend_from_slice(name);
+            self.ends.push(self.names.len());
+        }
+    }
+
+    fn names(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(s, &e)| &self.names[s..e])
+    }
+
+    fn clear(&mut self) {
+        self.names.clear();
+        self.ends.clear();
+    }
+}
+
 /// The master connection's bytes applied but not yet passed on.
 #[derive(Default)]
 pub(super) struct MasterFeed {
@@ -17,9 +45,6 @@ pub(super) struct MasterFeed {
     applied: Vec<u8>,
     /// How much of `applied` is complete units (a MULTI not yet EXECed stays back).
     ready: usize,
-    /// Where in `applied` the names of this batch's commands that reply are, in
-    /// order: each error reply is logged with its command (`check_replies`).
-    replying: Vec<std::ops::Range<usize>>,
 }
 
 impl Connection {
@@ -91,12 +116,7 @@ impl Connection {
     /// the bytes from its start to the end of what was read): kept to pass on; the
     /// applied offset moves past it unless a MULTI is open; a GETACK gets the offset
     /// before it.
-    pub(super) fn master_command_done(
-        &mut self,
-        raw: &[u8],
-        name: Option<std::ops::Range<usize>>,
-        unprocessed: usize,
-    ) {
+    pub(super) fn master_command_done(&mut self, raw: &[u8], unprocessed: usize) {
         let shared = &self.session.shared;
         if shared.ack_asked.get() == Some(crate::clients::ACK_ASKED) {
             shared
@@ -105,12 +125,6 @@ impl Connection {
         }
         let in_multi = self.session.multi.is_some();
         if let Some(feed) = self.master.as_mut() {
-            let at = feed.applied.len();
-            // REPLCONF (GETACK) is the one command of the stream with no reply.
-            let name = name.unwrap_or(0..0);
-            if !raw[name.clone()].eq_ignore_ascii_case(b"replconf") {
-                feed.replying.push(at + name.start..at + name.end);
-            }
             feed.applied.extend_from_slice(raw);
             if !in_multi {
                 feed.ready = feed.applied.len();
@@ -121,16 +135,18 @@ impl Connection {
         }
     }
 
-    /// The batch's replies, which the master never gets: an error among them means
-    /// this replica may now differ from it (`link::error_to_master` logs it).
-    fn check_replies(&mut self) {
-        let Some(feed) = self.master.as_mut() else {
+    /// The replies of a client that replays commands, before they are dropped (the
+    /// master never gets them, the AOF loader reads none): an error among them means
+    /// this server may now differ from its master or its file (`error_to_source`).
+    pub(super) fn check_replies(&mut self) {
+        let Some(check) = self.reply_check.as_mut() else {
             return;
         };
-        let mut at = 0;
         if self.out.contains(&b'-') {
+            let role = self.session.shared.role.get();
             let data = self.session.cell.data.borrow();
-            for name in &feed.replying {
+            let mut at = 0;
+            for name in check.names() {
                 let Some(len) = crate::protocol::reply::value_len(&self.out[at..]) else {
                     break;
                 };
@@ -138,13 +154,12 @@ impl Connection {
                 at += len;
                 if reply.first() == Some(&b'-') {
                     // An unknown command has no name to Redis here ("<unknown>").
-                    let spec = crate::commands::table::lookup(&feed.applied[name.clone()]);
-                    let cmd = spec.map(|(_, spec)| spec.name);
-                    crate::replication::link::error_to_master(reply, cmd, &data.config);
+                    let cmd = crate::commands::table::lookup(name).map(|(_, spec)| spec.name);
+                    crate::replication::link::error_to_source(role, reply, cmd, &data.config);
                 }
             }
         }
-        feed.replying.clear();
+        check.clear();
     }
 
     /// The complete units applied since the last pass, to this server's replicas.

@@ -182,6 +182,9 @@ pub struct Connection {
     /// Set on the link to this replica's master (master_link.rs): its offset is
     /// accounted per command, its replies are not sent, what it applied is passed on.
     master: Option<Box<master_link::MasterFeed>>,
+    /// Set on the clients that replay commands (the master link, the AOF loader):
+    /// their error replies are logged (master_link.rs).
+    reply_check: Option<Box<master_link::ReplyCheck>>,
 }
 
 /// Shrinks an idle connection's query buffer to `size` bytes (0: frees it).
@@ -291,6 +294,7 @@ async fn serve_as(
         link_timeout: false,
         stream_on_ack: false,
         master: from_master.then(Box::default),
+        reply_check: role.replays().then(Box::default),
     };
     if from_master {
         conn.run_master().await;
@@ -335,6 +339,7 @@ impl Connection {
                 // loop at P=1, waiting for the round raised the median latency by half.
                 crate::runtime::yield_to_round_end().await;
             }
+            self.check_replies();
             if !self.out.is_empty() {
                 // Under appendfsync always, nothing is acknowledged before the AOF
                 // holds it on disk (group commit: one fsync for every core's round).
@@ -561,14 +566,18 @@ impl Connection {
                     if !self.stash.is_empty() {
                         self.absorb_stash(&mut buf);
                     }
+                    if let Some(check) = self.reply_check.as_mut() {
+                        // Inline commands have no name here (Redis's are never inline).
+                        let name = match spans.first() {
+                            Some(s) if !self.parser.last_was_inline() => {
+                                &buf[cmd_start + s.start as usize..cmd_start + s.end as usize]
+                            }
+                            _ => &[][..],
+                        };
+                        check.command(name);
+                    }
                     if self.master.is_some() {
-                        // The name's place in the command's bytes (none inline).
-                        let name = (!self.parser.last_was_inline())
-                            .then(|| spans.first())
-                            .flatten()
-                            .map(|s| s.start as usize..s.end as usize);
-                        let raw = &buf[cmd_start..self.start];
-                        self.master_command_done(raw, name, self.end - cmd_start);
+                        self.master_command_done(&buf[cmd_start..self.start], self.end - cmd_start);
                     }
                     if self.out.len() + self.pipe.scratch.len() >= self.obuf_watch {
                         self.check_output_limit();

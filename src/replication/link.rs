@@ -279,21 +279,41 @@ pub fn unexpected_error_replies() -> u64 {
     UNEXPECTED_ERRORS.load(Ordering::Relaxed)
 }
 
-/// One of the master's commands failed here (Redis's afterErrorReply for its master
-/// client): the replica may now differ from its master, which never sees the reply.
-/// Logged as Redis logs it and counted; with `propagation-error-behavior panic` or
-/// `panic-on-replicas` a read-only replica stops rather than diverge.
-pub fn error_to_master(reply: &[u8], cmd: Option<&str>, config: &crate::config::Config) {
+pub fn reset_unexpected_error_replies() {
+    UNEXPECTED_ERRORS.store(0, Ordering::Relaxed);
+}
+
+/// A command replayed here failed (Redis's afterErrorReply for its master client
+/// and its AOF client): this server may now differ from its master (or its file),
+/// which never sees the reply. Logged as Redis logs it and counted; with
+/// `propagation-error-behavior panic` (or `panic-on-replicas`, for a master's
+/// command on a read-only replica) the process stops rather than diverge.
+pub fn error_to_source(
+    role: crate::clients::ClientRole,
+    reply: &[u8],
+    cmd: Option<&str>,
+    config: &crate::config::Config,
+) {
+    let from_master = role == crate::clients::ClientRole::Master;
+    let (from, to) = if from_master {
+        ("replica", "master")
+    } else {
+        ("server", "AOF-loading-client")
+    };
     let text = reply.strip_prefix(b"-").unwrap_or(reply);
     let text = text.strip_suffix(b"\r\n").unwrap_or(text);
     let text = String::from_utf8_lossy(&text[..text.len().min(4096)]);
     let cmd = cmd.unwrap_or("<unknown>");
-    tracing::warn!("== CRITICAL == This replica is sending an error to its master: '{text}' after processing the command '{cmd}'");
+    tracing::warn!("== CRITICAL == This {from} is sending an error to its {to}: '{text}' after processing the command '{cmd}'");
     UNEXPECTED_ERRORS.fetch_add(1, Ordering::Relaxed);
     let behavior = config.enum_param("propagation-error-behavior");
-    let panics = matches!(behavior, Some("panic" | "panic-on-replicas"));
-    if panics && config.replica_read_only() {
-        panic!("This replica panicked sending an error to its master after processing the command '{cmd}'");
+    let panics = if from_master {
+        matches!(behavior, Some("panic" | "panic-on-replicas")) && config.replica_read_only()
+    } else {
+        behavior == Some("panic")
+    };
+    if panics {
+        panic!("This {from} panicked sending an error to its {to} after processing the command '{cmd}'");
     }
 }
 

@@ -358,7 +358,8 @@ impl Connection {
                 return;
             }
             if let Some(id) = self.replica_link {
-                self.serve_replica(id).await;
+                // Boxed for the same reason as the sync that led here.
+                Box::pin(self.serve_replica(id)).await;
                 crate::replication::detach(id);
                 return;
             }
@@ -754,7 +755,10 @@ impl Connection {
         if self.session.multi.is_some() {
             if spec.name == "exec" {
                 self.flush().await;
-                self.exec(idx, &args).await;
+                // Boxed: a transaction's future is the largest of a command's, and
+                // every connection's task would carry its size (one allocation per
+                // EXEC, which allocates its queue anyway).
+                Box::pin(self.exec(idx, &args)).await;
                 // Redis feeds EXEC to monitors after the commands it ran.
                 if crate::observe::monitoring() {
                     crate::observe::monitor_feed(
@@ -781,7 +785,9 @@ impl Connection {
         if spec.has(flags::ADMIN) {
             if matches!(spec.name, "sync" | "psync") && !self.session.in_script {
                 self.flush().await;
-                return self.start_replica(&args).await;
+                // Boxed: the sync's futures (a BGSAVE's start among them) are large,
+                // and every connection's task would otherwise carry their size.
+                return Box::pin(self.start_replica(&args)).await;
             }
             if spec.name == "monitor" {
                 return self.start_monitor(idx, &args).await;

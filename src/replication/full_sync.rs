@@ -125,7 +125,7 @@ pub async fn diskless(
             joined: joined.clone(),
         });
     }
-    let mut last_newline = std::time::Instant::now();
+    let mut keepalive = Keepalive::new();
     loop {
         match std::mem::replace(&mut *lock(&joined), Joined::Waiting) {
             Joined::Started { job, index, link } => return Some(Transfer { job, index, link }),
@@ -145,10 +145,7 @@ pub async fn diskless(
             lead(cell, waiters).await;
             continue;
         }
-        if last_newline.elapsed() >= NEWLINE_EVERY {
-            send_newline(socket);
-            last_newline = std::time::Instant::now();
-        }
+        keepalive.tick(socket);
         crate::runtime::sleep(POLL).await;
     }
 }
@@ -276,6 +273,22 @@ fn fail(waiters: &[Waiter]) {
     }
 }
 
+/// A waiting replica's keep-alive: a newline once per `NEWLINE_EVERY`.
+struct Keepalive(std::time::Instant);
+
+impl Keepalive {
+    fn new() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn tick(&mut self, socket: &impl AsRawFd) {
+        if self.0.elapsed() >= NEWLINE_EVERY {
+            send_newline(socket);
+            self.0 = std::time::Instant::now();
+        }
+    }
+}
+
 /// A keep-alive newline, if the socket takes it now (a replica whose socket is full
 /// needs none: it is reading or gone).
 fn send_newline(socket: &impl AsRawFd) {
@@ -299,7 +312,7 @@ pub async fn to_disk(
     socket: &impl AsRawFd,
     gone: impl Fn() -> bool,
 ) -> Option<(Arc<Job>, u64, u64)> {
-    let mut last_newline = std::time::Instant::now();
+    let mut keepalive = Keepalive::new();
     loop {
         if gone() {
             return None;
@@ -326,10 +339,7 @@ pub async fn to_disk(
                 }
             }
         }
-        if last_newline.elapsed() >= NEWLINE_EVERY {
-            send_newline(socket);
-            last_newline = std::time::Instant::now();
-        }
+        keepalive.tick(socket);
         crate::runtime::sleep(POLL).await;
     }
 }
@@ -337,17 +347,14 @@ pub async fn to_disk(
 /// Waits for a disk-based sync's BGSAVE to end, sending newlines meanwhile: true
 /// when the file was saved.
 pub async fn saved(job: &Job, socket: &impl AsRawFd, gone: impl Fn() -> bool) -> bool {
-    let mut last_newline = std::time::Instant::now();
+    let mut keepalive = Keepalive::new();
     loop {
         match job.handled_outcome() {
             Some(outcome) => return outcome == Outcome::Saved,
             None if gone() => return false,
             None => {}
         }
-        if last_newline.elapsed() >= NEWLINE_EVERY {
-            send_newline(socket);
-            last_newline = std::time::Instant::now();
-        }
+        keepalive.tick(socket);
         crate::runtime::sleep(POLL).await;
     }
 }

@@ -563,6 +563,67 @@ fn a_replica_hides_expired_keys_until_its_master_deletes_them() {
     assert_eq!(n, 0);
 }
 
+/// A replica that applies its master's stream late (here: stopped while the master
+/// gave keys a near deadline, then kept them) applies each deadline as given, even
+/// one already past on its clock, and keeps the key: the master's PERSIST, SET or
+/// GETEX PERSIST that came before the deadline follows. Deleting at the late EXPIRE
+/// lost keys the master kept (Redis's checkAlreadyExpired is off on a replica).
+#[test]
+fn a_late_replica_keeps_keys_its_master_saved_before_their_deadline() {
+    let Some(redis) = master(&[]) else {
+        eprintln!("redis-server not installed");
+        return;
+    };
+    let mut m = redis.client();
+    let replica = replica_of(redis.port, &[]);
+    let mut r = replica.client();
+    for k in ["persisted", "overwritten", "getex", "restored"] {
+        let _: () = q(&mut m, &["SET", k, "old"]);
+    }
+    let dump: Vec<u8> = q(&mut m, &["DUMP", "restored"]);
+    wait_in_sync(&mut m, &mut r);
+    replica.signal(libc::SIGSTOP);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let at = (now_ms + 150).to_string();
+    for k in ["persisted", "overwritten", "getex"] {
+        let n: i64 = q(&mut m, &["PEXPIREAT", k, &at]);
+        assert_eq!(n, 1);
+    }
+    let _: () = redis::cmd("RESTORE")
+        .arg("restored")
+        .arg(&at)
+        .arg(&dump)
+        .arg("REPLACE")
+        .arg("ABSTTL")
+        .query(&mut m)
+        .expect("RESTORE");
+    let n: i64 = q(&mut m, &["PERSIST", "persisted"]);
+    assert_eq!(n, 1);
+    let _: () = q(&mut m, &["SET", "overwritten", "new", "KEEPTTL"]);
+    let _: () = q(&mut m, &["PERSIST", "overwritten"]);
+    let _: Option<String> = q(&mut m, &["GETEX", "getex", "PERSIST"]);
+    let n: i64 = q(&mut m, &["PERSIST", "restored"]);
+    assert_eq!(n, 1);
+    // The deadlines pass while the replica is stopped; the master kept every key.
+    std::thread::sleep(Duration::from_millis(400));
+    replica.signal(libc::SIGCONT);
+    wait_in_sync(&mut m, &mut r);
+    for (k, v) in [
+        ("persisted", "old"),
+        ("overwritten", "new"),
+        ("getex", "old"),
+        ("restored", "old"),
+    ] {
+        let got: Option<String> = q(&mut r, &["GET", k]);
+        assert_eq!(got.as_deref(), Some(v), "{k} on the replica");
+        let ttl: i64 = q(&mut r, &["PTTL", k]);
+        assert_eq!(ttl, -1, "{k} on the replica");
+    }
+}
+
 fn link_up(c: &mut redis::Connection) -> bool {
     info_field(c, "replication", "master_link_status") == "up"
 }

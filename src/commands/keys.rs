@@ -211,16 +211,17 @@ fn expire_generic(ctx: &mut ExecCtx, unit_ms: i64, absolute: bool, name: &str) {
         ctx.nothing_changed();
         return ctx.out.integer(0);
     }
-    if when <= now as i64 && !crate::storage::entry::expiry_paused() {
+    // A deadline at or before the epoch is kept as the earliest one (0 means none).
+    let at = when.max(1) as u64;
+    if crate::storage::entry::deadline_passed(at, now) {
         ctx.db().remove(key);
         ctx.notify(notify::GENERIC, "del", key);
         let del = deleted_as(ctx, "lazyfree-lazy-server-del");
         ctx.propagation.rewrite(|| vec![del.to_vec(), key.to_vec()]);
     } else {
-        ctx.db().set_expire(key, when as u64);
+        ctx.db().set_expire(key, at);
         ctx.notify(notify::GENERIC, "expire", key);
-        ctx.propagation
-            .rewrite(|| pexpireat_effect(key, when as u64));
+        ctx.propagation.rewrite(|| pexpireat_effect(key, at));
     }
     ctx.out.integer(1);
 }
@@ -687,7 +688,7 @@ fn restore(ctx: &mut ExecCtx) {
         (t, false) => now.saturating_add(t as u64),
     };
     let deleted = replace && ctx.db().remove(key).is_some();
-    if at != NO_EXPIRE && at <= now && !crate::storage::entry::expiry_paused() {
+    if at != NO_EXPIRE && crate::storage::entry::deadline_passed(at, now) {
         // Already expired: Redis replies OK and does not create the key.
         if deleted {
             let del = deleted_as(ctx, "lazyfree-lazy-server-del");

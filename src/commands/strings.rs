@@ -541,7 +541,7 @@ fn getex(ctx: &mut ExecCtx) {
     }
     let now = ctx.now;
     match opt {
-        ExpireOpt::At(at) if at <= now && !crate::storage::entry::expiry_paused() => {
+        ExpireOpt::At(at) if crate::storage::entry::deadline_passed(at, now) => {
             ctx.db().remove(key);
             ctx.notify(notify::GENERIC, "del", key);
             let del = super::keys::deleted_as(ctx, "lazyfree-lazy-expire");

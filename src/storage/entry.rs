@@ -382,6 +382,17 @@ pub fn expiry_paused() -> bool {
     DATASET_LOADING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether a deadline a command gives (EXPIRE, GETEX/SET ... PXAT, RESTORE) has
+/// passed, so the command deletes the key instead of setting it (Redis's
+/// checkAlreadyExpired). Never while loading nor on a replica: a replica applies its
+/// master's deadline as given, however late it applies it, and waits for the
+/// master's DEL; deleting here would lose a key the master kept (a PERSIST or a SET
+/// that reached the master before the deadline).
+#[inline]
+pub fn deadline_passed(at: u64, now_ms: u64) -> bool {
+    at <= now_ms && !expiry_paused() && !replica_holds_expired()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,7 +138,8 @@ pub struct ClientShared {
     /// While the client waits in a blocking command: its wake-up state, which
     /// CLIENT UNBLOCK uses.
     pub blocked: RefCell<Option<std::sync::Arc<crate::shard::blocking::BlockState>>>,
-    /// While the client's next command waits for a CLIENT PAUSE to end.
+    /// While the client's next command waits for a CLIENT PAUSE to end, or its
+    /// SHUTDOWN waits (both counted in INFO's blocked_clients).
     pub paused: Cell<bool>,
     /// Pub/Sub subscriptions and pushes waiting to be written.
     pub pubsub: crate::pubsub::ClientPubSub,

@@ -581,6 +581,43 @@ pub async fn wait_acks(n: usize, offset: u64) -> usize {
     .await
 }
 
+/// Whether every attached replica acknowledged the whole stream (Redis's
+/// isReadyToShutdown); true with none.
+pub fn replicas_in_sync() -> bool {
+    let links = links();
+    if links.is_empty() {
+        return true;
+    }
+    let offset = crate::effects::offset();
+    links.iter().all(|l| l.ack_offset == offset)
+}
+
+/// A shutdown's account of its replicas (Redis's finishShutdown): a warning per
+/// replica that has not acknowledged the whole stream, then how many have.
+pub fn log_replicas_at_shutdown() {
+    let offset = crate::effects::offset();
+    let now = crate::util::now_ms();
+    let links = links();
+    let mut lagging = 0;
+    for l in links.iter().filter(|l| l.ack_offset != offset) {
+        lagging += 1;
+        tracing::warn!(
+            "Lagging replica {}:{} reported offset {} behind master, lag={}, state=online.",
+            l.peer.ip,
+            l.peer.port,
+            offset.saturating_sub(l.ack_offset),
+            now.saturating_sub(l.ack_ms) / 1000
+        );
+    }
+    if !links.is_empty() {
+        tracing::info!(
+            "{} of {} replicas are in sync when shutting down.",
+            links.len() - lagging,
+            links.len()
+        );
+    }
+}
+
 /// Replicas whose last ACK is at most `max_lag` seconds old (Redis's
 /// refreshGoodSlavesCount, for min-replicas-to-write).
 pub fn good_replicas(max_lag: u64) -> usize {

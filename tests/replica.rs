@@ -624,6 +624,86 @@ fn a_late_replica_keeps_keys_its_master_saved_before_their_deadline() {
     }
 }
 
+/// SHUTDOWN waits for a replica that has not acknowledged the whole stream (up to
+/// `shutdown-timeout`), holding writes meanwhile: INFO shows shutdown_in_milliseconds
+/// and the caller is blocked; SHUTDOWN ABORT lets the writes go and the caller gets
+/// Redis's error; once the replica catches up, the master exits and the replica has
+/// every write.
+#[test]
+fn shutdown_waits_for_a_lagging_replica_and_can_be_aborted() {
+    use std::io::{Read, Write};
+    let mut master = Server::start(2);
+    let mut m = master.client();
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    let _: () = q(&mut m, &["SET", "k", "1"]);
+    wait_in_sync(&mut m, &mut r);
+    replica.signal(libc::SIGSTOP);
+    // Once the socket's buffers are full, the stream the replica has not read shows
+    // as replication buffers (what Redis's own shutdown test waits for).
+    let chunk = "x".repeat(1 << 20);
+    for i in 0.. {
+        assert!(i < 64, "no replication buffers after 64 MB");
+        let _: () = q(&mut m, &["SET", &format!("junk{i}"), &chunk]);
+        if info_u64(&mut m, "memory", "mem_total_replication_buffers") > 2 << 20 {
+            break;
+        }
+    }
+    assert!(info_u64(&mut m, "memory", "mem_clients_slaves") > 1 << 20);
+    let _: () = q(&mut m, &["SET", "k", "2"]);
+    let shutdown = |port: u16| {
+        std::thread::spawn(move || {
+            let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection())
+                .expect("connect");
+            redis::cmd("SHUTDOWN").query::<()>(&mut c)
+        })
+    };
+    let first = shutdown(master.port);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while info_field(&mut m, "server", "shutdown_in_milliseconds").is_empty() {
+        assert!(Instant::now() < deadline, "no shutdown waits");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(info_u64(&mut m, "clients", "blocked_clients"), 1);
+    // Writes wait while the shutdown does; reads go on.
+    let mut writer = std::net::TcpStream::connect(("127.0.0.1", master.port)).expect("connect");
+    writer.write_all(b"SET during 1\r\n").expect("write");
+    writer
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut buf = [0u8; 5];
+    assert!(writer.read_exact(&mut buf).is_err(), "a write ran");
+    let v: Option<String> = q(&mut m, &["GET", "k"]);
+    assert_eq!(v.as_deref(), Some("2"));
+    let _: () = q(&mut m, &["SHUTDOWN", "ABORT"]);
+    let e = first
+        .join()
+        .expect("thread")
+        .expect_err("SHUTDOWN was aborted");
+    assert!(e.to_string().contains("Errors trying to SHUTDOWN"), "{e}");
+    writer
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    writer.read_exact(&mut buf).expect("the held write's reply");
+    assert_eq!(&buf, b"+OK\r\n");
+    assert!(err(&mut m, &["SHUTDOWN", "ABORT"]).contains("No shutdown in progress"));
+    // Again, and this time the replica wakes up: the master exits once it caught up.
+    let second = shutdown(master.port);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        master.is_running(),
+        "the master did not wait for its replica"
+    );
+    replica.signal(libc::SIGCONT);
+    assert_eq!(master.wait_exit(Duration::from_secs(10)), Some(0));
+    let _ = second.join();
+    let v: Option<String> = q(&mut r, &["GET", "during"]);
+    assert_eq!(v.as_deref(), Some("1"));
+    let v: Option<String> = q(&mut r, &["GET", "k"]);
+    assert_eq!(v.as_deref(), Some("2"));
+}
+
 fn link_up(c: &mut redis::Connection) -> bool {
     info_field(c, "replication", "master_link_status") == "up"
 }
@@ -938,11 +1018,14 @@ fn a_writable_replica_expires_the_keys_its_clients_gave_a_ttl() {
     let _: () = q(&mut r, &["SET", "made-persistent", "1", "PX", "50"]);
     let _: i64 = q(&mut r, &["PERSIST", "made-persistent"]);
     let _: () = q(&mut r, &["SET", "plain", "1"]);
+    let _: () = q(&mut r, &["SET", "later", "1", "PX", "60000"]);
     std::thread::sleep(Duration::from_millis(600));
     // The replica's own expired key is deleted by the replica; the master's waits
     // for the master's DEL (its active expiry is off), hidden from reads meanwhile.
     let size: i64 = q(&mut r, &["DBSIZE"]);
-    assert_eq!(size, 3);
+    assert_eq!(size, 4);
+    // Only the local key whose TTL has not run out is still tracked.
+    assert_eq!(info_u64(&mut r, "stats", "slave_expires_tracked_keys"), 1);
     let exists: i64 = q(&mut r, &["EXISTS", "from-master", "local"]);
     assert_eq!(exists, 0);
     // A write finds the master's expired key gone and starts it afresh (Redis's

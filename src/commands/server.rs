@@ -195,6 +195,10 @@ struct ShardReport {
     stats: ShardStats,
     keyspace: Vec<(usize, usize, usize)>,
     expired: u64,
+    /// Keys a writable replica expires itself.
+    replica_local_expires: usize,
+    /// Bytes the shard's replica links have taken from the stream and not yet sent.
+    replica_output: usize,
     clients: usize,
     blocked_clients: usize,
     /// The shard's client_recent_max_input_buffer / _output_buffer.
@@ -262,11 +266,30 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         .map(|(i, db)| (i, db.len(), db.expires_len()))
                         .collect(),
                     expired: d.dbs.iter().map(|db| db.expired_count).sum(),
+                    replica_local_expires: d
+                        .dbs
+                        .iter()
+                        .map(|db| db.replica_local_expires_len())
+                        .sum(),
                     evicted: d.mem.evicted_keys,
                     eviction_us: d.mem.eviction_us,
                     dataset: d.dataset_bytes(),
                     dirty: d.dirty,
-                    clients: c.clients.borrow().len(),
+                    replica_output: c
+                        .clients
+                        .borrow()
+                        .iter()
+                        .filter(|x| x.role.get() == crate::clients::ClientRole::Replica)
+                        .map(|x| x.pending_output())
+                        .sum(),
+                    // Replica links are not clients to INFO (Redis: clients less
+                    // slaves).
+                    clients: c
+                        .clients
+                        .borrow()
+                        .iter()
+                        .filter(|x| x.role.get() != crate::clients::ClientRole::Replica)
+                        .count(),
                     blocked_clients: c.clients.borrow().iter().filter(|x| x.is_blocked()).count(),
                     buffer_peaks: c.clients.borrow().recent_buffer_peaks(),
                 }
@@ -391,6 +414,9 @@ fn info_server(cell: &crate::shard::ShardCell, out: &mut String) {
         env!("CARGO_PKG_VERSION"),
         i.shards,
     );
+    if let Some(ms) = crate::server::shutdown::waiting_ms() {
+        let _ = write!(out, "shutdown_in_milliseconds:{ms}\r\n");
+    }
 }
 
 fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
@@ -452,9 +478,10 @@ fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mu
     let lua_scripts = crate::scripting::scripts_bytes();
     let pending = memory::LAZYFREE_PENDING.load(std::sync::atomic::Ordering::Relaxed);
     let freed = memory::LAZYFREED.load(std::sync::atomic::Ordering::Relaxed);
+    let repl = ReplicationMemory::measure(reports);
     let _ = write!(
         out,
-        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{overhead}\r\nused_memory_startup:{startup}\r\nused_memory_dataset:{dataset}\r\nused_memory_dataset_perc:{:.2}%\r\nallocator_allocated:{}\r\nallocator_active:{}\r\nallocator_resident:{}\r\ntotal_system_memory:{sysmem}\r\ntotal_system_memory_human:{}\r\nused_memory_lua:{lua}\r\nused_memory_vm_eval:{lua}\r\nused_memory_lua_human:{lua_human}\r\nused_memory_scripts_eval:{lua_scripts}\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:{lua}\r\nused_memory_vm_total_human:{lua_human}\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{policy}\r\nallocator_frag_ratio:{:.2}\r\nallocator_frag_bytes:{}\r\nallocator_rss_ratio:{:.2}\r\nallocator_rss_bytes:{}\r\nrss_overhead_ratio:{:.2}\r\nrss_overhead_bytes:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_fragmentation_bytes:{}\r\nmem_not_counted_for_evict:0\r\nmem_replication_backlog:0\r\nmem_total_replication_buffers:0\r\nmem_clients_slaves:0\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:0\r\nmem_allocator:{}\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:{pending}\r\nlazyfreed_objects:{freed}\r\n",
+        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{overhead}\r\nused_memory_startup:{startup}\r\nused_memory_dataset:{dataset}\r\nused_memory_dataset_perc:{:.2}%\r\nallocator_allocated:{}\r\nallocator_active:{}\r\nallocator_resident:{}\r\ntotal_system_memory:{sysmem}\r\ntotal_system_memory_human:{}\r\nused_memory_lua:{lua}\r\nused_memory_vm_eval:{lua}\r\nused_memory_lua_human:{lua_human}\r\nused_memory_scripts_eval:{lua_scripts}\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:{lua}\r\nused_memory_vm_total_human:{lua_human}\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{policy}\r\nallocator_frag_ratio:{:.2}\r\nallocator_frag_bytes:{}\r\nallocator_rss_ratio:{:.2}\r\nallocator_rss_bytes:{}\r\nrss_overhead_ratio:{:.2}\r\nrss_overhead_bytes:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_fragmentation_bytes:{}\r\nmem_not_counted_for_evict:{}\r\nmem_replication_backlog:{}\r\nmem_total_replication_buffers:{}\r\nmem_clients_slaves:{}\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:0\r\nmem_allocator:{}\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:{pending}\r\nlazyfreed_objects:{freed}\r\n",
         h(used),
         h(rss),
         h(peak),
@@ -473,12 +500,38 @@ fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mu
         rss as i64 - a.resident as i64,
         ratio(rss, used),
         rss as i64 - used as i64,
+        repl.replicas,
+        repl.backlog,
+        repl.backlog + repl.replicas,
+        repl.replicas,
         memory::allocator_name(),
     );
 }
 
+/// What replication holds in memory, for INFO memory: the backlog's history, and
+/// what replica links have queued beyond it (stream not yet taken, or taken and not
+/// yet sent). Redis 7.0 keeps both in one shared buffer, mem_total_replication_buffers;
+/// the replicas' part is not counted for eviction (Tessera's eviction counts only
+/// the dataset's bytes anyway).
+struct ReplicationMemory {
+    backlog: usize,
+    replicas: usize,
+}
+
+impl ReplicationMemory {
+    fn measure(reports: &[ShardReport]) -> ReplicationMemory {
+        let backlog = crate::effects::backlog_info().map_or(0, |(_, _, held)| held);
+        let taken: usize = reports.iter().map(|r| r.replica_output).sum();
+        ReplicationMemory {
+            backlog,
+            replicas: crate::effects::replica_pending_total() + taken,
+        }
+    }
+}
+
 fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
     let expired: u64 = reports.iter().map(|r| r.expired).sum();
+    let tracked_expires: usize = reports.iter().map(|r| r.replica_local_expires).sum();
     let evicted: u64 = reports.iter().map(|r| r.evicted).sum();
     let eviction_ms: u64 = reports.iter().map(|r| r.eviction_us).sum::<u64>() / 1000;
     let (_, tk, ti, tp) = crate::tracking::info_counts();
@@ -487,7 +540,7 @@ fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
     let unexpected = crate::replication::link::unexpected_error_replies();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:{sync_full}\r\nsync_partial_ok:{sync_partial_ok}\r\nsync_partial_err:{sync_partial_err}\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:{fork_usec}\r\ntotal_forks:{forks}\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:{tk}\r\ntracking_total_items:{ti}\r\ntracking_total_prefixes:{tp}\r\nunexpected_error_replies:{unexpected}\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:{sync_full}\r\nsync_partial_ok:{sync_partial_ok}\r\nsync_partial_err:{sync_partial_err}\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:{fork_usec}\r\ntotal_forks:{forks}\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:{tracked_expires}\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:{tk}\r\ntracking_total_items:{ti}\r\ntracking_total_prefixes:{tp}\r\nunexpected_error_replies:{unexpected}\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
         s.total_connections,
         s.total_commands,
         s.net_input_bytes,
@@ -1241,7 +1294,12 @@ fn shutdown<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             }
         }
         let cell = g.session.cell.clone();
+        // Counted in blocked_clients while it waits (for replicas, or for another
+        // SHUTDOWN), as Redis blocks the caller.
+        let shared = g.session.shared.clone();
+        shared.paused.set(true);
         crate::server::shutdown::shutdown_command(&cell, flags).await;
+        shared.paused.set(false);
         g.w().error("ERR Errors trying to SHUTDOWN. Check logs.");
     })
 }

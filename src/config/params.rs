@@ -301,8 +301,7 @@ const TABLE: &[ConfigParam] = &[
     enumeration("propagation-error-behavior", PROPAGATION_ERROR_NAMES, "ignore"),
     special("shutdown-on-sigint", Special::ShutdownFlags, "default"),
     special("shutdown-on-sigterm", Special::ShutdownFlags, "default"),
-    int("shutdown-timeout", 0, INT_MAX, "10")
-        .only_default("Tessera does not wait for lagging replicas at shutdown yet"),
+    int("shutdown-timeout", 0, INT_MAX, "10"),
     string("bind-source-addr", "").only_default(REPLICA_NOT_YET),
     int("socket-mark-id", 0, UINT_MAX, "0")
         .only_default("socket-mark-id is not supported by Tessera yet"),

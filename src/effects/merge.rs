@@ -548,6 +548,17 @@ pub fn backlog_resize(size: usize) {
     }
 }
 
+/// Stream bytes queued for replica links and not yet taken by their connections
+/// (INFO's replication buffers, beside the backlog).
+pub fn replica_pending_total() -> usize {
+    let m = merged();
+    m.readers
+        .iter()
+        .filter(|r| r.replica)
+        .map(Reader::pending)
+        .sum()
+}
+
 /// INFO's repl_backlog_* fields: (active, size, first byte's offset, bytes held).
 pub fn backlog_info() -> Option<(usize, u64, usize)> {
     let m = merged();

@@ -37,9 +37,9 @@ mod propagation;
 
 pub use merge::{
     backlog_create, backlog_free, backlog_info, backlog_resize, encode as encode_command,
-    keepalive, offset, pending, poll, poll_log, position, proxy, replica_mode, replicate_command,
-    request_acks, reset_offset, set_replica_mode, subscribe, subscribe_from, subscribe_log,
-    switch_point, take_log, unsubscribe, Taken,
+    keepalive, offset, pending, poll, poll_log, position, proxy, replica_mode,
+    replica_pending_total, replicate_command, request_acks, reset_offset, set_replica_mode,
+    subscribe, subscribe_from, subscribe_log, switch_point, take_log, unsubscribe, Taken,
 };
 pub use propagation::{after_global, after_keyed, drain_expired, Propagation};
 

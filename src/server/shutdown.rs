@@ -9,12 +9,15 @@
 //! of `shutdown-on-sigterm` / `shutdown-on-sigint`, since a save needs a shard. A
 //! second SIGINT while the first is pending or saving exits at once.
 //!
-//! Tessera does not wait for lagging replicas (`shutdown-timeout` is refused), so NOW
-//! has nothing to skip, and a shutdown is never left "in progress" waiting for them:
-//! ABORT can only cancel a signal's request that no shard has picked up yet.
+//! Before anything is saved, a shutdown without NOW waits up to `shutdown-timeout`
+//! seconds (0: not at all) for replicas that have not acknowledged the whole stream,
+//! writes held meanwhile (Redis's PAUSE_DURING_SHUTDOWN), so that a planned restart
+//! loses nothing its replicas should have. INFO shows `shutdown_in_milliseconds` while
+//! it waits. SHUTDOWN ABORT cancels a wait (or a signal's request no shard has picked
+//! up yet); the SHUTDOWN callers then get "Errors trying to SHUTDOWN".
 
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::shard::ShardCell;
@@ -24,7 +27,7 @@ use crate::shard::ShardCell;
 pub struct Flags {
     pub save: bool,
     pub nosave: bool,
-    /// Do not wait for lagging replicas: Tessera never does (see the module comment).
+    /// Do not wait for lagging replicas.
     pub now: bool,
     /// Exit even if the save fails.
     pub force: bool,
@@ -58,8 +61,16 @@ impl Flags {
 /// shutdown_asap and last_sig_received); 0: none.
 static REQUESTED: AtomicI32 = AtomicI32::new(0);
 
-/// A shutdown is running (saving): from SHUTDOWN or from a signal's request.
+/// A shutdown is running (waiting for replicas, or saving): from SHUTDOWN or from a
+/// signal's request.
 static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// While a shutdown waits for lagging replicas: the unix ms at which it stops
+/// waiting (Redis's shutdown_mstime); 0 otherwise.
+static WAITING_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
+
+/// SHUTDOWN ABORT came while the shutdown waited for replicas.
+static ABORTED: AtomicBool = AtomicBool::new(false);
 
 /// The main thread got SIGTERM or SIGINT: schedule the shutdown, or, on a SIGINT
 /// while one is already requested, exit now without saving (Redis: "You insist").
@@ -111,9 +122,16 @@ pub async fn shutdown_command(cell: &Rc<ShardCell>, flags: Flags) {
     }
 }
 
-/// SHUTDOWN ABORT: cancels a signal's request no shard has started on. False if
-/// there is none.
+/// SHUTDOWN ABORT: cancels a shutdown waiting for its replicas, or a signal's
+/// request no shard has started on. False if there is neither.
 pub fn abort() -> bool {
+    if WAITING_UNTIL_MS.load(Ordering::SeqCst) != 0 {
+        // The waiting shutdown sees it within a turn and lets the writes go.
+        ABORTED.store(true, Ordering::SeqCst);
+        REQUESTED.store(0, Ordering::SeqCst);
+        tracing::info!("Shutdown manually aborted.");
+        return true;
+    }
     if !begin() {
         // Already saving: nothing Redis could abort either (its save blocks it).
         return false;
@@ -126,9 +144,20 @@ pub fn abort() -> bool {
     requested
 }
 
-/// Whether a shutdown is running (it saves itself: the save points wait).
+/// Whether a shutdown is on its way out (it saves itself: the save points and the
+/// scheduled rewrites wait). Not while it waits for replicas: the server serves and
+/// its cron runs meanwhile, as Redis's does.
 pub fn in_progress() -> bool {
-    RUNNING.load(Ordering::SeqCst)
+    RUNNING.load(Ordering::SeqCst) && WAITING_UNTIL_MS.load(Ordering::SeqCst) == 0
+}
+
+/// INFO's shutdown_in_milliseconds: how long a shutdown waiting for its replicas
+/// still waits, while it does.
+pub fn waiting_ms() -> Option<u64> {
+    match WAITING_UNTIL_MS.load(Ordering::SeqCst) {
+        0 => None,
+        until => Some(until.saturating_sub(crate::util::now_ms())),
+    }
 }
 
 /// Takes the right to run the shutdown: false if one is running.
@@ -139,11 +168,57 @@ fn begin() -> bool {
 }
 
 /// A shutdown that cannot go on (Redis's "error:" path): logged, and the server
-/// serves on (a signal's request is dropped with it).
-fn cancel() {
+/// serves on, writes let go (a signal's request is dropped with it).
+async fn cancel(cell: &Rc<ShardCell>) {
     tracing::warn!("Errors trying to shut down the server. Check the logs for more information.");
+    end_without_exit(cell).await;
+}
+
+/// The shutdown ends and the server serves on (Redis's cancelShutdown).
+async fn end_without_exit(cell: &Rc<ShardCell>) {
+    hold_writes(cell, false).await;
     REQUESTED.store(0, Ordering::SeqCst);
     RUNNING.store(false, Ordering::SeqCst);
+}
+
+async fn hold_writes(cell: &Rc<ShardCell>, on: bool) {
+    cell.call_all(move |c| {
+        c.data
+            .borrow_mut()
+            .hold_writes(crate::shard::pause::WriteHold::Shutdown, on)
+    })
+    .await;
+}
+
+/// Why a shutdown stopped waiting for its replicas.
+enum Waited {
+    /// They caught up, or the timeout passed: go on.
+    Done,
+    /// SHUTDOWN ABORT.
+    Aborted,
+}
+
+/// Redis's prepareForShutdown's wait: writes held, the replicas asked for an ACK,
+/// then checked every 10 ms (Redis's cron at hz 100) until every replica
+/// acknowledged the whole stream, `timeout_s` passed, or SHUTDOWN ABORT came.
+async fn wait_for_replicas(cell: &Rc<ShardCell>, timeout_s: u64) -> Waited {
+    let until = crate::util::now_ms().saturating_add(timeout_s.saturating_mul(1000));
+    ABORTED.store(false, Ordering::SeqCst);
+    WAITING_UNTIL_MS.store(until, Ordering::SeqCst);
+    hold_writes(cell, true).await;
+    crate::effects::request_acks();
+    tracing::info!("Waiting for replicas before shutting down.");
+    let waited = loop {
+        if ABORTED.swap(false, Ordering::SeqCst) {
+            break Waited::Aborted;
+        }
+        if crate::util::now_ms() >= until || crate::replication::replicas_in_sync() {
+            break Waited::Done;
+        }
+        crate::runtime::sleep(Duration::from_millis(10)).await;
+    };
+    WAITING_UNTIL_MS.store(0, Ordering::SeqCst);
+    waited
 }
 
 /// Redis's prepareForShutdown and finishShutdown, for the one holding `RUNNING`:
@@ -156,6 +231,19 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
         flags.nosave = true;
     }
     tracing::warn!("User requested shutdown...");
+    let timeout_s = cell
+        .data
+        .borrow()
+        .config
+        .int_param("shutdown-timeout")
+        .unwrap_or(10)
+        .max(0) as u64;
+    if !flags.now && timeout_s != 0 && !crate::replication::replicas_in_sync() {
+        if let Waited::Aborted = wait_for_replicas(cell, timeout_s).await {
+            return end_without_exit(cell).await;
+        }
+    }
+    crate::replication::log_replicas_at_shutdown();
     // The first rewrite after CONFIG SET appendonly yes holds the only copy of what
     // was written since: Redis will not exit before it ends, unless forced.
     if crate::persistence::rewrite::writing_initial_aof() {
@@ -163,7 +251,7 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
             tracing::warn!("Writing initial AOF. Exit anyway.");
         } else {
             tracing::warn!("Writing initial AOF, can't exit.");
-            return cancel();
+            return cancel(cell).await;
         }
     }
     crate::persistence::bgsave::abandon_for_shutdown().await;
@@ -176,7 +264,7 @@ async fn finish(cell: &Rc<ShardCell>, mut flags: Flags) {
                 tracing::warn!("Error trying to save the DB. Exit anyway.");
             } else {
                 tracing::warn!("Error trying to save the DB, can't exit.");
-                return cancel();
+                return cancel(cell).await;
             }
         }
     }

@@ -102,9 +102,9 @@ impl ShardData {
         self.apply_db_settings();
     }
 
-    /// FAILOVER's hold on writes on this shard, on or off.
-    pub fn failover_pause(&mut self, on: bool) {
-        self.client_pause.set_failover(on);
+    /// A FAILOVER's or a shutdown's hold on writes on this shard, on or off.
+    pub fn hold_writes(&mut self, hold: pause::WriteHold, on: bool) {
+        self.client_pause.set_write_hold(hold, on);
         self.apply_db_settings();
     }
 

@@ -22,9 +22,19 @@ pub struct ClientPause {
     writes_only: bool,
     /// Connections waiting for the pause to end, woken by `unpause`.
     waiters: Vec<Waker>,
-    /// A FAILOVER holds writes until it ends, whatever CLIENT PAUSE / UNPAUSE do
-    /// (Redis's PAUSE_DURING_FAILOVER purpose).
-    failover: bool,
+    /// Holds on writes that last until their owner lets go, whatever CLIENT PAUSE /
+    /// UNPAUSE do (Redis's pause purposes): a set of `WriteHold` bits.
+    write_holds: u8,
+}
+
+/// Who holds writes beside CLIENT PAUSE (Redis's PAUSE_DURING_FAILOVER and
+/// PAUSE_DURING_SHUTDOWN): each lets go of its own hold only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteHold {
+    /// A FAILOVER, until the switch or its abort.
+    Failover = 1,
+    /// A shutdown waiting for lagging replicas, until it exits or is aborted.
+    Shutdown = 2,
 }
 
 impl ClientPause {
@@ -45,7 +55,7 @@ impl ClientPause {
         }
     }
 
-    /// Ends the pause and wakes every waiting connection (a FAILOVER's hold stays).
+    /// Ends the pause and wakes every waiting connection (the write holds stay).
     pub fn unpause(&mut self) {
         self.until_ms = 0;
         self.writes_only = false;
@@ -54,10 +64,14 @@ impl ClientPause {
         }
     }
 
-    /// Starts or ends a FAILOVER's hold on writes.
-    pub fn set_failover(&mut self, on: bool) {
-        self.failover = on;
-        if !on {
+    /// Starts or ends `hold`'s hold on writes.
+    pub fn set_write_hold(&mut self, hold: WriteHold, on: bool) {
+        if on {
+            self.write_holds |= hold as u8;
+        } else {
+            self.write_holds &= !(hold as u8);
+        }
+        if self.write_holds == 0 {
             for w in self.waiters.drain(..) {
                 w.wake();
             }
@@ -68,7 +82,7 @@ impl ClientPause {
     /// that act on it go through `in_force`).
     #[inline]
     pub fn is_set(&self) -> bool {
-        self.until_ms != 0 || self.failover
+        self.until_ms != 0 || self.write_holds != 0
     }
 
     /// Whether a pause is in force at `now_ms`; a pause whose time is up ends here.
@@ -76,13 +90,13 @@ impl ClientPause {
         if self.until_ms != 0 && now_ms > self.until_ms {
             self.unpause();
         }
-        self.until_ms != 0 || self.failover
+        self.until_ms != 0 || self.write_holds != 0
     }
 
     /// When a command must wait: the pause's end, if one is in force that holds
     /// this command (`may_write`: it may write or propagate).
     pub fn holds(&mut self, now_ms: u64, may_write: bool) -> Option<u64> {
-        if self.failover && may_write {
+        if self.write_holds != 0 && may_write {
             return Some(u64::MAX);
         }
         if !self.in_force(now_ms) || self.until_ms == 0 || (self.writes_only && !may_write) {

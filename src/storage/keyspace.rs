@@ -418,6 +418,12 @@ impl Db {
         self.expires
     }
 
+    /// Keys a writable replica's clients gave a TTL, which it expires itself (INFO's
+    /// slave_expires_tracked_keys).
+    pub fn replica_local_expires_len(&self) -> usize {
+        self.replica_local_expires.len()
+    }
+
     /// Bytes charged to this database's keys (see `entry_cost`).
     #[inline]
     pub fn used_bytes(&self) -> usize {

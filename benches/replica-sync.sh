@@ -6,19 +6,25 @@
 #   2. the master's SET rate at P=16 (redis-benchmark, 50 clients, 32-byte values,
 #      1M requests) with no replica and with one replica attached: redis-server with a
 #      redis-server replica, then Tessera with a Tessera replica. On a 2-CPU host the
-#      replica and the client share the CPUs with the master.
-# Usage: benches/replica-sync.sh [N] (default 5000000). Nothing else should run.
+#      replica and the client share the CPUs with the master, so the rate mixes the
+#      three; the master's own CPU time per SET (utime+stime of its process, all
+#      threads, from /proc/PID/stat around the run) is printed beside it and isolates
+#      the master's cost of feeding a replica.
+# Usage: benches/replica-sync.sh [N] (default 5000000); SKIP_SYNC=1 runs part 2 only.
+# Nothing else should run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-5000000}
 BIN=target/release/tessera
 cargo build --release --quiet
 DIR=$(mktemp -d)
+mkdir -p "$DIR/redis" "$DIR/tessera"
 trap 'redis-cli -p 7401 shutdown nosave >/dev/null 2>&1 || true; redis-cli -p 7402 shutdown nosave >/dev/null 2>&1 || true; redis-cli -p 7403 shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 wait_up() { until redis-cli -p "$1" ping >/dev/null 2>&1; do sleep 0.05; done; }
 link_up() { until redis-cli -p "$1" info replication 2>/dev/null | grep -q master_link_status:up; do sleep 0.02; done; }
 now() { date +%s.%N; }
 
+if [ -z "${SKIP_SYNC:-}" ]; then
 redis-server --port 7401 --save "" --dir "$DIR" --enable-debug-command yes --repl-diskless-sync-delay 0 --daemonize yes --logfile "$DIR/m.log"
 wait_up 7401
 redis-cli -p 7401 debug populate "$N" key 10 >/dev/null
@@ -40,8 +46,18 @@ for who in redis tessera; do
     sleep 0.5
 done
 redis-cli -p 7401 shutdown nosave >/dev/null 2>&1 || true
+fi
 
-bench() { redis-benchmark -p 7401 -t set -P 16 -c 50 -n 1000000 -r 100000 -d 32 -q | grep -o 'SET: [0-9.]* requests per second'; }
+REQUESTS=1000000
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+bench() {
+    local pid t0 t1 rate
+    pid=$(redis-cli -p 7401 info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
+    t0=$(cpu_ticks "$pid")
+    rate=$(redis-benchmark -p 7401 -t set -P 16 -c 50 -n $REQUESTS -r 100000 -d 32 -q | grep -o 'SET: [0-9.]* requests per second')
+    t1=$(cpu_ticks "$pid")
+    echo "$rate; master CPU $(echo "scale=3; ($t1 - $t0) * 1000000 / $(getconf CLK_TCK) / $REQUESTS" | bc) us/SET"
+}
 redis-server --port 7401 --save "" --dir "$DIR" --repl-diskless-sync-delay 0 --daemonize yes --logfile "$DIR/m2.log"
 wait_up 7401
 echo "redis master, no replica: $(bench)"

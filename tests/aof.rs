@@ -269,6 +269,16 @@ fn last_incr(dir: &Path) -> PathBuf {
     dir.join("appendonlydir").join(name)
 }
 
+/// Appends `bytes` to the manifest's incr file (a test's edit of the AOF).
+fn append_to_last_incr(dir: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(last_incr(dir))
+        .and_then(|mut f| f.write_all(bytes))
+        .expect("append to the incr file");
+}
+
 /// A last incr file cut in the middle of a command: loaded up to it (and cut there)
 /// with aof-load-truncated yes, refused with no, with Redis's log lines; an open
 /// MULTI at the end is dropped; garbage is a format error.
@@ -283,9 +293,7 @@ fn truncated_incr_file() {
     drop(s);
     let incr = last_incr(&dir);
     let whole = std::fs::metadata(&incr).expect("incr").len();
-    let mut bytes = std::fs::read(&incr).expect("read incr");
-    bytes.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$1");
-    std::fs::write(&incr, &bytes).expect("cut incr");
+    append_to_last_incr(&dir, b"*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$1");
 
     let d = dir.display().to_string();
     let args = [
@@ -328,9 +336,10 @@ fn truncated_incr_file() {
     );
 
     // An open MULTI at the end is a short read too.
-    let mut bytes = std::fs::read(&incr).expect("read incr");
-    bytes.extend_from_slice(b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$1\r\nz\r\n$1\r\n9\r\n");
-    std::fs::write(&incr, &bytes).expect("append MULTI");
+    append_to_last_incr(
+        &dir,
+        b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$1\r\nz\r\n$1\r\n9\r\n",
+    );
     let s = start_aof(&dir, &[]);
     let mut c = s.client();
     let none: Option<String> = q(&mut c, &["GET", "z"]);
@@ -340,9 +349,7 @@ fn truncated_incr_file() {
     assert!(all_logs(&dir).contains("Revert incomplete MULTI/EXEC transaction in AOF file"));
 
     // Not RESP at all: refused whatever aof-load-truncated says.
-    let mut bytes = std::fs::read(&incr).expect("read incr");
-    bytes.extend_from_slice(b"+garbage\r\n");
-    std::fs::write(&incr, &bytes).expect("garbage");
+    append_to_last_incr(&dir, b"+garbage\r\n");
     let log = dir.join("log-garbage");
     let f = Server::start_loading(2, &args[..4], &log, Duration::from_secs(20))
         .err()
@@ -800,10 +807,7 @@ fn a_command_failing_at_load_is_logged_and_may_stop_the_server() {
     let _: () = q(&mut c, &["SET", "k", "text"]);
     s.signal(libc::SIGKILL);
     drop(s);
-    let incr = last_incr(&dir);
-    let mut bytes = std::fs::read(&incr).expect("read incr");
-    bytes.extend_from_slice(b"*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n");
-    std::fs::write(&incr, &bytes).expect("edit incr");
+    append_to_last_incr(&dir, b"*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n");
     let s = start_aof(&dir, &[]);
     let mut c = s.client();
     let v: String = q(&mut c, &["GET", "k"]);

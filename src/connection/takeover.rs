@@ -161,11 +161,20 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         }
-        if let Err(e) = self.send_rdb_file(cell).await {
-            tracing::warn!("SYNC failed. Can't open/stat DB after BGSAVE: {e}");
-            crate::replication::detach(link);
-            self.session.close_after_reply = true;
-            return;
+        match self.send_rdb_file(cell).await {
+            Ok(true) => {}
+            Ok(false) => {
+                // The replica went away mid-file: no link to attach.
+                crate::replication::detach(link);
+                self.session.close_after_reply = true;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("SYNC failed. Can't open/stat DB after BGSAVE: {e}");
+                crate::replication::detach(link);
+                self.session.close_after_reply = true;
+                return;
+            }
         }
         self.link_timeout = psync;
         shared.last_interaction_ms.set(crate::util::now_ms());
@@ -173,8 +182,9 @@ impl Connection {
     }
 
     /// Sends dbfilename as `$<len>` and its bytes, a chunk at a time (Redis's
-    /// sendBulkToSlave). Err on a file error; a write error ends the link later.
-    async fn send_rdb_file(&mut self, cell: &Rc<ShardCell>) -> std::io::Result<()> {
+    /// sendBulkToSlave), each chunk read straight into the output buffer. Err on a
+    /// file error; Ok(false) when the replica went away mid-file.
+    async fn send_rdb_file(&mut self, cell: &Rc<ShardCell>) -> std::io::Result<bool> {
         use std::io::Read as _;
         let path = {
             let c = &cell.data.borrow().config;
@@ -184,20 +194,21 @@ impl Connection {
         let len = file.metadata()?.len();
         self.out.extend_from_slice(format!("${len}\r\n").as_bytes());
         let mut left = len;
-        let mut chunk = vec![0u8; SEND_CHUNK];
         loop {
             if !self.send_early().await {
-                return Ok(());
+                return Ok(false);
             }
             if left == 0 {
-                return Ok(());
+                return Ok(true);
             }
-            let n = file.read(&mut chunk)?;
+            let start = self.out.len();
+            let want = SEND_CHUNK.min(left as usize);
+            self.out.resize(start + want, 0);
+            let n = file.read(&mut self.out[start..])?;
+            self.out.truncate(start + n);
             if n == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
-            let n = n.min(left as usize);
-            self.out.extend_from_slice(&chunk[..n]);
             left -= n as u64;
         }
     }

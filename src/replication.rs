@@ -581,6 +581,15 @@ pub async fn wait_acks(n: usize, offset: u64) -> usize {
     .await
 }
 
+/// The attached replicas as ROLE lists them: address, listening port, and the
+/// offset each last acknowledged, in attach order.
+pub fn replica_acks() -> Vec<(String, u16, u64)> {
+    links()
+        .iter()
+        .map(|l| (l.peer.ip.clone(), l.peer.port, l.ack_offset))
+        .collect()
+}
+
 /// Whether every attached replica acknowledged the whole stream (Redis's
 /// isReadyToShutdown); true with none.
 pub fn replicas_in_sync() -> bool {

@@ -148,6 +148,30 @@ fn ttls_become_absolute_and_expiry_propagates_del() {
     repl.expect(&["del foo"]);
 }
 
+/// Commands Redis propagates under another name: GETSET as SET, BLMOVE as LMOVE
+/// (whatever its sides), BRPOPLPUSH as RPOPLPUSH (a replica's INFO commandstats
+/// counts them so).
+#[test]
+fn rewritten_command_names() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, true);
+    cmd(&mut c, &["GETSET", "g", "1"]);
+    cmd(&mut c, &["RPUSH", "{l}src", "a", "b"]);
+    cmd(
+        &mut c,
+        &["BLMOVE", "{l}src", "{l}dst", "RIGHT", "LEFT", "0"],
+    );
+    cmd(&mut c, &["BRPOPLPUSH", "{l}src", "{l}dst", "0"]);
+    repl.expect(&[
+        "select 0",
+        "set g 1",
+        "rpush {l}src a b",
+        "lmove {l}src {l}dst RIGHT LEFT",
+        "rpoplpush {l}src {l}dst",
+    ]);
+}
+
 #[test]
 fn multi_key_command_across_shards_is_one_block() {
     let server = Server::start(2);

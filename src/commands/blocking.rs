@@ -86,8 +86,14 @@ enum PopKind {
     List { front: bool },
     /// BLMPOP: up to `count` elements, replied [key, [elements]].
     ListMany { front: bool, count: usize },
-    /// BLMOVE / BRPOPLPUSH: one element moved to `dst`, replied as a bulk.
-    Move { from_front: bool, to_front: bool },
+    /// BLMOVE / BRPOPLPUSH: one element moved to `dst`, replied as a bulk;
+    /// `rpoplpush` for BRPOPLPUSH, which propagates as RPOPLPUSH (BLMOVE as LMOVE,
+    /// whatever its sides).
+    Move {
+        from_front: bool,
+        to_front: bool,
+        rpoplpush: bool,
+    },
     /// BZPOPMIN / BZPOPMAX: [key, member, score].
     ZSet { max: bool },
     /// BZMPOP: [key, [[member, score], ...]].
@@ -146,10 +152,8 @@ fn pop_effect(kind: PopKind, key: &[u8], popped: &Popped, dst: Option<&[u8]>) ->
         PopKind::ListMany { front, .. } => super::counted_pop(list_pop_name(front), key, n),
         PopKind::ZSet { max } => vec![zpop_name(max).to_vec(), key.to_vec()],
         PopKind::ZSetMany { max, .. } => super::counted_pop(zpop_name(max), key, n),
-        // BRPOPLPUSH's own sides: its non-blocking form.
         PopKind::Move {
-            from_front: false,
-            to_front: true,
+            rpoplpush: true, ..
         } => vec![
             b"RPOPLPUSH".to_vec(),
             key.to_vec(),
@@ -158,6 +162,7 @@ fn pop_effect(kind: PopKind, key: &[u8], popped: &Popped, dst: Option<&[u8]>) ->
         PopKind::Move {
             from_front,
             to_front,
+            ..
         } => vec![
             b"LMOVE".to_vec(),
             key.to_vec(),
@@ -274,6 +279,7 @@ fn brpoplpush<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             kind: PopKind::Move {
                 from_front: false,
                 to_front: true,
+                rpoplpush: true,
             },
             timeout,
         };
@@ -297,6 +303,7 @@ fn blmove<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             kind: PopKind::Move {
                 from_front,
                 to_front,
+                rpoplpush: false,
             },
             timeout,
         };
@@ -556,6 +563,7 @@ fn try_here(d: &mut ShardData, db: usize, req: &Request, retry: bool) -> Try {
         PopKind::Move {
             from_front,
             to_front,
+            ..
         },
         Some(dst),
     ) = (req.kind, &req.dst)
@@ -650,6 +658,7 @@ async fn try_pop(
         PopKind::Move {
             from_front,
             to_front,
+            ..
         },
         Some(dst),
     ) = (req.kind, &req.dst)
@@ -868,6 +877,7 @@ impl LocalServe for LocalPop {
             PopKind::Move {
                 from_front,
                 to_front,
+                ..
             },
             Some(dst),
         ) = (self.kind, &self.dst)

@@ -277,7 +277,14 @@ fn role(ctx: &mut ClientCtx) {
             ctx.out.array_len(3);
             ctx.out.bulk(b"master");
             ctx.out.integer(crate::effects::offset() as i64);
-            ctx.out.array_len(0);
+            let replicas = replication::replica_acks();
+            ctx.out.array_len(replicas.len());
+            for (ip, port, acked) in replicas {
+                ctx.out.array_len(3);
+                ctx.out.bulk(ip.as_bytes());
+                ctx.out.bulk(port.to_string().as_bytes());
+                ctx.out.bulk(acked.to_string().as_bytes());
+            }
         }
     }
 }

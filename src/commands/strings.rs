@@ -587,13 +587,12 @@ fn getset(ctx: &mut ExecCtx) {
         Ok(v) => v.map(|v| v.clone()),
         Err(WrongType) => return ctx.error(WRONGTYPE),
     };
-    store_str(
-        ctx,
-        key,
-        StrValue::from_bytes(ctx.args.get(2)),
-        ExpireOpt::None,
-    );
+    let value = ctx.args.get(2);
+    store_str(ctx, key, StrValue::from_bytes(value), ExpireOpt::None);
     ctx.notify(notify::STRING, "set", key);
+    // Propagated as SET, as Redis rewrites it.
+    ctx.propagation
+        .rewrite(|| vec![b"SET".to_vec(), key.to_vec(), value.to_vec()]);
     match old {
         Some(v) => reply_str(&mut ctx.out, &v),
         None => ctx.out.null(),

@@ -305,23 +305,33 @@ fn wait_counts_acknowledging_replicas_and_times_out() {
     let n: i64 = q(&mut m, &["WAIT", "1", "0"]);
     assert_eq!(n, 1);
     wait_in_sync(&mut m, &mut r);
-    // ROLE on the master lists the replica: address, listening port, acked offset.
-    let role: redis::Value = redis::cmd("ROLE").query(&mut m).expect("ROLE");
-    let items = dataset::items(&role);
-    assert_eq!(dataset::text(&items[0]), "master");
-    let replicas = dataset::items(&items[2]);
-    assert_eq!(replicas.len(), 1);
-    let entry: Vec<String> = dataset::items(&replicas[0])
-        .iter()
-        .map(dataset::text)
-        .collect();
-    assert_eq!(
-        entry[..2],
-        ["127.0.0.1".to_string(), replica.port.to_string()]
-    );
-    // What WAIT saw acknowledged, at least (a keep-alive PING may follow).
-    let acked: u64 = entry[2].parse().expect("offset");
-    assert!(acked > 0 && acked <= info_u64(&mut m, "replication", "master_repl_offset"));
+    // ROLE on the master lists the replica: address, listening port, and the offset
+    // it acknowledged (its next once-a-second ACK reaches the master's offset).
+    let role_entry = |m: &mut redis::Connection| -> Vec<String> {
+        let role: redis::Value = redis::cmd("ROLE").query(m).expect("ROLE");
+        let items = dataset::items(&role);
+        assert_eq!(dataset::text(&items[0]), "master");
+        let replicas = dataset::items(&items[2]);
+        assert_eq!(replicas.len(), 1);
+        dataset::items(&replicas[0])
+            .iter()
+            .map(dataset::text)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let entry = role_entry(&mut m);
+        assert_eq!(
+            entry[..2],
+            ["127.0.0.1".to_string(), replica.port.to_string()]
+        );
+        let offset = info_u64(&mut m, "replication", "master_repl_offset");
+        if entry[2] == offset.to_string() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{entry:?} at offset {offset}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // A stopped replica acknowledges nothing: WAIT gives up at its timeout.
     replica.signal(libc::SIGSTOP);
     let _: () = q(&mut m, &["SET", "k", "2"]);

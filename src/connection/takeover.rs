@@ -42,18 +42,6 @@ impl Connection {
                 b"-NOMASTERLINK Can't SYNC while not connected with my master\r\n",
             );
         }
-        let asked = if psync {
-            match commands::parse_i64(args.get(2)) {
-                Some(offset) => Some((String::from_utf8_lossy(args.get(1)).into_owned(), offset)),
-                None => {
-                    return self
-                        .out
-                        .extend_from_slice(b"-ERR value is not an integer or out of range\r\n")
-                }
-            }
-        } else {
-            None
-        };
         let shared = &self.session.shared;
         let peer = crate::replication::ReplicaPeer {
             ip: shared
@@ -65,6 +53,17 @@ impl Connection {
         };
         let who = format!("{}:{}", peer.ip, peer.port);
         tracing::info!("Replica {who} asks for synchronization");
+        let asked = if psync {
+            let Some(offset) = commands::parse_i64(args.get(2)) else {
+                tracing::warn!("Replica {who} asks for synchronization but with a wrong offset");
+                return self
+                    .out
+                    .extend_from_slice(b"-ERR value is not an integer or out of range\r\n");
+            };
+            Some((String::from_utf8_lossy(args.get(1)).into_owned(), offset))
+        } else {
+            None
+        };
         if let Some((id, offset)) = &asked {
             if let Some(link) = crate::replication::try_partial(id, *offset, peer.clone(), &who) {
                 let line = format!("+CONTINUE {}\r\n", crate::replication::replid());
@@ -358,7 +357,16 @@ impl Connection {
                     } else {
                         Args::new(&input[pos..], &spans)
                     };
-                    if args.len() >= 3 && args.is(0, "replconf") && args.is(1, "ack") {
+                    let quiet = args.len() >= 2
+                        && args.is(0, "replconf")
+                        && (args.is(1, "ack") || args.is(1, "getack"));
+                    if !quiet {
+                        // Anything else would be answered, and a replica link carries
+                        // no replies (Redis disconnects such a replica).
+                        self.log_replica_command(&args);
+                        return false;
+                    }
+                    if args.len() >= 3 && args.is(1, "ack") {
                         if let Some(offset) = commands::parse_i64(args.get(2)) {
                             crate::replication::ack(id, offset.max(0) as u64);
                         }
@@ -373,6 +381,22 @@ impl Connection {
         }
         input.drain(..pos);
         true
+    }
+
+    /// Redis's warning for a replica that sent a command its link cannot answer.
+    fn log_replica_command(&self, args: &Args<'_>) {
+        let t = commands::table::table();
+        let sub = (args.len() >= 2)
+            .then(|| [args.get(0), b"|", args.get(1)].concat())
+            .and_then(|full| t.lookup_full(&full));
+        let name = match sub {
+            Some(id) => t.stat_name(id),
+            None => commands::table::lookup(args.get(0)).map_or("<unknown>", |(_, s)| s.name),
+        };
+        tracing::warn!(
+            "Replica generated a reply to command '{name}', disconnecting it: {}",
+            self.session.shared.info_line(crate::util::now_ms())
+        );
     }
 
     /// A monitor's wait: writes feed lines as they come until input arrives.

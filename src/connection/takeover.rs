@@ -160,20 +160,15 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         }
-        match self.send_rdb_file(cell).await {
-            Ok(true) => {}
-            Ok(false) => {
-                // The replica went away mid-file: no link to attach.
-                crate::replication::detach(link);
-                self.session.close_after_reply = true;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!("SYNC failed. Can't open/stat DB after BGSAVE: {e}");
-                crate::replication::detach(link);
-                self.session.close_after_reply = true;
-                return;
-            }
+        let sent = self.send_rdb_file(cell).await;
+        if let Err(e) = &sent {
+            tracing::warn!("SYNC failed. Can't open/stat DB after BGSAVE: {e}");
+        }
+        // A file error, or the replica went away mid-file: no link to attach.
+        if !matches!(sent, Ok(true)) {
+            crate::replication::detach(link);
+            self.session.close_after_reply = true;
+            return;
         }
         self.link_timeout = psync;
         shared.last_interaction_ms.set(crate::util::now_ms());

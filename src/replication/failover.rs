@@ -121,12 +121,7 @@ pub async fn abort_by_user(cell: &std::rc::Rc<crate::shard::ShardCell>) -> Resul
 }
 
 async fn hold_writes(cell: &std::rc::Rc<crate::shard::ShardCell>, on: bool) {
-    cell.call_all(move |c| {
-        c.data
-            .borrow_mut()
-            .hold_writes(crate::shard::pause::WriteHold::Failover, on)
-    })
-    .await;
+    crate::shard::pause::hold_writes(cell, crate::shard::pause::WriteHold::Failover, on).await;
 }
 
 /// Redis's abortFailover: logged, a switch already begun undone (master again), the

@@ -182,12 +182,7 @@ async fn end_without_exit(cell: &Rc<ShardCell>) {
 }
 
 async fn hold_writes(cell: &Rc<ShardCell>, on: bool) {
-    cell.call_all(move |c| {
-        c.data
-            .borrow_mut()
-            .hold_writes(crate::shard::pause::WriteHold::Shutdown, on)
-    })
-    .await;
+    crate::shard::pause::hold_writes(cell, crate::shard::pause::WriteHold::Shutdown, on).await;
 }
 
 /// Why a shutdown stopped waiting for its replicas.

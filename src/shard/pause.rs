@@ -119,6 +119,13 @@ impl ClientPause {
     }
 }
 
+/// Starts or ends `hold`'s hold on writes on every shard (a FAILOVER's, a
+/// shutdown's), returning once each shard has it.
+pub async fn hold_writes(cell: &std::rc::Rc<super::ShardCell>, hold: WriteHold, on: bool) {
+    cell.call_all(move |c| c.data.borrow_mut().hold_writes(hold, on))
+        .await;
+}
+
 /// Waits while the shard's pause holds a command (`may_write` as for `holds`), or
 /// until `gone` says the client left. Returns at once when no pause holds it.
 pub async fn wait_while_paused(

@@ -15,6 +15,10 @@ use common::*;
 
 const DOWN_AFTER_MS: u64 = 1000;
 const FAILOVER_TIMEOUT_MS: u64 = 5000;
+/// Sentinel converts a returning old master only after it has been reachable and
+/// reported role:master for 4 publish periods (8 s), seen through INFO, which it polls
+/// every 10 s for a replica: up to ~20 s by design before the sync even starts.
+const REJOIN_LIMIT: Duration = Duration::from_secs(45);
 
 /// A process killed when dropped.
 struct Proc(Child);
@@ -135,13 +139,35 @@ fn sentinel_field(sentinel_port: u16, field: &str) -> String {
         .unwrap_or_default()
 }
 
-fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+fn wait_until(what: &str, limit: Duration, ok: impl FnMut() -> bool) -> Duration {
+    try_wait_until(limit, ok).unwrap_or_else(|| panic!("{what}: not within {limit:?}"))
+}
+
+fn try_wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Option<Duration> {
     let t0 = Instant::now();
     while !ok() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        if t0.elapsed() >= limit {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    t0.elapsed()
+    Some(t0.elapsed())
+}
+
+/// Every server's and sentinel's log in `dir`, for a failure message.
+fn logs_of(dir: &Path) -> String {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.retain(|p| p.extension().is_some_and(|e| e == "log"));
+    names.sort();
+    names
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            format!("==== {}\n{text}", p.display())
+        })
+        .collect()
 }
 
 /// The writer: redis-py's Sentinel client, SET then WAIT 1 in a loop; prints each key
@@ -246,16 +272,20 @@ fn sentinel_fails_over_a_tessera_master_without_losing_acknowledged_writes() {
 
     // The old master comes back: Sentinel makes it a replica of the new one.
     let _back = tessera_on(mp, &dir, &[]);
-    wait_until(
-        "the old master rejoins as a replica",
-        Duration::from_secs(30),
-        || {
-            let r = role(mp);
-            r.first().map(String::as_str) == Some("slave")
-                && r.get(2) == Some(&new.to_string())
-                && r.get(3).map(String::as_str) == Some("connected")
-        },
-    );
+    let rejoined = try_wait_until(REJOIN_LIMIT, || {
+        let r = role(mp);
+        r.first().map(String::as_str) == Some("slave")
+            && r.get(2) == Some(&new.to_string())
+            && r.get(3).map(String::as_str) == Some("connected")
+    });
+    match rejoined {
+        Some(took) => eprintln!("the old master rejoined after {took:?}"),
+        None => panic!(
+            "the old master rejoins as a replica: not within {REJOIN_LIMIT:?}; ROLE {:?}\n{}",
+            role(mp),
+            logs_of(&dir)
+        ),
+    }
     std::thread::sleep(Duration::from_secs(1));
     std::fs::write(&stop, b"").expect("stop file");
     let out = writer.wait_with_output().expect("writer");

@@ -566,8 +566,10 @@ fn recv_once(state: &IoState, fd: libc::c_int, buf: &mut [u8]) -> Option<io::Res
     if n >= 0 {
         // A short read drained the socket: wait for the next readiness edge instead of
         // paying a recv that can only say EAGAIN (Redis reads once per readable event
-        // too). Data arriving after that read raises a new edge.
-        if n > 0 && (n as usize) < buf.len() {
+        // too). Data arriving after that read raises a new edge; an end-of-file that
+        // came with the data raised its edge already, so once the peer closed, reads
+        // go on until they return 0.
+        if n > 0 && (n as usize) < buf.len() && !state.read_closed.get() {
             state.readable.set(false);
         }
         return Some(Ok(n as usize));

@@ -21,6 +21,9 @@ const EVENTFD_TOKEN: u64 = u64::MAX;
 #[derive(Default)]
 pub(crate) struct IoState {
     pub readable: Cell<bool>,
+    /// The peer closed its side (EPOLLRDHUP) or the socket failed: reads go on until
+    /// one returns end-of-file, since no further edge will announce it.
+    pub read_closed: Cell<bool>,
     pub writable: Cell<bool>,
     pub read_waker: RefCell<Option<Waker>>,
     pub write_waker: RefCell<Option<Waker>>,
@@ -140,6 +143,9 @@ impl Reactor {
             return;
         };
         let err = bits & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
+        if err || bits & libc::EPOLLRDHUP as u32 != 0 {
+            state.read_closed.set(true);
+        }
         if err || bits & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0 {
             state.readable.set(true);
             if let Some(w) = state.read_waker.borrow_mut().take() {

@@ -89,6 +89,12 @@ impl Connection {
                     .max(0) as usize,
             )
         };
+        // A replica from its SYNC on, as in Redis: CLIENT KILL TYPE replica and a
+        // full sync of this server's own (disconnectSlaves) end its transfer too.
+        self.session
+            .shared
+            .role
+            .set(crate::clients::ClientRole::Replica);
         if diskless && psync && self.session.shared.replica_capa_eof.get() {
             self.diskless_sync(&cell, peer, delay_s, max_waiting).await;
         } else {

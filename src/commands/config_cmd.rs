@@ -40,6 +40,20 @@ const CONFIG_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
+/// Parameters Redis refuses to change while a dataset loads (DENY_LOADING_CONFIG):
+/// the load reads or writes what they name.
+const DENY_WHILE_LOADING: &[&str] = &["appendonly", "repl-diskless-load", "dir"];
+
+fn denied_while_loading(pairs: &[(Vec<u8>, Vec<u8>)]) -> bool {
+    let loading = crate::persistence::loading() || crate::persistence::async_loading();
+    loading
+        && pairs.iter().any(|(name, _)| {
+            DENY_WHILE_LOADING
+                .iter()
+                .any(|d| d.as_bytes().eq_ignore_ascii_case(name))
+        })
+}
+
 fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let sub = String::from_utf8_lossy(&g.args[1]).to_ascii_lowercase();
@@ -63,6 +77,9 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .chunks(2)
                     .map(|c| (c[0].clone(), c[1].clone()))
                     .collect();
+                if denied_while_loading(&pairs) {
+                    return g.w().error(crate::persistence::LOADING_ERR);
+                }
                 let result = {
                     let mut d = g.session.cell.data.borrow_mut();
                     let refs: Vec<(&[u8], &[u8])> = pairs

@@ -31,11 +31,11 @@ pub(super) use rcmd;
 
 #[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
-    rcmd!("sync", 1, ADMIN | NOSCRIPT | NO_MULTI, Kind::Client(sync_elsewhere), "1.0.0", "Internal command used for replication"),
-    rcmd!("psync", -3, ADMIN | NOSCRIPT | NO_MULTI, Kind::Client(sync_elsewhere), "2.8.0", "Internal command used for replication"),
+    rcmd!("sync", 1, ADMIN | NOSCRIPT | NO_MULTI | NO_ASYNC_LOADING, Kind::Client(sync_elsewhere), "1.0.0", "Internal command used for replication"),
+    rcmd!("psync", -3, ADMIN | NOSCRIPT | NO_MULTI | NO_ASYNC_LOADING, Kind::Client(sync_elsewhere), "2.8.0", "Internal command used for replication"),
     rcmd!("replconf", -1, ADMIN | NOSCRIPT | LOADING | STALE | ALLOW_BUSY, Kind::Client(replconf), "3.0.0", "An internal command for configuring the replication stream"),
-    rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE, Kind::Global(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
-    rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE, Kind::Global(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
+    rcmd!("replicaof", 3, ADMIN | NOSCRIPT | STALE | NO_ASYNC_LOADING, Kind::Global(replicaof), "5.0.0", "Make the server a replica of another instance, or promote it as master."),
+    rcmd!("slaveof", 3, ADMIN | NOSCRIPT | STALE | NO_ASYNC_LOADING, Kind::Global(replicaof), "1.0.0", "Make the server a replica of another instance, or promote it as master."),
     CommandSpec {
         group: "generic",
         acl: &["@slow", "@connection"],

@@ -30,6 +30,8 @@ pub mod flags {
     /// Not reported by COMMAND: a keyless command that may wait long without being a
     /// blocking command to Redis (WAIT), so its client's socket is watched meanwhile.
     pub const WAITS: u32 = 1 << 18;
+    /// Refused while a replica loads its master's data beside the served dataset.
+    pub const NO_ASYNC_LOADING: u32 = 1 << 19;
 
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -46,10 +48,11 @@ pub mod flags {
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
         (MAY_REPLICATE, "may_replicate"),
+        (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+        (NO_ASYNC_LOADING, "no_async_loading"),
         (NO_MULTI, "no_multi"),
         (MOVABLE_KEYS, "movablekeys"),
         (ALLOW_BUSY, "allow_busy"),
-        (NO_MANDATORY_KEYS, "no_mandatory_keys"),
     ];
 }
 

@@ -469,8 +469,7 @@ const TABLE: &[ConfigParam] = &[
     boolean("replica-ignore-maxmemory", "yes")
         .alias(&["slave-ignore-maxmemory"])
         .only_default(REPLICA_NOT_YET),
-    enumeration("repl-diskless-load", REPL_DISKLESS_LOAD_NAMES, "disabled")
-        .only_default(REPLICA_NOT_YET),
+    enumeration("repl-diskless-load", REPL_DISKLESS_LOAD_NAMES, "disabled"),
     boolean("replica-ignore-disk-write-errors", "no").only_default(REPLICA_NOT_YET),
     boolean("replica-read-only", "yes").alias(&["slave-read-only"]),
     int("replica-priority", 0, INT_MAX, "100").alias(&["slave-priority"]),

@@ -134,6 +134,7 @@ impl Connection {
             && !crate::scripting::is_busy()
             && !crate::replication::may_refuse()
             && !crate::persistence::loading()
+            && !crate::persistence::async_loading()
             && !commands::table().is_container(idx)
     }
 
@@ -179,6 +180,10 @@ impl Connection {
         if crate::persistence::loading()
             && t.stat_flags(stat) & flags::LOADING == 0
             && !self.session.shared.role.get().replays()
+        {
+            return Gate::Refuse(Some(idx), crate::persistence::LOADING_ERR.into());
+        }
+        if crate::persistence::async_loading() && t.stat_flags(stat) & flags::NO_ASYNC_LOADING != 0
         {
             return Gate::Refuse(Some(idx), crate::persistence::LOADING_ERR.into());
         }

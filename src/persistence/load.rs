@@ -46,10 +46,11 @@ impl RdbFile {
 }
 
 /// What one shard loaded.
+#[derive(Default)]
 pub struct ShardLoaded {
-    loaded: u64,
-    expired: u64,
-    empty_skipped: u64,
+    pub loaded: u64,
+    pub expired: u64,
+    pub empty_skipped: u64,
     /// Where EOF was and the checksum after it (None before RDB version 5).
     eof: (usize, Option<u64>),
 }
@@ -120,6 +121,28 @@ pub fn open_path(path: &std::path::Path, shards: usize) -> Result<Option<Arc<Rdb
     Ok(Some(file))
 }
 
+/// Logs one AUX field as Redis does while it reads it.
+pub fn log_aux_field(key: &str, value: &str) {
+    let number = || value.trim().parse::<i64>().unwrap_or(0);
+    match key.to_ascii_lowercase().as_str() {
+        k if k.starts_with('%') => tracing::info!("RDB '{key}': {value}"),
+        "redis-ver" => tracing::info!("Loading RDB produced by version {value}"),
+        "ctime" => {
+            let age = (crate::util::now_ms() / 1000) as i64 - number();
+            tracing::info!("RDB age {} seconds", age.max(0));
+        }
+        "used-mem" => {
+            let mb = number().max(0) as f64 / (1024.0 * 1024.0);
+            tracing::info!("RDB memory usage when created {mb:.2} Mb");
+        }
+        "aof-preamble" if number() != 0 => tracing::info!("RDB has an AOF tail"),
+        "aof-base" if number() != 0 => tracing::info!("RDB is base AOF"),
+        "redis-bits" | "lua" | "aof-preamble" | "aof-base" | "repl-id" | "repl-offset"
+        | "repl-stream-db" => {}
+        _ => tracing::debug!("Unrecognized RDB AUX field: '{key}'"),
+    }
+}
+
 /// Logs the AUX fields before the first key, as Redis logs them while it reads them,
 /// and keeps the replication ones. Returns `used-mem`.
 fn log_aux_fields(bytes: &[u8]) -> u64 {
@@ -130,26 +153,14 @@ fn log_aux_fields(bytes: &[u8]) -> u64 {
     while let Ok(Record::Aux(key, value)) = reader.next_record() {
         let key = String::from_utf8_lossy(&key).into_owned();
         let value = String::from_utf8_lossy(&value).into_owned();
+        log_aux_field(&key, &value);
         let number = || value.trim().parse::<i64>().unwrap_or(0);
         match key.to_ascii_lowercase().as_str() {
-            k if k.starts_with('%') => tracing::info!("RDB '{key}': {value}"),
-            "redis-ver" => tracing::info!("Loading RDB produced by version {value}"),
-            "ctime" => {
-                let age = (crate::util::now_ms() / 1000) as i64 - number();
-                tracing::info!("RDB age {} seconds", age.max(0));
-            }
-            "used-mem" => {
-                used_mem = number().max(0) as u64;
-                let mb = used_mem as f64 / (1024.0 * 1024.0);
-                tracing::info!("RDB memory usage when created {mb:.2} Mb");
-            }
-            "aof-preamble" if number() != 0 => tracing::info!("RDB has an AOF tail"),
-            "aof-base" if number() != 0 => tracing::info!("RDB is base AOF"),
+            "used-mem" => used_mem = number().max(0) as u64,
             "repl-id" if value.len() == 40 => repl.0 = Some(value),
             "repl-offset" => repl.1 = Some(number()),
             "repl-stream-db" => repl.2 = Some(number()),
-            "redis-bits" | "lua" | "aof-preamble" | "aof-base" | "repl-id" => {}
-            _ => tracing::debug!("Unrecognized RDB AUX field: '{key}'"),
+            _ => {}
         }
     }
     let mut saved_replication = None;
@@ -323,44 +334,86 @@ impl<'a> Walk<'a> {
     fn store(&mut self, data: &mut ShardData, header: &KeyHeader) -> Result<(), LoadError> {
         let offset = self.reader.offset();
         let value = match self.reader.value(header) {
-            Ok(v) => v.into_value(&data.limits),
-            Err((_, RestoreError::Empty)) => None,
+            Ok(v) => v,
+            Err((_, RestoreError::Empty)) => {
+                note_empty_key(&mut self.out, &header.key);
+                return Ok(());
+            }
             Err((e, _)) => return Err(e),
         };
-        let Some(value) = value else {
-            // Old versions could write empty collections: Redis skips them, and so do we.
-            self.out.empty_skipped += 1;
-            if self.out.empty_skipped <= 10 {
-                let key = String::from_utf8_lossy(&header.key);
-                tracing::info!("rdbLoadObject skipping empty key: {key}");
-            }
-            return Ok(());
-        };
-        let at = header.expire_at.unwrap_or(NO_EXPIRE);
-        let lru = self.lru - header.idle_secs.unwrap_or(0).min(u64::from(self.lru)) as u32;
-        let keyspace = &mut data.dbs[self.db];
-        let before = keyspace.len();
-        match header.freq {
-            Some(freq) => keyspace.insert_with_access(&header.key, value, at, lru, freq),
-            None => keyspace.insert(&header.key, value, at, lru),
-        };
-        if keyspace.len() == before && !self.replace_existing {
-            let key = String::from_utf8_lossy(&header.key);
-            return Err(LoadError {
-                offset,
-                kind: LoadErrorKind::Fatal(format!(
-                    "RDB has duplicated key '{key}' in DB {}: duplicated key found in RDB file",
-                    self.db
-                )),
-            });
+        let ShardData { dbs, limits, .. } = data;
+        let keyspace = &mut dbs[self.db];
+        let stored = store_value(
+            keyspace,
+            limits,
+            header,
+            value,
+            self.lru,
+            self.replace_existing,
+        );
+        match stored {
+            Ok(true) => self.out.loaded += 1,
+            Ok(false) => note_empty_key(&mut self.out, &header.key),
+            Err(duplicate) => return Err(duplicate.at(offset, self.db)),
         }
-        self.out.loaded += 1;
         Ok(())
     }
 }
 
+/// Old versions could write empty collections: Redis skips them (logging the first
+/// ten), and so do we.
+pub fn note_empty_key(out: &mut ShardLoaded, key: &[u8]) {
+    out.empty_skipped += 1;
+    if out.empty_skipped <= 10 {
+        let key = String::from_utf8_lossy(key);
+        tracing::info!("rdbLoadObject skipping empty key: {key}");
+    }
+}
+
+/// A key the file holds twice (Redis refuses such a file).
+pub struct DuplicateKey(Vec<u8>);
+
+impl DuplicateKey {
+    pub fn at(self, offset: usize, db: usize) -> LoadError {
+        let key = String::from_utf8_lossy(&self.0);
+        LoadError {
+            offset,
+            kind: LoadErrorKind::Fatal(format!(
+                "RDB has duplicated key '{key}' in DB {db}: duplicated key found in RDB file"
+            )),
+        }
+    }
+}
+
+/// Stores one loaded key in `keyspace` with its TTL and access data: Ok(false) when
+/// the value is an empty collection (skipped). A key already present is replaced
+/// when `replace_existing` (DEBUG RELOAD MERGE), a duplicate otherwise.
+pub fn store_value(
+    keyspace: &mut crate::storage::Db,
+    limits: &crate::storage::limits::EncodingLimits,
+    header: &KeyHeader,
+    value: crate::storage::rdb::DumpValue,
+    lru_now: u32,
+    replace_existing: bool,
+) -> Result<bool, DuplicateKey> {
+    let Some(value) = value.into_value(limits) else {
+        return Ok(false);
+    };
+    let at = header.expire_at.unwrap_or(NO_EXPIRE);
+    let lru = lru_now - header.idle_secs.unwrap_or(0).min(u64::from(lru_now)) as u32;
+    let before = keyspace.len();
+    match header.freq {
+        Some(freq) => keyspace.insert_with_access(&header.key, value, at, lru, freq),
+        None => keyspace.insert(&header.key, value, at, lru),
+    };
+    if keyspace.len() == before && !replace_existing {
+        return Err(DuplicateKey(header.key.clone()));
+    }
+    Ok(true)
+}
+
 /// `key-load-delay`: Redis's debugDelay, to make loading slow in tests.
-fn key_load_delay(delay: i64) {
+pub fn key_load_delay(delay: i64) {
     let micros = match delay {
         0 => return,
         d if d < 0 => u64::from(crate::util::now_us().is_multiple_of(d.unsigned_abs())),
@@ -374,12 +427,22 @@ fn key_load_delay(delay: i64) {
 /// The function libraries the file holds, compiled and installed (all or none);
 /// `replace`: one of the same name is replaced (DEBUG RELOAD MERGE).
 async fn install_libraries(codes: Vec<Vec<u8>>, replace: bool) -> Result<(), LoadError> {
-    use crate::scripting::{functions::Policy, vm};
+    use crate::scripting::functions::Policy;
     let policy = if replace {
         Policy::Replace
     } else {
         Policy::Append
     };
+    install_libraries_as(codes, policy).await
+}
+
+/// `install_libraries` with FUNCTION RESTORE's `policy` (Flush: the libraries replace
+/// every one present, as a replica's swapdb load ends).
+pub async fn install_libraries_as(
+    codes: Vec<Vec<u8>>,
+    policy: crate::scripting::functions::Policy,
+) -> Result<(), LoadError> {
+    use crate::scripting::vm;
     let (done, rx) = futures_channel::oneshot::channel();
     vm::run(vm::Job::FunctionRestore {
         payload: crate::scripting::functions::Restored { codes, error: None },
@@ -709,7 +772,7 @@ fn verify_checksum(
 }
 
 /// The counts INFO shows and Redis's "Done loading RDB" line.
-fn log_done(done: &[ShardLoaded]) {
+pub fn log_done(done: &[ShardLoaded]) {
     let sum = |f: fn(&ShardLoaded) -> u64| done.iter().map(f).sum::<u64>();
     let (loaded, expired, empty) = (
         sum(|d| d.loaded),

@@ -68,6 +68,20 @@ pub fn set_loading(on: bool) {
     crate::storage::entry::set_dataset_loading(on);
 }
 
+/// A replica's swapdb load from a master of the same history (Redis's
+/// async_loading): the old dataset is served meanwhile, only the commands flagged
+/// `no_async_loading` are refused with -LOADING.
+static ASYNC_LOADING: AtomicBool = AtomicBool::new(false);
+
+#[inline]
+pub fn async_loading() -> bool {
+    ASYNC_LOADING.load(Ordering::Relaxed)
+}
+
+pub fn set_async_loading(on: bool) {
+    ASYNC_LOADING.store(on, Ordering::Relaxed);
+}
+
 /// Redis's reply to a command refused while the dataset loads.
 pub const LOADING_ERR: &str = "LOADING Redis is loading the dataset in memory";
 
@@ -77,7 +91,7 @@ pub fn info_section(started_unix_ms: u64, dirty: u64, out: &mut String) {
     let saves = SAVES.load(Ordering::Relaxed);
     let _ = write!(out, "# Persistence\r\nloading:{}\r\n", loading() as u8);
     load::info_loading_fields(out);
-    out.push_str("async_loading:0\r\n");
+    let _ = write!(out, "async_loading:{}\r\n", async_loading() as u8);
     bgsave::info_fields(out, dirty, last, saves);
     let _ = write!(
         out,

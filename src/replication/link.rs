@@ -4,7 +4,8 @@
 //! One task on shard 0 owns the link. Every 100 ms it looks whether a master is set
 //! and no link is up; then it connects, runs the handshake (PING, AUTH, REPLCONF,
 //! PSYNC), and either receives the master's RDB into a file and loads it into every
-//! shard (+FULLRESYNC) or keeps the dataset (+CONTINUE). The socket then becomes a
+//! shard (+FULLRESYNC; with `repl-diskless-load` the payload is parsed as it arrives
+//! instead, see `diskless_load`) or keeps the dataset (+CONTINUE). The socket then becomes a
 //! connection of the master role (`connection::serve_master`), which applies the
 //! stream on the owning shards in order and acknowledges it. When that connection
 //! ends, the master's replication id and the offset applied so far are kept (Redis's
@@ -13,6 +14,8 @@
 //! State lives in statics: REPLICAOF runs on any shard, INFO and ROLE read it from
 //! any shard, and the master connection updates the offsets per command (atomics, no
 //! lock on that path).
+
+mod diskless_load;
 
 use std::io::Write as _;
 use std::rc::Rc;
@@ -571,7 +574,10 @@ async fn sync_with_master(
             if !set_state_for(generation, LinkState::Transfer) {
                 return Ok(None);
             }
-            receive_and_load(cell, &mut link, generation).await?;
+            // The master's history is already this server's (Redis compares
+            // replids): a swapdb load may serve the old dataset meanwhile.
+            let history_ours = replid == super::replid();
+            receive_and_load(cell, &mut link, generation, history_ours).await?;
             if !current(generation) {
                 return Ok(None);
             }
@@ -762,6 +768,7 @@ async fn receive_and_load(
     cell: &Rc<ShardCell>,
     link: &mut Lines,
     generation: u64,
+    history_ours: bool,
 ) -> Result<(), String> {
     let (dir, dbfilename) = {
         let data = cell.data.borrow();
@@ -782,21 +789,39 @@ async fn receive_and_load(
     let Some(size) = header.strip_prefix('$') else {
         return Err(format!("Bad protocol from MASTER, the first byte is not '$' (we received '{header}'), are you sure the host and port are right?"));
     };
+    let diskless = use_diskless_load(cell).await;
+    let to = if diskless { "parser" } else { "disk" };
     let body = match size.strip_prefix("EOF:") {
         Some(mark) if mark.len() >= 40 => {
             tracing::info!(
-                "MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF to disk"
+                "MASTER <-> REPLICA sync: receiving streamed RDB from master with EOF to {to}"
             );
             Body::Marked(mark.as_bytes()[..40].to_vec())
         }
         _ => match size.parse::<u64>() {
             Ok(n) => {
-                tracing::info!("MASTER <-> REPLICA sync: receiving {n} bytes from master to disk");
+                tracing::info!("MASTER <-> REPLICA sync: receiving {n} bytes from master to {to}");
                 Body::Sized(n)
             }
             Err(_) => return Err(format!("Bad protocol from MASTER: {header}")),
         },
     };
+    if diskless {
+        {
+            let mut d = detail();
+            d.transfer_size = match &body {
+                Body::Sized(n) => *n as i64,
+                Body::Marked(_) => -1,
+            };
+            d.transfer_read = 0;
+        }
+        let side = cell.data.borrow().config.enum_param("repl-diskless-load") == Some("swapdb");
+        let plan = diskless_load::Plan {
+            side,
+            serve_old: side && history_ours,
+        };
+        return diskless_load::load(cell, link, body, plan, generation).await;
+    }
     let temp = dir.join(format!(
         "temp-{}.{}.rdb",
         crate::util::now_ms() / 1000,
@@ -822,6 +847,22 @@ async fn receive_and_load(
 enum Body {
     Sized(u64),
     Marked(Vec<u8>),
+}
+
+/// Whether a full sync's payload is parsed as it arrives instead of saved first
+/// (Redis's useDisklessLoad): `swapdb` always, `on-empty-db` when there is no key.
+async fn use_diskless_load(cell: &Rc<ShardCell>) -> bool {
+    let mode = cell.data.borrow().config.enum_param("repl-diskless-load");
+    match mode {
+        Some("swapdb") => true,
+        Some("on-empty-db") => {
+            let keys = cell
+                .call_all(|c| c.data.borrow().dbs.iter().map(|db| db.len()).sum::<usize>())
+                .await;
+            keys.iter().sum::<usize>() == 0
+        }
+        _ => false,
+    }
 }
 
 /// The payload into `path`, fsynced. With an EOF mark, the last 40 bytes read are
@@ -930,6 +971,12 @@ impl Lines {
 
     fn into_parts(self) -> (TcpStream, Vec<u8>) {
         (self.stream, self.buf)
+    }
+
+    /// Puts bytes taken too many back in front of what is buffered.
+    fn unread(&mut self, mut bytes: Vec<u8>) {
+        bytes.append(&mut self.buf);
+        self.buf = bytes;
     }
 
     async fn send(&mut self, args: &[&[u8]]) -> Result<(), String> {

@@ -35,6 +35,10 @@ use locks::{KeyLocks, TxnId};
 pub struct ShardData {
     pub id: usize,
     pub dbs: Vec<Db>,
+    /// A replica's diskless load with repl-diskless-load swapdb: the master's keys
+    /// go here while `dbs` is still served, and replace it once the load succeeded
+    /// (empty otherwise).
+    pub loading_dbs: Vec<Db>,
     pub config: Config,
     pub stats: ShardStats,
     pub rng: Rng,
@@ -88,6 +92,36 @@ impl ShardData {
             db.lfu = self.mem.lfu;
             db.expiry_held = hold;
         }
+    }
+
+    /// A swapdb load begins: empty databases beside the served ones.
+    pub fn begin_side_load(&mut self) {
+        self.loading_dbs = self.dbs.iter().map(Db::empty_like).collect();
+    }
+
+    /// A swapdb load failed: what it loaded is freed later, the served dataset stays.
+    pub fn discard_side_load(&mut self) {
+        for mut db in std::mem::take(&mut self.loading_dbs) {
+            let tables = db.detach();
+            self.lazy.free_tables(tables);
+        }
+    }
+
+    /// A swapdb load succeeded: its databases are served from now on (every WATCH
+    /// of the old keys broken, blocked clients re-checked) and the old ones are
+    /// freed later. Counts the keys now served.
+    pub fn swap_in_side_load(&mut self) -> u64 {
+        let loaded = std::mem::take(&mut self.loading_dbs);
+        self.watches.touch_db(None);
+        self.tracking.clear();
+        let mut keys = 0;
+        for (live, mut side) in self.dbs.iter_mut().zip(loaded) {
+            let old = live.replace_with_loaded(&mut side);
+            self.lazy.free_tables(old);
+            keys += live.len() as u64;
+        }
+        self.blocked.signal_all();
+        keys
     }
 
     /// CLIENT PAUSE on this shard: until `until_ms`, all commands or only writes.
@@ -229,6 +263,7 @@ pub fn new_shard_data(
     let mut data = ShardData {
         id,
         dbs,
+        loading_dbs: Vec::new(),
         mem: crate::storage::evict::MemState::from_config(&config, slots.shards()),
         lazy: Default::default(),
         limits: crate::storage::limits::EncodingLimits::from_config(&config),

@@ -396,6 +396,25 @@ impl Db {
         }
     }
 
+    /// An empty database for the same slots, hasher and number, with the same
+    /// settings: where a replica's diskless load (swapdb) puts the master's keys while
+    /// this one is still served.
+    pub fn empty_like(&self) -> Db {
+        let mut db = Db::new(self.first_slot, self.slot_count, self.hasher).with_index(self.index);
+        db.lazy_overwrites = self.lazy_overwrites;
+        db.lfu = self.lfu;
+        db
+    }
+
+    /// The end of a swapdb load: `loaded`'s keys become this database's, and what
+    /// this one held is handed back to be freed later. A writable replica's own TTLs
+    /// were on keys that are gone.
+    pub fn replace_with_loaded(&mut self, loaded: &mut Db) -> Detached {
+        self.swap(loaded);
+        self.replica_local_expires = Default::default();
+        loaded.detach()
+    }
+
     /// Numbers the database (its keyspace notifications name it).
     pub fn with_index(mut self, index: usize) -> Db {
         self.index = index;

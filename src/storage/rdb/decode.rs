@@ -19,6 +19,9 @@ pub(super) struct Reader<'a> {
     pos: usize,
     /// A read ran past the end of `buf` (a truncated file, not a malformed one).
     short: bool,
+    /// After a short read: how long `buf` must at least be for that read to succeed
+    /// (a loader reading from a socket waits for that many bytes).
+    needed: usize,
 }
 
 enum Len {
@@ -32,6 +35,7 @@ impl<'a> Reader<'a> {
             buf,
             pos: 0,
             short: false,
+            needed: 0,
         }
     }
 
@@ -45,6 +49,11 @@ impl<'a> Reader<'a> {
         self.short
     }
 
+    /// The length `buf` needed for the read that ran short.
+    pub(super) fn needed(&self) -> usize {
+        self.needed
+    }
+
     pub(super) fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
@@ -53,6 +62,7 @@ impl<'a> Reader<'a> {
         let end = self.pos.checked_add(n).ok_or(RestoreError::Corrupt)?;
         let Some(slice) = self.buf.get(self.pos..end) else {
             self.short = true;
+            self.needed = end;
             return Err(RestoreError::Corrupt);
         };
         self.pos = end;

@@ -125,6 +125,25 @@ impl<'a> RdbReader<'a> {
         Ok(RdbReader { r, version })
     }
 
+    /// A reader over bytes that continue a file of RDB `version` at a record
+    /// boundary (its header already read): a socket's payload, read as it arrives.
+    pub fn resume(bytes: &'a [u8], version: u16) -> RdbReader<'a> {
+        RdbReader {
+            r: Reader::new(bytes),
+            version,
+        }
+    }
+
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// After a `ShortRead`: how many bytes the reader must have for the read that
+    /// ran short to succeed (a retry with more may run short further on).
+    pub fn needed(&self) -> usize {
+        self.r.needed()
+    }
+
     /// Bytes read so far (loading progress, error offsets).
     pub fn offset(&self) -> usize {
         self.r.pos()
@@ -455,5 +474,53 @@ mod tests {
             ))
         );
         assert_eq!(module_type_name(0), "AAAAAAAAA");
+    }
+
+    /// A reader fed a file in pieces, as a replica's diskless load is: every prefix
+    /// that ends inside a record is a short read that names how many bytes it
+    /// needs, more than it had and no more than the record's end; resuming from each
+    /// record boundary reads the same records as one pass over the whole file.
+    #[test]
+    fn a_file_read_in_pieces_reads_as_the_whole() {
+        let file = sample_file();
+        let mut whole = RdbReader::new(&file).expect("header");
+        let mut bounds = vec![whole.offset()];
+        let mut keys = Vec::new();
+        loop {
+            match whole.next_record().expect("record") {
+                Record::Key(h) => {
+                    whole.value(&h).map_err(|(e, _)| e).expect("value");
+                    keys.push(h.key);
+                }
+                Record::Eof { .. } => break,
+                _ => {}
+            }
+            bounds.push(whole.offset());
+        }
+        let version = whole.version();
+        for pair in bounds.windows(2) {
+            let (start, end) = (pair[0], pair[1]);
+            for cut in start..end {
+                let mut r = RdbReader::resume(&file[start..cut], version);
+                let err = match r.next_record() {
+                    Ok(Record::Key(h)) => r.value(&h).map(drop).map_err(|(e, _)| e),
+                    Ok(other) => panic!("a whole record from a cut one: {other:?}"),
+                    Err(e) => Err(e),
+                };
+                assert_eq!(err.map_err(|e| e.kind), Err(LoadErrorKind::ShortRead));
+                let needed = r.needed();
+                assert!(needed > cut - start && needed <= end - start, "{needed}");
+            }
+        }
+        let mut resumed = Vec::new();
+        for pair in bounds.windows(2) {
+            let mut r = RdbReader::resume(&file[pair[0]..], version);
+            if let Ok(Record::Key(h)) = r.next_record() {
+                r.value(&h).map_err(|(e, _)| e).expect("value");
+                assert_eq!(r.offset(), pair[1] - pair[0]);
+                resumed.push(h.key);
+            }
+        }
+        assert_eq!(resumed, keys);
     }
 }

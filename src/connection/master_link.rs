@@ -67,7 +67,11 @@ impl Connection {
             .checked_sub(ack_every)
             .unwrap_or_else(std::time::Instant::now);
         loop {
-            if self.start < self.end {
+            // While a script is busy the stream waits, read but not applied (Redis's
+            // processInputBuffer skips the master then): applied now, its commands
+            // would get -BUSY, and the replica would lose them.
+            let busy = crate::scripting::is_busy();
+            if self.start < self.end && !busy {
                 crate::replication::link::begin_batch().await;
                 // REPLICAOF moved on meanwhile: nothing more of this master applies.
                 if crate::replication::link::generation() != generation {
@@ -101,7 +105,11 @@ impl Connection {
             }
             let due = ack_every.saturating_sub(last_ack.elapsed());
             let pending = self.end - self.start;
-            let tick = crate::runtime::sleep(due.max(std::time::Duration::from_millis(1)));
+            let mut wait = due.max(std::time::Duration::from_millis(1));
+            if busy {
+                wait = wait.min(std::time::Duration::from_millis(10));
+            }
+            let tick = crate::runtime::sleep(wait);
             match crate::runtime::first(self.read_more(), tick).await {
                 crate::runtime::First::A(false) => return,
                 crate::runtime::First::A(true) => {

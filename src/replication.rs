@@ -152,7 +152,25 @@ pub async fn become_replica_of(
         link::master_changed(was_master);
     }
     disconnect_replicas(cell).await;
+    unblock_blocked_clients(cell).await;
     crate::server::role_changed(&cell.data.borrow().config);
+}
+
+/// Clients blocked on this server's keys as a master get an error and are closed
+/// (Redis's disconnectAllBlockedClients): as a replica, the master's stream would
+/// serve them writes of another history.
+async fn unblock_blocked_clients(cell: &std::rc::Rc<crate::shard::ShardCell>) {
+    use crate::shard::blocking::UNBLOCK_ROLE_CHANGE;
+    cell.call_all(|c| {
+        for client in c.clients.borrow().iter() {
+            if let Some(state) = client.blocked.borrow().as_ref() {
+                if state.unblock_mode() == 0 {
+                    state.unblock(UNBLOCK_ROLE_CHANGE);
+                }
+            }
+        }
+    })
+    .await;
 }
 
 /// Whether a replica link announced `host`:`port` (FAILOVER TO).

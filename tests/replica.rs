@@ -1115,3 +1115,50 @@ fn errors_on_the_masters_commands_are_logged_and_may_stop_the_replica() {
         "{text}"
     );
 }
+
+#[test]
+fn a_master_turned_replica_unblocks_its_blocked_clients_with_an_error() {
+    let old_master = Server::start(2);
+    let new_master = Server::start(2);
+    let (_, blpop) = spawn_blocked(&old_master, &["BLPOP", "foo", "0"]);
+    let (_, xread) = spawn_blocked(&old_master, &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
+    let mut c = old_master.client();
+    wait_blocked(&mut c, 2);
+    let port = new_master.port.to_string();
+    let _: () = q(&mut c, &["REPLICAOF", "127.0.0.1", &port]);
+    // Served by the new master's stream instead, they would pop its data here.
+    for h in [blpop, xread] {
+        let e = h.join().expect("thread").expect_err("an error");
+        assert!(
+            e.to_string().contains(
+                "force unblock from blocking operation, instance state changed (master -> replica?)"
+            ),
+            "{e}"
+        );
+    }
+    let mut m = new_master.client();
+    let _: () = q(&mut m, &["RPUSH", "foo", "a", "b", "c"]);
+    wait_in_sync(&mut m, &mut c);
+    let list: Vec<String> = q(&mut c, &["LRANGE", "foo", "0", "-1"]);
+    assert_eq!(list, ["a", "b", "c"]);
+}
+
+#[test]
+fn a_busy_script_on_the_replica_holds_the_stream_without_losing_it() {
+    let master = Server::start(2);
+    let replica = tessera_replica(master.port);
+    let (mut m, mut r) = (master.client(), replica.client());
+    wait_in_sync(&mut m, &mut r);
+    let _: () = q(&mut r, &["CONFIG", "SET", "busy-reply-threshold", "100"]);
+    let (_, script) = spawn_blocked(&replica, &["EVAL", "while true do end", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    // The stream meanwhile: applied now, its commands would get -BUSY.
+    fill(&mut m, "busy", 300);
+    std::thread::sleep(Duration::from_millis(300));
+    let _: () = q(&mut r, &["SCRIPT", "KILL"]);
+    let killed = script.join().expect("thread").expect_err("killed");
+    assert!(killed.to_string().contains("Script killed"), "{killed}");
+    wait_in_sync(&mut m, &mut r);
+    assert_same(&mut m, &mut r);
+    assert_eq!(info_u64(&mut r, "stats", "unexpected_error_replies"), 0);
+}

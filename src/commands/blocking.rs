@@ -23,7 +23,9 @@ use super::{parse_f64, parse_i64, GlobalCtx, SYNTAX_ERR, WRONGTYPE};
 use crate::clients::ClientShared;
 use crate::protocol::reply::ReplyWriter;
 use crate::protocol::Protocol;
-use crate::shard::blocking::{BlockState, LocalServe, ServedReply, UNBLOCK_ERROR, UNBLOCK_NONE};
+use crate::shard::blocking::{
+    unblocked_error, BlockState, LocalServe, ServedReply, UNBLOCK_NONE, UNBLOCK_ROLE_CHANGE,
+};
 use crate::shard::exec::{self, Wake, Written};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::{ShardCell, ShardData};
@@ -451,13 +453,13 @@ async fn wait_end(
         WaitEnd::Served(bytes) => g.out.extend_from_slice(&bytes),
         WaitEnd::Woken => return None,
         WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => g.w().null_array(),
-        WaitEnd::Unblocked(mode) => {
-            if mode == UNBLOCK_ERROR {
-                g.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
-            } else {
-                g.w().null_array();
+        WaitEnd::Unblocked(mode) => match unblocked_error(mode) {
+            Some(msg) => {
+                g.error(msg);
+                g.session.close_after_reply |= mode == UNBLOCK_ROLE_CHANGE;
             }
-        }
+            None => g.w().null_array(),
+        },
     }
     Some(())
 }

@@ -20,7 +20,7 @@ use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1};
 use super::{parse_i64, Args, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::{Protocol, ReplyWriter};
-use crate::shard::blocking::{BlockState, UNBLOCK_ERROR, UNBLOCK_NONE};
+use crate::shard::blocking::{unblocked_error, BlockState, UNBLOCK_NONE, UNBLOCK_ROLE_CHANGE};
 use crate::shard::exec::{self, Wake, Written};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::{ShardCell, ShardData};
@@ -1662,10 +1662,11 @@ async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
                 }
                 WaitEnd::Unblocked(mode) => {
                     drop(reg);
-                    if mode == UNBLOCK_ERROR {
-                        return g.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
-                    }
-                    return g.w().null_array();
+                    let Some(msg) = unblocked_error(mode) else {
+                        return g.w().null_array();
+                    };
+                    g.session.close_after_reply |= mode == UNBLOCK_ROLE_CHANGE;
+                    return g.error(msg);
                 }
             }
         }

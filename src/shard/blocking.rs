@@ -45,6 +45,20 @@ pub const UNBLOCK_NONE: u8 = 0;
 pub const UNBLOCK_TIMEOUT: u8 = 1;
 /// CLIENT UNBLOCK ... ERROR: reply with -UNBLOCKED.
 pub const UNBLOCK_ERROR: u8 = 2;
+/// This master became a replica (Redis's disconnectAllBlockedClients): -UNBLOCKED,
+/// and the connection closes after it.
+pub const UNBLOCK_ROLE_CHANGE: u8 = 3;
+
+/// The error a client unblocked with `mode` gets (None: the timeout's reply).
+pub fn unblocked_error(mode: u8) -> Option<&'static str> {
+    match mode {
+        UNBLOCK_ERROR => Some("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
+        UNBLOCK_ROLE_CHANGE => Some(
+            "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+        ),
+        _ => None,
+    }
+}
 
 /// One blocked client's wake-up state, shared by every shard it waits on.
 #[derive(Debug)]

@@ -931,8 +931,14 @@ fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     .ok()
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(0.0);
-                // Redis blocks the whole server; here it blocks this connection's shard.
-                std::thread::sleep(std::time::Duration::from_secs_f64(secs.max(0.0)));
+                // Redis blocks the whole server: every shard sleeps, at once (tests
+                // use it to stop a master's keepalives, which may come from any shard).
+                let secs = if secs.is_finite() { secs.clamp(0.0, 1e9) } else { 0.0 };
+                let pause = std::time::Duration::from_secs_f64(secs);
+                g.session
+                    .cell
+                    .call_all(move |_| std::thread::sleep(pause))
+                    .await;
                 g.w().ok()
             }
             "set-active-expire" if g.args.len() == 3 => {

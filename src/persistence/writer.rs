@@ -181,7 +181,12 @@ pub fn run(job: Arc<Job>, pieces: Receiver<Piece>, mut child: Child, framing: Fr
         let _ = err.read_to_string(&mut report);
     }
     for line in report.lines().filter(|l| !l.is_empty()) {
-        tracing::warn!("{line}");
+        // The child reports failures, and one notice (as Redis's levels are).
+        if line.starts_with("Diskless rdb transfer, done reading from pipe") {
+            tracing::info!("{line}");
+        } else {
+            tracing::warn!("{line}");
+        }
     }
     let outcome = match status {
         Ok(s) if s.success() => Outcome::Saved,
@@ -439,6 +444,12 @@ fn sockets_child_main(args: &[String]) -> i32 {
             break false;
         }
     };
+    if committed {
+        // The whole file is written to the replicas still up (Redis's parent logs
+        // this when its child's pipe ends; here the child is the one writing).
+        let up = replicas.iter().filter(|r| r.is_some()).count();
+        eprintln!("Diskless rdb transfer, done reading from pipe, {up} replicas still up.");
+    }
     let verdicts: Vec<u8> = replicas
         .iter()
         .map(|r| if committed && r.is_some() { b'1' } else { b'0' })

@@ -1086,7 +1086,13 @@ impl Db {
                 break;
             }
         }
-        cut.walk >= span
+        if cut.walk < span {
+            return false;
+        }
+        // Done: past every slot, also those of tables a later write allocates (a
+        // walk of an empty database ends at once, with no table to walk).
+        cut.walk = self.slot_count;
+        true
     }
 
     /// Gives the running snapshot up here: nothing more is written, but the walk

@@ -837,3 +837,35 @@ fn a_command_failing_at_load_is_logged_and_may_stop_the_server() {
         "{text}"
     );
 }
+
+#[test]
+fn appendonly_turned_on_inside_a_transaction_starts_after_it() {
+    let dir = scratch("multi-on");
+    let d = dir.display().to_string();
+    let s = Server::start_with(2, &["--dir", &d, "--save", ""]);
+    let mut c = s.client();
+    let t0 = Instant::now();
+    let replies: Vec<redis::Value> = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("k")
+        .arg("v")
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes")
+        .query(&mut c)
+        .expect("EXEC");
+    // The first rewrite's cut needs the shards this EXEC holds: it must not wait.
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(replies.len(), 2);
+    wait_until("the AOF on", Duration::from_secs(30), || {
+        info_field(&mut c, "aof_enabled") == "1"
+            && info_field(&mut c, "aof_rewrite_in_progress") == "0"
+    });
+    drop(s);
+    let s = start_aof(&dir, &[]);
+    let mut c = s.client();
+    let v: String = q(&mut c, &["GET", "k"]);
+    assert_eq!(v, "v");
+}

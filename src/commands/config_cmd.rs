@@ -122,7 +122,8 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 // A new maxmemory is judged against the allocator's figure of now.
                 crate::storage::memory::refresh_overhead();
                 crate::persistence::rewrite::config_changed(&g.session.cell.data.borrow().config);
-                if let Err(e) = apply_appendonly(&g.session.cell).await {
+                let in_exec = g.session.exec_owner.is_some();
+                if let Err(e) = apply_appendonly(&g.session.cell, in_exec).await {
                     return g.w().error(&e);
                 }
                 g.w().ok();
@@ -165,7 +166,10 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 /// CONFIG SET appendonly: the AOF turned on (a rewrite first, as Redis's
 /// startAppendOnly) or off when the setting and the state differ. On failure the
 /// setting goes back to `no`, and the reply is Redis's.
-async fn apply_appendonly(cell: &std::rc::Rc<crate::shard::ShardCell>) -> Result<(), String> {
+async fn apply_appendonly(
+    cell: &std::rc::Rc<crate::shard::ShardCell>,
+    in_exec: bool,
+) -> Result<(), String> {
     use crate::persistence::rewrite;
     let wanted = cell.data.borrow().config.appendonly();
     if wanted == rewrite::wanted() {
@@ -174,6 +178,12 @@ async fn apply_appendonly(cell: &std::rc::Rc<crate::shard::ShardCell>) -> Result
     if !wanted {
         let config = cell.data.borrow().config.clone();
         rewrite::turn_off_at_run_time(&config);
+        return Ok(());
+    }
+    if in_exec {
+        // The rewrite's cut needs every shard, which this EXEC holds: it starts
+        // once the transaction is over (Redis's startAppendOnly inside EXEC).
+        rewrite::schedule_turn_on();
         return Ok(());
     }
     let Err(e) = rewrite::turn_on_at_run_time(cell).await else {

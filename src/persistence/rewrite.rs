@@ -323,6 +323,16 @@ pub async fn turn_on_at_run_time(cell: &Rc<ShardCell>) -> Result<(), &'static st
     }
 }
 
+/// CONFIG SET appendonly yes inside MULTI/EXEC: the first rewrite is scheduled, the
+/// transaction holding the shards its cut needs.
+pub fn schedule_turn_on() {
+    if aof::enabled() || WAITING_TO_TURN_ON.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    tracing::warn!("AOF was enabled during a transaction. An AOF background was scheduled to start when possible.");
+    SCHEDULED.store(true, Ordering::Relaxed);
+}
+
 /// CONFIG SET appendonly no (Redis's stopAppendOnly): the file is flushed and
 /// closed, a rewrite in progress given up (and the temporary incr file of a first
 /// one removed: nothing lists it).

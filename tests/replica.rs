@@ -12,14 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> String {
-    let info: String = redis::cmd("INFO").arg(section).query(c).expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .map(str::to_string)
-        .unwrap_or_default()
-}
-
 fn info_u64(c: &mut redis::Connection, section: &str, field: &str) -> u64 {
     info_field(c, section, field)
         .parse()

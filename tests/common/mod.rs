@@ -501,6 +501,15 @@ pub fn scratch_dir(suite: &str, name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// One field of an INFO section, empty when absent.
+pub fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO").arg(section).query(c).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(str::to_string)
+        .unwrap_or_default()
+}
+
 /// One field of INFO persistence.
 pub fn persistence_field(c: &mut redis::Connection, field: &str) -> String {
     let info: String = q(c, &["INFO", "persistence"]);

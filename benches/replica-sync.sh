@@ -2,7 +2,9 @@
 # Replication costs, side by side with redis-server 7.0.15 (issue 26):
 #   1. full sync of N keys (DEBUG POPULATE N key 10) from a redis-server master: the
 #      time from REPLICAOF to master_link_status:up, for a redis-server replica and a
-#      `tessera --threads 2` replica, one after the other;
+#      `tessera --threads 2` replica, one after the other, with each
+#      repl-diskless-load of LOADS (default "disabled swapdb": the payload saved to a
+#      file first, or parsed as it arrives);
 #   2. the master's SET rate at P=16 (redis-benchmark, 50 clients, 32-byte values,
 #      1M requests) with no replica and with one replica attached: redis-server with a
 #      redis-server replica, then Tessera with a Tessera replica. On a 2-CPU host the
@@ -10,7 +12,8 @@
 #      three; the master's own CPU time per SET (utime+stime of its process, all
 #      threads, from /proc/PID/stat around the run) is printed beside it and isolates
 #      the master's cost of feeding a replica.
-# Usage: benches/replica-sync.sh [N] (default 5000000); SKIP_SYNC=1 runs part 2 only.
+# Usage: benches/replica-sync.sh [N] (default 5000000); SKIP_SYNC=1 runs part 2 only,
+# SYNC_ONLY=1 part 1 only.
 # Nothing else should run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,24 +32,31 @@ redis-server --port 7401 --save "" --dir "$DIR" --enable-debug-command yes --rep
 wait_up 7401
 redis-cli -p 7401 debug populate "$N" key 10 >/dev/null
 echo "master: $(redis-cli -p 7401 dbsize) keys, used_memory $(redis-cli -p 7401 info memory | grep '^used_memory_human' | tr -d '\r')"
+for load in ${LOADS:-disabled swapdb}; do
 for who in redis tessera; do
     mkdir -p "$DIR/$who"
     if [ $who = redis ]; then
-        redis-server --port 7402 --save "" --dir "$DIR/$who" --daemonize yes --logfile "$DIR/$who.log"
+        redis-server --port 7402 --save "" --dir "$DIR/$who" --daemonize yes --logfile "$DIR/$who.log" \
+            --repl-diskless-load "$load"
     else
-        $BIN --port 7402 --threads 2 --save "" --dir "$DIR/$who" --logfile "$DIR/$who.log" &
+        $BIN --port 7402 --threads 2 --save "" --dir "$DIR/$who" --logfile "$DIR/$who.log" \
+            --repl-diskless-load "$load" &
     fi
     wait_up 7402
     t0=$(now)
     redis-cli -p 7402 replicaof 127.0.0.1 7401 >/dev/null
     link_up 7402
     t1=$(now)
-    echo "$who replica: full sync of $(redis-cli -p 7402 dbsize) keys in $(echo "$t1 - $t0" | bc) s"
+    echo "$who replica (repl-diskless-load $load): full sync of $(redis-cli -p 7402 dbsize) keys in $(echo "$t1 - $t0" | bc) s"
     redis-cli -p 7402 shutdown nosave >/dev/null 2>&1 || true
+    # The next replica needs the port: a big dataset takes a while to free.
+    while redis-cli -p 7402 ping >/dev/null 2>&1; do sleep 0.1; done
     sleep 0.5
+done
 done
 redis-cli -p 7401 shutdown nosave >/dev/null 2>&1 || true
 fi
+[ -n "${SYNC_ONLY:-}" ] && exit 0
 
 REQUESTS=1000000
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

@@ -582,6 +582,48 @@ fn a_replica_hides_expired_keys_until_its_master_deletes_them() {
     assert_eq!(n, 0);
 }
 
+/// RANDOMKEY deletes the expired keys it comes across, and the replica learns of it:
+/// before, the DEL went nowhere and the replica kept the key, TTL and all, for good
+/// (Redis's replication-3 "consistency with expire" caught it under load).
+#[test]
+fn expired_keys_randomkey_deletes_are_deleted_on_the_replica_too() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    let _: () = q(&mut m, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    for i in 0..20 {
+        let _: () = q(&mut m, &["SET", &format!("k{i}"), "v", "PX", "50"]);
+    }
+    wait_in_sync(&mut m, &mut r);
+    std::thread::sleep(Duration::from_millis(150));
+    let n: i64 = q(&mut r, &["DBSIZE"]);
+    assert_eq!(n, 20, "the replica holds its master's expired keys");
+    // Each call deletes the expired keys it samples; nil once none is left.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let k: Option<String> = q(&mut m, &["RANDOMKEY"]);
+        if k.is_none() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "RANDOMKEY keeps returning expired keys"
+        );
+    }
+    let _: () = q(&mut m, &["SET", "marker", "1"]);
+    wait_in_sync(&mut m, &mut r);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while q::<i64>(&mut r, &["DBSIZE"]) != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the replica kept keys its master deleted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A replica that applies its master's stream late (here: stopped while the master
 /// gave keys a near deadline, then kept them) applies each deadline as given, even
 /// one already past on its clock, and keeps the key: the master's PERSIST, SET or

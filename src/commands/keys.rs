@@ -841,10 +841,17 @@ fn randomkey<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        let sizes = cell.call_all(move |c| c.data.borrow().dbs[db].len()).await;
-        let total: usize = sizes.iter().sum();
         let mut key = None;
-        if total > 0 {
+        // A shard whose keys all turned out expired deleted them and answered none:
+        // ask again, so a dataset with live keys on another shard still answers one
+        // (and every expired key found on the way is gone, as in Redis). Bounded: a
+        // replica keeps expired keys, and a shard may answer none again.
+        for _ in 0..=cell.shard_count() {
+            let sizes = cell.call_all(move |c| c.data.borrow().dbs[db].len()).await;
+            let total: usize = sizes.iter().sum();
+            if total == 0 {
+                break;
+            }
             let mut pick = cell.data.borrow_mut().rng.below(total);
             let shard = sizes
                 .iter()
@@ -864,6 +871,9 @@ fn randomkey<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     d.dbs[db].random_key(crate::util::now_ms(), &mut d.rng)
                 })
                 .await;
+            if key.is_some() {
+                break;
+            }
         }
         match key {
             Some(k) => g.w().bulk(&k),

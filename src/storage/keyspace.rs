@@ -950,6 +950,12 @@ impl Db {
                 let hash = self.hasher.hash_one(&key[..]);
                 self.remove_at(idx, hash, &key);
                 self.expired_count += 1;
+                // Replicas and the AOF must see the deletion (Redis propagates the
+                // DEL of every key it finds expired); without it a replica keeps
+                // the key, TTL and all, for good.
+                if STREAM_READERS.any() {
+                    self.expired_log.push(key.clone());
+                }
                 if TRACKING_CLIENTS.any() {
                     self.tracking_expired.push(key.clone());
                 }

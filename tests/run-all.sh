@@ -112,6 +112,12 @@ check_floors() {
         else
             failed=$((failed + 1))
             echo "$3 floor FAIL: $unit $got < $floor"
+            # Name the tests that did not pass and the failure lines of the unit's log,
+            # so a CI failure can be diagnosed from its output alone.
+            awk -F'\t' -v u="$unit" '$1==u && $2!="ok" {print "    " $2 ": " $3}' \
+                "$(dirname "$2")/tests.tsv" 2>/dev/null || true
+            grep -h -A3 -E '\[(err|exception)\]' "$(dirname "$2")/logs/${unit//\//_}.log" \
+                2>/dev/null | head -40 | sed 's/^/    | /' || true
         fi
     done < "$1"
 }

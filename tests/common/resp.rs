@@ -266,8 +266,19 @@ impl Proc {
     /// Starts `tessera ARGS` and waits until `port` answers PING with anything
     /// (+PONG, or -NOAUTH when a password is required).
     pub fn start(args: &[String], port: u16) -> Proc {
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args(args)
+        // A directory of its own unless the test names one: a server that saves on
+        // shutdown must not leave dump.rdb in the checkout for the next one to load.
+        // After the test's arguments: the first may be a config file.
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+        cmd.args(args);
+        if !args.iter().any(|a| a == "--dir") {
+            let dir =
+                std::env::temp_dir().join(format!("tessera-proc-{}-{port}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::create_dir_all(&dir);
+            cmd.arg("--dir").arg(&dir);
+        }
+        let child = cmd
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -138,7 +138,9 @@ pub async fn become_master(cell: &std::rc::Rc<crate::shard::ShardCell>, wait: bo
 
 /// REPLICAOF host port, a failover's switch (Redis's replicationSetMaster): the link
 /// task connects to the new master; a master that becomes a replica asks to continue
-/// its own history; replicas reconnect.
+/// its own history. This server's replicas stay connected, as in Redis: they go on
+/// if the new master continues the history, and are disconnected when the history
+/// changes (a new id on +CONTINUE) or a full sync's payload is about to load.
 pub async fn become_replica_of(
     cell: &std::rc::Rc<crate::shard::ShardCell>,
     host: String,
@@ -151,7 +153,6 @@ pub async fn become_replica_of(
         set_replica(true);
         link::master_changed(was_master);
     }
-    disconnect_replicas(cell).await;
     unblock_blocked_clients(cell).await;
     crate::server::role_changed(&cell.data.borrow().config);
 }
@@ -386,7 +387,7 @@ pub fn try_partial(asked_id: &str, offset: i64, peer: ReplicaPeer, who: &str) ->
         }
         return None;
     };
-    register_link(reader, peer);
+    register_link(reader, peer, SyncState::Online);
     SYNC_PARTIAL_OK.fetch_add(1, Ordering::Relaxed);
     tracing::info!("Partial resynchronization request from {who} accepted. Sending {sent} bytes of backlog starting from offset {offset}.");
     Some(reader)
@@ -502,10 +503,32 @@ pub fn restore_from_rdb(
     crate::persistence::load::feed_expired_to_stream(true);
 }
 
+/// Where a replica link stands in its sync (Redis's replstate), as INFO shows it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SyncState {
+    /// Its snapshot is being taken (a diskless transfer counts here, as in Redis).
+    WaitBgsave,
+    /// A disk-based sync sends it the saved file.
+    SendBulk,
+    /// It has its snapshot and takes the stream.
+    Online,
+}
+
+impl SyncState {
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncState::WaitBgsave => "wait_bgsave",
+            SyncState::SendBulk => "send_bulk",
+            SyncState::Online => "online",
+        }
+    }
+}
+
 /// What INFO replication shows of a replica link, kept beside its stream reader.
 struct Link {
     id: u64,
     peer: ReplicaPeer,
+    state: SyncState,
     /// The offset the replica last acknowledged (REPLCONF ACK) and when (unix ms);
     /// the time starts as the link's.
     ack_offset: u64,
@@ -518,8 +541,10 @@ fn links() -> std::sync::MutexGuard<'static, Vec<Link>> {
     LINKS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// INFO's connected_slaves, FAILOVER's "any replica": every replica from its SYNC
+/// on, those still waiting for their snapshot to start included (Redis's slaves list).
 pub fn link_count() -> usize {
-    links().len()
+    links().len() + full_sync::pending_count()
 }
 
 /// Registers a replica link as a reader of the effect stream; its stream starts with
@@ -529,14 +554,39 @@ pub fn link_count() -> usize {
 pub fn attach(peer: ReplicaPeer) -> (u64, u64) {
     crate::effects::backlog_create(BACKLOG_SIZE.load(Ordering::Relaxed) as usize);
     let (id, offset) = crate::effects::subscribe();
-    register_link(id, peer);
+    register_link(id, peer, SyncState::WaitBgsave);
     (id, offset)
 }
 
-fn register_link(id: u64, peer: ReplicaPeer) {
+/// A link for a replica that shares a full sync whose snapshot ends at `offset`
+/// (another replica's disk-based sync, still saving): its stream is the backlog's
+/// from there on. None when the backlog no longer holds it.
+pub fn attach_at(peer: ReplicaPeer, offset: u64) -> Option<u64> {
+    let (id, _) = crate::effects::subscribe_from(offset + 1)?;
+    register_link(id, peer, SyncState::WaitBgsave);
+    Some(id)
+}
+
+/// A link moves on in its sync (INFO's state=).
+pub fn set_state(id: u64, state: SyncState) {
+    if let Some(l) = links().iter_mut().find(|l| l.id == id) {
+        l.state = state;
+    }
+}
+
+/// Whether a link other than `except` waits for its snapshot (Redis's
+/// anyOtherSlaveWaitRdb).
+pub fn any_other_waits_for_snapshot(except: u64) -> bool {
+    links()
+        .iter()
+        .any(|l| l.id != except && l.state == SyncState::WaitBgsave)
+}
+
+fn register_link(id: u64, peer: ReplicaPeer, state: SyncState) {
     links().push(Link {
         id,
         peer,
+        state,
         ack_offset: 0,
         ack_ms: crate::util::now_ms(),
     });
@@ -599,11 +649,12 @@ pub async fn wait_acks(n: usize, offset: u64) -> usize {
     .await
 }
 
-/// The attached replicas as ROLE lists them: address, listening port, and the
+/// The online replicas as ROLE lists them: address, listening port, and the
 /// offset each last acknowledged, in attach order.
 pub fn replica_acks() -> Vec<(String, u16, u64)> {
     links()
         .iter()
+        .filter(|l| l.state == SyncState::Online)
         .map(|l| (l.peer.ip.clone(), l.peer.port, l.ack_offset))
         .collect()
 }
@@ -645,13 +696,13 @@ pub fn log_replicas_at_shutdown() {
     }
 }
 
-/// Replicas whose last ACK is at most `max_lag` seconds old (Redis's
+/// Online replicas whose last ACK is at most `max_lag` seconds old (Redis's
 /// refreshGoodSlavesCount, for min-replicas-to-write).
 pub fn good_replicas(max_lag: u64) -> usize {
     let now = crate::util::now_ms();
     links()
         .iter()
-        .filter(|l| now.saturating_sub(l.ack_ms) / 1000 <= max_lag)
+        .filter(|l| l.state == SyncState::Online && now.saturating_sub(l.ack_ms) / 1000 <= max_lag)
         .count()
 }
 
@@ -695,20 +746,32 @@ fn cron(config: &crate::config::Config) {
     }
 }
 
-/// INFO replication's `slaveN:ip=...,port=...,state=online,offset=...,lag=...` lines,
-/// in attach order. A link is online from its attach: the snapshot it starts with
-/// is already queued to it.
+/// INFO replication's `slaveN:ip=...,port=...,state=...,offset=...,lag=...` lines:
+/// the links in attach order, then the replicas whose snapshot has not started
+/// (wait_bgsave, offset 0, as Redis shows them).
 pub fn info_lines(out: &mut String) {
     use std::fmt::Write;
     let now = crate::util::now_ms();
-    for (i, l) in links().iter().enumerate() {
+    let links = links();
+    for (i, l) in links.iter().enumerate() {
         let _ = write!(
             out,
-            "slave{i}:ip={},port={},state=online,offset={},lag={}\r\n",
+            "slave{i}:ip={},port={},state={},offset={},lag={}\r\n",
             l.peer.ip,
             l.peer.port,
+            l.state.name(),
             l.ack_offset,
             now.saturating_sub(l.ack_ms) / 1000
+        );
+    }
+    for (i, (peer, since_ms)) in full_sync::pending_peers().iter().enumerate() {
+        let _ = write!(
+            out,
+            "slave{}:ip={},port={},state=wait_bgsave,offset=0,lag={}\r\n",
+            links.len() + i,
+            peer.ip,
+            peer.port,
+            now.saturating_sub(*since_ms) / 1000
         );
     }
 }

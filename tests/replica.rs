@@ -297,6 +297,7 @@ fn wait_counts_acknowledging_replicas_and_times_out() {
     let n: i64 = q(&mut m, &["WAIT", "1", "0"]);
     assert_eq!(n, 1);
     wait_in_sync(&mut m, &mut r);
+    wait_online(&mut m, 1);
     // ROLE on the master lists the replica: address, listening port, and the offset
     // it acknowledged (its next once-a-second ACK reaches the master's offset).
     let role_entry = |m: &mut redis::Connection| -> Vec<String> {
@@ -390,6 +391,7 @@ fn min_replicas_to_write_counts_replicas_that_acknowledge() {
     let replica = tessera_replica(master.port);
     let mut r = replica.client();
     wait_in_sync(&mut m, &mut r);
+    wait_online(&mut m, 1);
     let _: () = q(&mut m, &["SET", "k", "1"]);
     assert_eq!(info_u64(&mut m, "replication", "min_slaves_good_slaves"), 1);
     // A replica that stops acknowledging stops counting after the lag allowed.
@@ -820,6 +822,133 @@ fn disk_based_sync_writes_the_rdb_first() {
     let after: i64 = q(&mut m, &["LASTSAVE"]);
     assert!(after > before, "LASTSAVE did not move");
     assert_same(&mut m, &mut r);
+}
+
+/// Waits up to 10 s for `what` to hold, failing with `why`.
+fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !what() {
+        assert!(Instant::now() < deadline, "{why}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the master lists `n` replicas online: a replica whose link is up has
+/// its snapshot, but its master counts it online (ROLE, min-replicas-to-write) only
+/// once the transfer's end is seen there too, as in Redis.
+fn wait_online(m: &mut redis::Connection, n: usize) {
+    wait_until("the master does not list its replicas online", || {
+        let info: String = q(m, &["INFO", "replication"]);
+        info.matches("state=online").count() == n
+    });
+}
+
+/// Two replicas that ask for a disk-based sync while its BGSAVE runs share it, as
+/// Redis's replicas do: one save (rdb_saves counts 1), INFO shows both waiting for
+/// it (wait_bgsave) and then online, and the writes made during the save reach both
+/// (the second link starts at the first one's cut, from the backlog).
+#[test]
+fn disk_based_sync_replicas_share_one_bgsave() {
+    let master = Server::start_with(
+        2,
+        &[
+            "--repl-diskless-sync",
+            "no",
+            "--save",
+            "",
+            "--rdb-key-save-delay",
+            "300000",
+        ],
+    );
+    let mut m = master.client();
+    for i in 0..10 {
+        let _: () = q(&mut m, &["SET", &format!("k{i}"), "v"]);
+    }
+    let saves_before = persistence_field(&mut m, "rdb_saves");
+    let a = tessera_replica(master.port);
+    wait_until("the first replica's BGSAVE did not start", || {
+        persistence_field(&mut m, "rdb_bgsave_in_progress") == "1"
+    });
+    let b = tessera_replica(master.port);
+    let (mut ac, mut bc) = (a.client(), b.client());
+    wait_until(
+        "INFO does not show both replicas waiting for the BGSAVE",
+        || {
+            info_field(&mut m, "replication", "connected_slaves") == "2"
+                && info_field(&mut m, "replication", "slave0").contains("state=wait_bgsave")
+                && info_field(&mut m, "replication", "slave1").contains("state=wait_bgsave")
+        },
+    );
+    let _: () = q(&mut m, &["SET", "during", "the save"]);
+    let _: () = q(&mut m, &["INCR", "k0-counter"]);
+    wait_in_sync(&mut m, &mut ac);
+    wait_in_sync(&mut m, &mut bc);
+    assert_same(&mut m, &mut ac);
+    assert_same(&mut m, &mut bc);
+    let saves_after = persistence_field(&mut m, "rdb_saves");
+    assert_eq!(
+        saves_after.parse::<u64>().unwrap_or(0),
+        saves_before.parse::<u64>().unwrap_or(0) + 1,
+        "the replicas did not share one BGSAVE"
+    );
+    wait_online(&mut m, 2);
+}
+
+/// The BGSAVE of a disk-based sync is given up once no replica waits for it and no
+/// `save` point wants the file (Redis's "Kill rdb child process if its dumping RDB is
+/// not useful"); with a save point it goes on.
+#[test]
+fn a_disk_sync_bgsave_nobody_waits_for_is_given_up() {
+    let master = Server::start_with(
+        2,
+        &[
+            "--repl-diskless-sync",
+            "no",
+            "--save",
+            "",
+            "--rdb-key-save-delay",
+            "1000000",
+        ],
+    );
+    let mut m = master.client();
+    for i in 0..10 {
+        let _: () = q(&mut m, &["SET", &format!("k{i}"), "v"]);
+    }
+    let (a, b) = (tessera_replica(master.port), tessera_replica(master.port));
+    let (mut ac, mut bc) = (a.client(), b.client());
+    let both_wait = |m: &mut redis::Connection| {
+        persistence_field(m, "rdb_bgsave_in_progress") == "1"
+            && info_field(m, "replication", "slave0").contains("state=wait_bgsave")
+            && info_field(m, "replication", "slave1").contains("state=wait_bgsave")
+    };
+    wait_until("the BGSAVE did not start for both", || both_wait(&mut m));
+    let _: () = q(&mut ac, &["REPLICAOF", "NO", "ONE"]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        persistence_field(&mut m, "rdb_bgsave_in_progress"),
+        "1",
+        "given up while a replica still waited for it"
+    );
+    let _: () = q(&mut bc, &["REPLICAOF", "NO", "ONE"]);
+    // Within a second, as Redis's test asks (the save itself would take ten): the
+    // replica closes its link at REPLICAOF NO ONE, and the master notices at once.
+    let t0 = Instant::now();
+    wait_until("the unwanted BGSAVE went on", || {
+        persistence_field(&mut m, "rdb_bgsave_in_progress") == "0"
+    });
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(persistence_field(&mut m, "rdb_last_bgsave_status"), "ok");
+    // A save point wants the file: it is saved to the end.
+    let _: () = q(&mut m, &["CONFIG", "SET", "save", "900 1"]);
+    let port = master.port.to_string();
+    let _: () = q(&mut ac, &["REPLICAOF", "127.0.0.1", &port]);
+    let _: () = q(&mut bc, &["REPLICAOF", "127.0.0.1", &port]);
+    wait_until("the BGSAVE did not start again", || both_wait(&mut m));
+    let _: () = q(&mut ac, &["REPLICAOF", "NO", "ONE"]);
+    let _: () = q(&mut bc, &["REPLICAOF", "NO", "ONE"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(persistence_field(&mut m, "rdb_bgsave_in_progress"), "1");
+    let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
 }
 
 #[test]

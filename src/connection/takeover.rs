@@ -115,14 +115,19 @@ impl Connection {
         use crate::replication::full_sync;
         let who = format!("{}:{}", peer.ip, peer.port);
         let shared = self.session.shared.clone();
-        let gone = || shared.killed.get();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stream);
+        let gone = || shared.killed.get() || full_sync::peer_closed(fd);
         let Some(transfer) =
             full_sync::diskless(cell, peer, &self.stream, delay_s, max_waiting, gone).await
         else {
             self.session.close_after_reply = true;
             return;
         };
-        if !transfer.finished(&self.stream, gone).await {
+        let timeout_s = || {
+            let c = &cell.data.borrow().config;
+            c.int_param("repl-timeout").unwrap_or(60).max(1) as u64
+        };
+        if !transfer.finished(&self.stream, gone, timeout_s, &who).await {
             crate::replication::detach(transfer.link);
             self.session.close_after_reply = true;
             return;
@@ -144,9 +149,9 @@ impl Connection {
         psync: bool,
     ) {
         use crate::replication::full_sync;
-        tracing::info!("Starting BGSAVE for SYNC with target: disk");
         let shared = self.session.shared.clone();
-        let gone = || shared.killed.get();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stream);
+        let gone = || shared.killed.get() || full_sync::peer_closed(fd);
         let Some((job, link, offset)) = full_sync::to_disk(cell, peer, &self.stream, gone).await
         else {
             self.session.close_after_reply = true;
@@ -156,16 +161,23 @@ impl Connection {
             let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
             self.out.extend_from_slice(line.as_bytes());
             if !self.send_early().await {
+                full_sync::left_disk_save(cell, &job, link);
                 crate::replication::detach(link);
                 return;
             }
         }
         if !full_sync::saved(&job, &self.stream, gone).await {
-            tracing::warn!("SYNC failed. BGSAVE child returned an error");
+            if gone() {
+                // The replica left while its snapshot was saved.
+                full_sync::left_disk_save(cell, &job, link);
+            } else {
+                tracing::warn!("SYNC failed. BGSAVE child returned an error");
+            }
             crate::replication::detach(link);
             self.session.close_after_reply = true;
             return;
         }
+        crate::replication::set_state(link, crate::replication::SyncState::SendBulk);
         let sent = self.send_rdb_file(cell).await;
         if let Err(e) = &sent {
             tracing::warn!("SYNC failed. Can't open/stat DB after BGSAVE: {e}");
@@ -229,6 +241,7 @@ impl Connection {
 
     fn become_replica_link(&mut self, id: u64, how: &str) {
         self.replica_link = Some(id);
+        crate::replication::set_state(id, crate::replication::SyncState::Online);
         self.session
             .shared
             .role
@@ -390,14 +403,22 @@ impl Connection {
         let sub = (args.len() >= 2)
             .then(|| [args.get(0), b"|", args.get(1)].concat())
             .and_then(|full| t.lookup_full(&full));
-        let name = match sub {
-            Some(id) => t.stat_name(id),
-            None => commands::table::lookup(args.get(0)).map_or("<unknown>", |(_, s)| s.name),
+        let (name, flags) = match sub {
+            Some(id) => (t.stat_name(id), t.stat_flags(id)),
+            None => commands::table::lookup(args.get(0))
+                .map_or(("<unknown>", 0), |(_, s)| (s.name, s.flags)),
         };
         tracing::warn!(
             "Replica generated a reply to command '{name}', disconnecting it: {}",
             self.session.shared.info_line(crate::util::now_ms())
         );
+        use commands::table::flags::{MAY_REPLICATE, READONLY, WRITE};
+        if flags & (READONLY | WRITE | MAY_REPLICATE) != 0 {
+            crate::replication::link::error_to_replica(
+                "Replica can't interact with the keyspace",
+                name,
+            );
+        }
     }
 
     /// A monitor's wait: writes feed lines as they come until input arrives.

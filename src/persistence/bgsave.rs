@@ -622,6 +622,26 @@ pub fn abandon() -> bool {
     }
 }
 
+/// Whether `job` is the background job in progress.
+pub fn is_running(job: &Arc<Job>) -> bool {
+    self::job().is_some_and(|j| Arc::ptr_eq(&j, job))
+}
+
+/// Whether the background job in progress is a diskless transfer (a replica that
+/// asks then waits for the next one: Redis's "Current BGSAVE has socket target").
+pub fn transfer_running() -> bool {
+    self::job().is_some_and(|j| matches!(j.kind, Kind::Replicas))
+}
+
+/// Gives up `job`, a disk BGSAVE, if it still runs: the replicas it was for left
+/// (Redis's killRDBChild from freeClient). Returns whether it did.
+pub fn abandon_disk_save(job: &Arc<Job>) -> bool {
+    if !matches!(job.kind, Kind::Rdb) || job.outcome().is_some() || !is_running(job) {
+        return false;
+    }
+    abandon_job(job)
+}
+
 /// Gives the AOF rewrite in progress up (Redis's killAppendOnlyChild).
 pub fn abandon_rewrite() -> bool {
     match job() {

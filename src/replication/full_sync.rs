@@ -12,10 +12,17 @@
 //! * **Disk** (`repl-diskless-sync no`, or a replica without `capa eof`): a BGSAVE of
 //!   dbfilename, whose cut attaches the link, then the file sent as `$<len>`.
 //!
+//!   A replica that asks while such a BGSAVE still saves shares it (Redis's
+//!   "Waiting for end of BGSAVE for SYNC"): its link starts at the same offset, from
+//!   the backlog. When the last replica waiting for it leaves and no `save` point is
+//!   set, the BGSAVE is given up (Redis's killRDBChild in freeClient).
+//!
 //! A round opens with the first replica waiting and starts `repl-diskless-sync-delay`
 //! seconds later (sooner once `repl-diskless-sync-max-replicas` wait), once no other
 //! background job runs: one child at a time, as Redis has. A replica waiting for its
 //! round or its BGSAVE gets a newline every second, which keeps its link alive.
+//! Until its snapshot starts it is a pending replica (INFO's wait_bgsave with no
+//! link yet); a replica that closes its socket meanwhile is noticed at once.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
@@ -43,6 +50,8 @@ enum Joined {
 /// A replica waiting for its round.
 struct Waiter {
     peer: ReplicaPeer,
+    /// Its entry among the pending replicas, gone when its link attaches.
+    pending: u64,
     socket: OwnedFd,
     joined: Arc<Mutex<Joined>>,
 }
@@ -55,6 +64,65 @@ struct Round {
 }
 
 static ROUND: Mutex<Option<Round>> = Mutex::new(None);
+
+/// Replicas whose full sync waits for its snapshot to start (Redis's
+/// WAIT_BGSAVE_START): no link yet, but INFO lists them and counts them. Each with
+/// a token and when it asked (unix ms).
+static PENDING: Mutex<Vec<(u64, ReplicaPeer, u64)>> = Mutex::new(Vec::new());
+static NEXT_PENDING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A replica's place among the pending ones, for as long as it lives or until its
+/// link attaches (`unpend`).
+pub struct Pending(u64);
+
+impl Pending {
+    fn new(peer: ReplicaPeer) -> Pending {
+        let token = NEXT_PENDING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&PENDING).push((token, peer, crate::util::now_ms()));
+        Pending(token)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        unpend(self.0);
+    }
+}
+
+/// The pending replica `token` got its link (or left).
+fn unpend(token: u64) {
+    lock(&PENDING).retain(|(t, _, _)| *t != token);
+}
+
+pub fn pending_count() -> usize {
+    lock(&PENDING).len()
+}
+
+/// The pending replicas and since when they wait (unix ms), in arrival order.
+pub fn pending_peers() -> Vec<(ReplicaPeer, u64)> {
+    lock(&PENDING)
+        .iter()
+        .map(|(_, peer, since)| (peer.clone(), *since))
+        .collect()
+}
+
+/// The disk-based sync whose BGSAVE runs: its job and the offset its file ends at.
+/// Replicas that ask meanwhile share it.
+static DISK_SAVE: Mutex<Option<(Arc<Job>, u64)>> = Mutex::new(None);
+
+/// Whether the replica on `fd` closed its side (or the connection broke): a replica
+/// waiting for its snapshot reads nothing, so only this tells that it left (Redis
+/// sees the EOF in its event loop and frees the client).
+pub fn peer_closed(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one valid pollfd, without waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -75,14 +143,26 @@ pub struct Transfer {
 
 impl Transfer {
     /// Waits for the transfer to end: true when this replica got the whole file.
-    /// `gone` (the connection killed) ends the wait, the socket shut down so that
-    /// the writer drops it too.
-    pub async fn finished(&self, socket: &impl AsRawFd, gone: impl Fn() -> bool) -> bool {
+    /// `gone` (the connection killed or closed) ends the wait, and so does a replica
+    /// that took nothing for `timeout_s()` seconds (repl-timeout, read as it is now):
+    /// the socket is shut down so that the writer drops it too.
+    pub async fn finished(
+        &self,
+        socket: &impl AsRawFd,
+        gone: impl Fn() -> bool,
+        timeout_s: impl Fn() -> u64,
+        who: &str,
+    ) -> bool {
+        let mut stall = Stall::default();
         loop {
             if self.job.outcome().is_some() {
                 return self.job.socket_ok(self.index);
             }
-            if gone() {
+            let timed_out = stall.longer_than(socket.as_raw_fd(), timeout_s());
+            if timed_out {
+                tracing::warn!("Disconnecting timedout replica (full sync): {who}");
+            }
+            if timed_out || gone() {
                 // SAFETY: shutdown(2) on the connection's own socket.
                 unsafe { libc::shutdown(socket.as_raw_fd(), libc::SHUT_RDWR) };
                 return false;
@@ -90,6 +170,58 @@ impl Transfer {
             crate::runtime::sleep(POLL).await;
         }
     }
+}
+
+/// How long a replica has taken nothing of its transfer (Redis's
+/// repl_last_partial_write, checked by replicationCron). The writer child owns the
+/// writes, so progress is read from the socket: bytes the replica's TCP stack
+/// acknowledged. A stopped or stuck replica's window closes and that count stands
+/// still while bytes wait in the send queue; with nothing queued (the writer waits
+/// for the walk) the replica is not behind.
+#[derive(Default)]
+struct Stall {
+    acked: u64,
+    since: Option<std::time::Instant>,
+}
+
+impl Stall {
+    fn longer_than(&mut self, fd: std::os::fd::RawFd, timeout_s: u64) -> bool {
+        let (Some(acked), Some(queued)) = (bytes_acked(fd), bytes_queued(fd)) else {
+            return false;
+        };
+        if acked != self.acked || queued == 0 {
+            self.acked = acked;
+            self.since = None;
+            return false;
+        }
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        since.elapsed() > Duration::from_secs(timeout_s)
+    }
+}
+
+/// TCP_INFO's tcpi_bytes_acked of a socket.
+fn bytes_acked(fd: std::os::fd::RawFd) -> Option<u64> {
+    // SAFETY: tcp_info is plain data; getsockopt(2) fills at most `len` bytes of it.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        (r == 0).then_some(info.tcpi_bytes_acked)
+    }
+}
+
+/// Bytes in a socket's send queue, not yet acknowledged (SIOCOUTQ).
+fn bytes_queued(fd: std::os::fd::RawFd) -> Option<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    (r == 0).then_some(n.max(0) as u64)
 }
 
 /// A diskless full sync: joins (or opens) the round and waits for its transfer to
@@ -107,6 +239,7 @@ pub async fn diskless(
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(socket.as_raw_fd()) };
     let own = borrowed.try_clone_to_owned().ok()?;
     let joined = Arc::new(Mutex::new(Joined::Waiting));
+    let pending = Pending::new(peer.clone());
     {
         let mut round = lock(&ROUND);
         let r = round.get_or_insert_with(|| {
@@ -121,6 +254,7 @@ pub async fn diskless(
         });
         r.waiters.push(Waiter {
             peer,
+            pending: pending.0,
             socket: own,
             joined: joined.clone(),
         });
@@ -136,7 +270,7 @@ pub async fn diskless(
             // Taken out of the round, or its transfer began meanwhile: then the
             // socket is shut so that the writer drops it, and the link goes.
             if let Some(started) = leave_round(&joined) {
-                started.finished(socket, || true).await;
+                started.finished(socket, || true, || u64::MAX, "").await;
                 super::detach(started.link);
             }
             return None;
@@ -196,10 +330,14 @@ async fn lead(cell: &Rc<ShardCell>, waiters: Vec<Waiter>) {
     let links = Rc::new(std::cell::RefCell::new(Vec::new()));
     let at_cut = {
         let (preamble, links, mark) = (preamble.clone(), links.clone(), mark.clone());
-        let peers: Vec<ReplicaPeer> = waiters.iter().map(|w| w.peer.clone()).collect();
+        let peers: Vec<(ReplicaPeer, u64)> = waiters
+            .iter()
+            .map(|w| (w.peer.clone(), w.pending))
+            .collect();
         Box::new(move || {
             let mut offset = 0;
-            for peer in peers {
+            for (peer, pending) in peers {
+                unpend(pending);
                 let (id, at) = super::attach(peer);
                 links.borrow_mut().push(id);
                 offset = at;
@@ -303,8 +441,9 @@ fn send_newline(socket: &impl AsRawFd) {
     };
 }
 
-/// A disk-based full sync: a BGSAVE whose cut attaches the link, for this replica
-/// alone. Returns the job and the link, with the offset +FULLRESYNC reports; None
+/// A disk-based full sync: the BGSAVE of another replica's sync if one runs and the
+/// backlog still holds the stream from its cut, else a BGSAVE whose cut attaches the
+/// link. Returns the job and the link, with the offset +FULLRESYNC reports; None
 /// when the save could not start or `gone` says the replica left first.
 pub async fn to_disk(
     cell: &Rc<ShardCell>,
@@ -313,23 +452,43 @@ pub async fn to_disk(
     gone: impl Fn() -> bool,
 ) -> Option<(Arc<Job>, u64, u64)> {
     let mut keepalive = Keepalive::new();
+    let pending = Pending::new(peer.clone());
+    let mut told_waiting = false;
     loop {
         if gone() {
             return None;
         }
+        if let Some(shared) = share_disk_save(&peer, &pending) {
+            return Some(shared);
+        }
+        if bgsave::in_progress() && !told_waiting {
+            if bgsave::transfer_running() {
+                tracing::info!(
+                    "Current BGSAVE has socket target. Waiting for next BGSAVE for SYNC"
+                );
+            } else {
+                tracing::info!("Can't attach the replica to the current BGSAVE. Waiting for next BGSAVE for SYNC");
+            }
+            told_waiting = true;
+        }
         if !bgsave::busy() {
             let attached = Rc::new(std::cell::Cell::new(None));
             let at_cut = {
-                let (attached, peer) = (attached.clone(), peer.clone());
+                let (attached, peer, token) = (attached.clone(), peer.clone(), pending.0);
                 Box::new(move || {
+                    unpend(token);
                     attached.set(Some(super::attach(peer)));
                     true
                 })
             };
+            tracing::info!("Starting BGSAVE for SYNC with target: disk");
             let kind = bgsave::Kind::Rdb;
             let started = bgsave::start_job(cell, kind, at_cut).await;
             match (started, attached.get()) {
-                (Ok(job), Some((link, offset))) => return Some((job, link, offset)),
+                (Ok(job), Some((link, offset))) => {
+                    *lock(&DISK_SAVE) = Some((job.clone(), offset));
+                    return Some((job, link, offset));
+                }
                 (Err(bgsave::StartError::InProgress), None) => {}
                 (_, attached) => {
                     if let Some((link, _)) = attached {
@@ -342,6 +501,30 @@ pub async fn to_disk(
         keepalive.tick(socket);
         crate::runtime::sleep(POLL).await;
     }
+}
+
+/// The running BGSAVE of another replica's disk-based sync, shared (Redis's "Case 1"
+/// of syncCommand): a link from its cut's offset on, if the backlog holds it.
+fn share_disk_save(peer: &ReplicaPeer, pending: &Pending) -> Option<(Arc<Job>, u64, u64)> {
+    let (job, offset) = lock(&DISK_SAVE).clone()?;
+    if job.outcome().is_some() || job.abandoned() || !bgsave::is_running(&job) {
+        return None;
+    }
+    let link = super::attach_at(peer.clone(), offset)?;
+    unpend(pending.0);
+    tracing::info!("Waiting for end of BGSAVE for SYNC");
+    Some((job, link, offset))
+}
+
+/// A replica waiting for a disk-based sync's BGSAVE left (its link `link` detached):
+/// with no other replica waiting for a snapshot and no `save` point that wants the
+/// file, the BGSAVE is given up (Redis's freeClient: killRDBChild).
+pub fn left_disk_save(cell: &Rc<ShardCell>, job: &Arc<Job>, link: u64) {
+    let saves = !cell.data.borrow().config.save_points().is_empty();
+    if saves || super::any_other_waits_for_snapshot(link) {
+        return;
+    }
+    bgsave::abandon_disk_save(job);
 }
 
 /// Waits for a disk-based sync's BGSAVE to end, sending newlines meanwhile: true

@@ -110,6 +110,11 @@ fn detail() -> std::sync::MutexGuard<'static, Detail> {
     DETAIL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Bytes of the full sync's payload read so far (INFO's master_sync_read_bytes).
+pub fn transfer_read() -> u64 {
+    detail().transfer_read
+}
+
 pub fn state() -> LinkState {
     LinkState::from_u8(STATE.load(Ordering::Relaxed))
 }
@@ -284,6 +289,14 @@ pub fn unexpected_error_replies() -> u64 {
 
 pub fn reset_unexpected_error_replies() {
     UNEXPECTED_ERRORS.store(0, Ordering::Relaxed);
+}
+
+/// A replica link sent a command that touches the keyspace: Redis refuses it (its
+/// processCommand: "Replica can't interact with the keyspace") and logs the error it
+/// sends down the link as any error between master and replica, counted too.
+pub fn error_to_replica(text: &str, cmd: &str) {
+    tracing::warn!("== CRITICAL == This master is sending an error to its replica: '{text}' after processing the command '{cmd}'");
+    UNEXPECTED_ERRORS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A command replayed here failed (Redis's afterErrorReply for its master client
@@ -543,7 +556,7 @@ async fn sync_with_master(
     if !set_state_for(generation, LinkState::Handshake) {
         return Ok(None);
     }
-    let mut link = Lines::new(stream, timeout);
+    let mut link = Lines::new(stream, timeout, generation);
     handshake(cell, &mut link).await?;
     if !current(generation) {
         return Ok(None);
@@ -806,15 +819,16 @@ async fn receive_and_load(
             Err(_) => return Err(format!("Bad protocol from MASTER: {header}")),
         },
     };
+    {
+        // INFO's master_sync_total_bytes / master_sync_read_bytes from here on.
+        let mut d = detail();
+        d.transfer_size = match &body {
+            Body::Sized(n) => *n as i64,
+            Body::Marked(_) => -1,
+        };
+        d.transfer_read = 0;
+    }
     if diskless {
-        {
-            let mut d = detail();
-            d.transfer_size = match &body {
-                Body::Sized(n) => *n as i64,
-                Body::Marked(_) => -1,
-            };
-            d.transfer_read = 0;
-        }
         let side = cell.data.borrow().config.enum_param("repl-diskless-load") == Some("swapdb");
         let plan = diskless_load::Plan {
             side,
@@ -875,14 +889,6 @@ async fn receive_to(link: &mut Lines, path: &std::path::Path, body: Body) -> Res
         )
     };
     let mut file = std::fs::File::create(path).map_err(io_err)?;
-    {
-        let mut d = detail();
-        d.transfer_size = match &body {
-            Body::Sized(n) => *n as i64,
-            Body::Marked(_) => -1,
-        };
-        d.transfer_read = 0;
-    }
     let write_err = |e: std::io::Error| {
         format!(
             "Write error saving the DB on disk in MASTER <-> REPLICA synchronization: {}",
@@ -958,14 +964,20 @@ struct Lines {
     stream: TcpStream,
     buf: Vec<u8>,
     timeout: Duration,
+    /// The REPLICAOF setting this link serves: once it changes, reads end.
+    generation: u64,
 }
 
+/// How often a read waiting on the master looks whether REPLICAOF changed.
+const SETTING_CHECK: Duration = Duration::from_millis(50);
+
 impl Lines {
-    fn new(stream: TcpStream, timeout: Duration) -> Lines {
+    fn new(stream: TcpStream, timeout: Duration, generation: u64) -> Lines {
         Lines {
             stream,
             buf: Vec::new(),
             timeout,
+            generation,
         }
     }
 
@@ -993,13 +1005,29 @@ impl Lines {
         self.line().await
     }
 
-    /// More bytes into `buf`; Err on end-of-file, error or timeout.
+    /// More bytes into `buf`; Err on end-of-file, error or timeout, and (an empty
+    /// message: nothing went wrong) once REPLICAOF changed: the handshake or transfer
+    /// is given up and its socket closed at once, as Redis's
+    /// cancelReplicationHandshake does, not when the master next sends something (a
+    /// master saving for a disk-based sync sends only a newline a second, and keeps
+    /// its BGSAVE for a replica that is gone).
     async fn fill(&mut self) -> Result<(), String> {
         let mut tmp = vec![0u8; 64 * 1024];
-        let tick = crate::runtime::sleep(self.timeout);
-        let read = match crate::runtime::first(self.stream.read(&mut tmp), tick).await {
-            crate::runtime::First::A(r) => Some(r),
-            crate::runtime::First::B(()) => None,
+        let deadline = std::time::Instant::now() + self.timeout;
+        let read = loop {
+            if !current(self.generation) {
+                return Err(String::new());
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break None;
+            }
+            let tick = crate::runtime::sleep(left.min(SETTING_CHECK));
+            if let crate::runtime::First::A(r) =
+                crate::runtime::first(self.stream.read(&mut tmp), tick).await
+            {
+                break Some(r);
+            }
         };
         match read {
             None => Err(if state() == LinkState::Transfer {

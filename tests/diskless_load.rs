@@ -215,7 +215,7 @@ fn swapdb_from_another_history_answers_loading_and_swaps_functions_too() {
         ],
     );
     // Slow, so that the load is seen.
-    let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "300"]);
+    let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
     let _: () = q(
         &mut r,
         &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
@@ -225,6 +225,17 @@ fn swapdb_from_another_history_answers_loading_and_swaps_functions_too() {
     });
     assert_eq!(info_field(&mut r, "persistence", "async_loading"), "0");
     assert!(err(&mut r, &["GET", "mine"]).contains("loading the dataset"));
+    // Redis's loading_* fields while the payload loads: an EOF-marked payload has
+    // no known size; the bytes read so far grow.
+    assert_eq!(
+        info_field(&mut r, "persistence", "loading_total_bytes"),
+        "0"
+    );
+    assert_ne!(info_field(&mut r, "persistence", "loading_start_time"), "");
+    wait_for("loading_loaded_bytes", Duration::from_secs(10), || {
+        let read = info_field(&mut r, "persistence", "loading_loaded_bytes");
+        read.parse::<u64>().unwrap_or(0) > 0
+    });
     let _: () = q(&mut m, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
     wait_in_sync(&mut m, &mut r);
     assert_same(&mut m, &mut r);

@@ -132,6 +132,9 @@ pub fn log_aux_field(key: &str, value: &str) {
             tracing::info!("RDB age {} seconds", age.max(0));
         }
         "used-mem" => {
+            if let Some(load) = socket_load().as_mut() {
+                load.used_mem = number().max(0) as u64;
+            }
             let mb = number().max(0) as f64 / (1024.0 * 1024.0);
             tracing::info!("RDB memory usage when created {mb:.2} Mb");
         }
@@ -849,11 +852,72 @@ fn progress(file: &RdbFile) -> Progress {
     }
 }
 
-/// INFO persistence's loading_* lines, while a file loads.
+/// A replica's diskless load of its master's payload, for INFO's loading_* fields.
+#[derive(Clone, Copy)]
+struct SocketLoad {
+    started_unix: u64,
+    started: Instant,
+    /// The payload's size; 0 with an EOF mark, as Redis shows it.
+    total: u64,
+    /// The payload's `used-mem` AUX field, once read.
+    used_mem: u64,
+}
+
+static SOCKET_LOAD: Mutex<Option<SocketLoad>> = Mutex::new(None);
+
+fn socket_load() -> std::sync::MutexGuard<'static, Option<SocketLoad>> {
+    SOCKET_LOAD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn begin_socket_load(total: u64) {
+    *socket_load() = Some(SocketLoad {
+        started_unix: crate::util::now_ms() / 1000,
+        started: Instant::now(),
+        total,
+        used_mem: 0,
+    });
+}
+
+pub fn end_socket_load() {
+    *socket_load() = None;
+}
+
+/// The loading_* lines of a diskless load: its bytes are those read from the link.
+fn info_socket_loading_fields(out: &mut String) {
+    use std::fmt::Write as _;
+    let Some(SocketLoad {
+        started_unix,
+        started,
+        total,
+        used_mem,
+    }) = *socket_load()
+    else {
+        return;
+    };
+    let loaded = crate::replication::link::transfer_read();
+    let perc = if total == 0 {
+        0.0
+    } else {
+        loaded as f64 * 100.0 / total as f64
+    };
+    let elapsed = started.elapsed().as_secs();
+    let eta = if elapsed == 0 || total == 0 {
+        1
+    } else {
+        elapsed * total.saturating_sub(loaded) / (loaded + 1)
+    };
+    let _ = write!(
+        out,
+        "loading_start_time:{started_unix}\r\nloading_total_bytes:{total}\r\nloading_rdb_used_mem:{used_mem}\r\n\
+         loading_loaded_bytes:{loaded}\r\nloading_loaded_perc:{perc:.2}\r\nloading_eta_seconds:{eta}\r\n"
+    );
+}
+
+/// INFO persistence's loading_* lines, while a file or a master's payload loads.
 pub fn info_loading_fields(out: &mut String) {
     use std::fmt::Write as _;
     let Some(file) = CURRENT.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
-        return;
+        return info_socket_loading_fields(out);
     };
     let p = progress(&file);
     let _ = write!(

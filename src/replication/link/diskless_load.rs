@@ -195,6 +195,8 @@ pub(super) async fn load(
         Body::Sized(n) => (Some(n), None),
         Body::Marked(mark) => (None, Some(mark)),
     };
+    // INFO's loading_* fields; an EOF-marked payload has no known size (0, as Redis).
+    crate::persistence::load::begin_socket_load(left.unwrap_or(0));
     let mut payload = Payload {
         link,
         left,
@@ -209,6 +211,7 @@ pub(super) async fn load(
         Ok(parsed) => finish(cell, parsed, &plan).await,
         Err(f) => Err(f),
     };
+    crate::persistence::load::end_socket_load();
     set_loading(&plan, false);
     if let Err(f) = result {
         f.log();

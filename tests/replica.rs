@@ -843,12 +843,9 @@ fn wait_online(m: &mut redis::Connection, n: usize) {
     });
 }
 
-/// Two replicas that ask for a disk-based sync while its BGSAVE runs share it, as
-/// Redis's replicas do: one save (rdb_saves counts 1), INFO shows both waiting for
-/// it (wait_bgsave) and then online, and the writes made during the save reach both
-/// (the second link starts at the first one's cut, from the backlog).
-#[test]
-fn disk_based_sync_replicas_share_one_bgsave() {
+/// A master that syncs replicas through a disk BGSAVE of its 10 keys, each key's
+/// save delayed by `key_delay_us` microseconds, with no save point.
+fn slow_disk_sync_master(key_delay_us: &str) -> Server {
     let master = Server::start_with(
         2,
         &[
@@ -857,13 +854,24 @@ fn disk_based_sync_replicas_share_one_bgsave() {
             "--save",
             "",
             "--rdb-key-save-delay",
-            "300000",
+            key_delay_us,
         ],
     );
     let mut m = master.client();
     for i in 0..10 {
         let _: () = q(&mut m, &["SET", &format!("k{i}"), "v"]);
     }
+    master
+}
+
+/// Two replicas that ask for a disk-based sync while its BGSAVE runs share it, as
+/// Redis's replicas do: one save (rdb_saves counts 1), INFO shows both waiting for
+/// it (wait_bgsave) and then online, and the writes made during the save reach both
+/// (the second link starts at the first one's cut, from the backlog).
+#[test]
+fn disk_based_sync_replicas_share_one_bgsave() {
+    let master = slow_disk_sync_master("300000");
+    let mut m = master.client();
     let saves_before = persistence_field(&mut m, "rdb_saves");
     let a = tessera_replica(master.port);
     wait_until("the first replica's BGSAVE did not start", || {
@@ -899,21 +907,8 @@ fn disk_based_sync_replicas_share_one_bgsave() {
 /// not useful"); with a save point it goes on.
 #[test]
 fn a_disk_sync_bgsave_nobody_waits_for_is_given_up() {
-    let master = Server::start_with(
-        2,
-        &[
-            "--repl-diskless-sync",
-            "no",
-            "--save",
-            "",
-            "--rdb-key-save-delay",
-            "1000000",
-        ],
-    );
+    let master = slow_disk_sync_master("1000000");
     let mut m = master.client();
-    for i in 0..10 {
-        let _: () = q(&mut m, &["SET", &format!("k{i}"), "v"]);
-    }
     let (a, b) = (tessera_replica(master.port), tessera_replica(master.port));
     let (mut ac, mut bc) = (a.client(), b.client());
     let both_wait = |m: &mut redis::Connection| {

@@ -268,6 +268,12 @@ impl Config {
         self.uint_at(IDX_LFU_DECAY_TIME)
     }
 
+    /// repl-timeout in seconds (at least 1): how long a replication link may stay
+    /// silent, on either side.
+    pub fn repl_timeout_s(&self) -> u64 {
+        self.int_param("repl-timeout").unwrap_or(60).max(1) as u64
+    }
+
     pub fn active_expire_effort(&self) -> u32 {
         u32::try_from(self.int_at(IDX_ACTIVE_EXPIRE_EFFORT)).unwrap_or(1)
     }

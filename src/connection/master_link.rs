@@ -197,15 +197,7 @@ impl Connection {
 
     /// Nothing from the master for `repl-timeout` seconds (its PINGs included).
     fn master_timed_out(&self) -> bool {
-        let limit = self
-            .session
-            .cell
-            .data
-            .borrow()
-            .config
-            .int_param("repl-timeout")
-            .unwrap_or(60)
-            .max(1) as u64;
+        let limit = self.session.cell.data.borrow().config.repl_timeout_s();
         crate::util::now_ms().saturating_sub(crate::replication::link::last_io_ms()) > limit * 1000
     }
 }

@@ -123,10 +123,7 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         };
-        let timeout_s = || {
-            let c = &cell.data.borrow().config;
-            c.int_param("repl-timeout").unwrap_or(60).max(1) as u64
-        };
+        let timeout_s = || cell.data.borrow().config.repl_timeout_s();
         if !transfer.finished(&self.stream, gone, timeout_s, &who).await {
             crate::replication::detach(transfer.link);
             self.session.close_after_reply = true;
@@ -271,7 +268,7 @@ impl Connection {
                 let c = &data.config;
                 (
                     c.int_param("repl-ping-replica-period").unwrap_or(10).max(1) as u64,
-                    c.int_param("repl-timeout").unwrap_or(60).max(1) as u64,
+                    c.repl_timeout_s(),
                 )
             };
             // A PSYNC replica acknowledges every second: silent for repl-timeout, it

@@ -350,10 +350,7 @@ async fn lead(cell: &Rc<ShardCell>, waiters: Vec<Waiter>) {
             true
         })
     };
-    let timeout_ms = {
-        let c = &cell.data.borrow().config;
-        c.int_param("repl-timeout").unwrap_or(60).max(1) as u64 * 1000
-    };
+    let timeout_ms = cell.data.borrow().config.repl_timeout_s() * 1000;
     let transfer = bgsave::Transfer {
         sockets,
         timeout_ms,

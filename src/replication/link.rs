@@ -613,14 +613,7 @@ async fn sync_with_master(
 }
 
 fn repl_timeout(cell: &Rc<ShardCell>) -> Duration {
-    let secs = cell
-        .data
-        .borrow()
-        .config
-        .int_param("repl-timeout")
-        .unwrap_or(60)
-        .max(1);
-    Duration::from_secs(secs as u64)
+    Duration::from_secs(cell.data.borrow().config.repl_timeout_s())
 }
 
 /// A blocking connect on a thread of its own (a master that does not answer must

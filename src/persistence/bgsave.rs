@@ -518,6 +518,8 @@ fn unpin_current_thread() {
 async fn walk(cell: Rc<ShardCell>, job: Arc<Job>) {
     let mut counted = (0u64, 0u64);
     let mut served = u64::MAX;
+    // Keys the delay knob has paused for.
+    let mut paid = 0u64;
     loop {
         let abandoned = job.abandoned();
         if !abandoned && job.in_flight.load(Ordering::Relaxed) > MAX_IN_FLIGHT {
@@ -525,13 +527,21 @@ async fn walk(cell: Rc<ShardCell>, job: Arc<Job>) {
             continue;
         }
         let key_delay = cell.data.borrow().config.rdb_key_save_delay();
+        if key_delay > 0 && !abandoned && keys_saved(&cell) > paid {
+            // Every key the file gets costs the delay, those a write saved ahead of
+            // the walk too (a fork's child would still have them to write): the walk
+            // goes on, and ends, only once each is paid for.
+            paid += 1;
+            pause(&job, Duration::from_micros(key_delay as u64)).await;
+            continue;
+        }
         let done = step(&cell, &job, abandoned, key_delay > 0, &mut counted);
         if done {
             break;
         }
-        if key_delay > 0 && !abandoned {
-            pause(&job, Duration::from_micros(key_delay as u64)).await;
-        } else if !abandoned {
+        if abandoned {
+            crate::runtime::yield_now().await;
+        } else if key_delay == 0 {
             // While the shard serves clients its thread also sleeps between steps,
             // even when it has nothing else to do: on a host whose cores are shared
             // (clients, the writer) the walk then takes about a sixth of a core, not
@@ -541,11 +551,19 @@ async fn walk(cell: Rc<ShardCell>, job: Arc<Job>) {
                 crate::runtime::sleep(STEP_GAP).await;
             }
             crate::runtime::idle_or_after(FORCED_STEP_EVERY).await;
-        } else {
-            crate::runtime::yield_now().await;
         }
+        // With the delay knob, the key just written is paid for at the loop's top.
     }
     WALKING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Keys the shard's snapshot has written so far, by the walk and ahead of it.
+fn keys_saved(cell: &ShardCell) -> u64 {
+    let data = cell.data.borrow();
+    data.dbs
+        .iter()
+        .filter_map(|db| db.snapshot().map(|cut| cut.keys_saved))
+        .sum()
 }
 
 /// Sleeps `d`, waking early if the save is given up.

@@ -122,6 +122,9 @@ pub struct ClientShared {
     /// REPLCONF capa eof: the replica reads an RDB framed `$EOF:<mark>` (a diskless
     /// full sync).
     pub replica_capa_eof: Cell<bool>,
+    /// The replica's link into the replication buffer once it has one (0 before):
+    /// its output is counted there, not in `output_len`.
+    pub repl_link: Cell<u64>,
     /// Reply bytes the connection holds but has not written yet (while a write waits
     /// for the client to read): with the pub/sub outbox, CLIENT LIST's `omem` and what
     /// `client-output-buffer-limit` measures.
@@ -222,6 +225,7 @@ impl ClientShared {
             replica_port: Default::default(),
             replica_ip: Default::default(),
             replica_capa_eof: Default::default(),
+            repl_link: Default::default(),
             output_len: Default::default(),
             obuf_soft_since: Default::default(),
             killed: Default::default(),
@@ -259,19 +263,48 @@ impl ClientShared {
         }
     }
 
-    /// Reply bytes waiting for this client: unwritten output and queued pushes.
+    /// Reply bytes waiting for this client: unwritten output and queued pushes; for
+    /// a replica with a link, its part of the replication buffer (Redis counts a
+    /// replica's output there, and not the RDB file it is sent).
     pub fn pending_output(&self) -> usize {
-        self.output_len.get() + self.pubsub.outbox_len()
+        match self.repl_link.get() {
+            0 => self.output_len.get() + self.pubsub.outbox_len(),
+            link => crate::effects::link_usage(link),
+        }
+    }
+
+    /// A replica over the replica class's output buffer limit is closed (Redis
+    /// checks as the stream grows; a link checks while it waits to write, and at
+    /// least every second). True when it was.
+    pub fn replica_over_limit(&self) -> bool {
+        let now = crate::util::now_ms();
+        if self.output_limit_reached(self.pending_output(), now) {
+            self.close_for_output_limit(now);
+            return true;
+        }
+        false
     }
 
     /// Redis's checkClientOutputBufferLimits: whether `pending` reply bytes break the
     /// client's class limit: the hard one at once, the soft one once it has been
     /// exceeded continuously for more than its seconds (the timer starts at the first
     /// check over it and stops at the first under it). Bytes that Redis's static
-    /// 16 KB reply buffer would hold do not count, as in Redis.
+    /// 16 KB reply buffer would hold do not count, as in Redis; a replica's whole
+    /// part of the replication buffer does.
     pub fn output_limit_reached(&self, pending: usize, now_ms: u64) -> bool {
-        let limit = output_limit(self.output_class());
-        let used = pending.saturating_sub(REPLY_BUF_BYTES) as u64;
+        let class = self.output_class();
+        let mut limit = output_limit(class);
+        let used = if class == ClientClass::Replica {
+            // A replica's hard limit is never below the backlog: a partial resync
+            // may hand it that much at once, and the buffer is shared anyway.
+            let backlog = crate::replication::backlog_size() as u64;
+            if limit.hard_limit_bytes > 0 && limit.hard_limit_bytes < backlog {
+                limit.hard_limit_bytes = backlog;
+            }
+            pending as u64
+        } else {
+            pending.saturating_sub(REPLY_BUF_BYTES) as u64
+        };
         if limit.hard_limit_bytes > 0 && used >= limit.hard_limit_bytes {
             return true;
         }
@@ -408,6 +441,51 @@ pub struct Session {
     /// script's error that came from a `redis.call`): the command still counts as
     /// failed, the error not a second time.
     pub error_counted: bool,
+    /// Where the client's last write stands in the stream, for WAIT.
+    pub last_write: LastWrite,
+}
+
+/// Where a client's last write stands in the effect stream (Redis's c->woff): WAIT
+/// waits for the replicas to acknowledge that far, not for other clients' writes.
+/// Known as an entry number: the client's writes are numbered below
+/// `effects::next_seq()` as read once they are done.
+#[derive(Default, Clone, Copy)]
+pub struct LastWrite {
+    /// A write was dispatched and `seq` is not updated for it yet.
+    due: bool,
+    /// Every entry of the client's writes is numbered below this (0: none).
+    seq: u64,
+}
+
+impl LastWrite {
+    /// A command that may write was dispatched.
+    #[inline]
+    pub fn wrote(&mut self) {
+        self.due = true;
+    }
+
+    /// The batch of commands that held the write is done (its replies are in).
+    #[inline]
+    pub fn settle(&mut self) {
+        if self.due {
+            self.seq = crate::effects::next_seq();
+            self.due = false;
+        }
+    }
+
+    /// The stream offset the client's writes end at (0 without any), or a little
+    /// later.
+    pub fn offset(&self) -> u64 {
+        let seq = if self.due {
+            crate::effects::next_seq()
+        } else {
+            self.seq
+        };
+        if seq == 0 {
+            return 0;
+        }
+        crate::effects::offset_of(seq)
+    }
 }
 
 /// A key under WATCH: any write to it on its shard sets `dirty`.

@@ -623,7 +623,10 @@ fn lock_wakers() -> std::sync::MutexGuard<'static, Vec<std::task::Waker>> {
 /// How many replicas acknowledged at least `offset` (Redis's
 /// replicationCountAcksByOffset).
 pub fn acked(offset: u64) -> usize {
-    links().iter().filter(|l| l.ack_offset >= offset).count()
+    links()
+        .iter()
+        .filter(|l| l.state == SyncState::Online && l.ack_offset >= offset)
+        .count()
 }
 
 /// Resolves once at least `n` replicas acknowledged `offset`, with that count.
@@ -729,8 +732,10 @@ pub async fn run_cron(cell: std::rc::Rc<crate::shard::ShardCell>) {
 /// takes in the stream, and is freed, the history given a new id, after
 /// repl-backlog-ttl seconds without replicas (never on a replica: it may be promoted).
 fn cron(config: &crate::config::Config) {
-    // Asking merges the shards' logs into the backlog: with no replica attached
-    // nobody else reads the stream, and the logs would only grow.
+    // Asking merges the shards' logs into the backlog (with no replica attached
+    // nobody else reads the stream, and the logs would only grow), and frees a
+    // little of the replication buffer nobody needs any more.
+    crate::effects::trim_buffer();
     if crate::effects::backlog_info().is_none() {
         return;
     }

@@ -1321,3 +1321,113 @@ fn a_busy_script_on_the_replica_holds_the_stream_without_losing_it() {
     assert_same(&mut m, &mut r);
     assert_eq!(info_u64(&mut r, "stats", "unexpected_error_replies"), 0);
 }
+
+/// Redis 7.0's shared replication buffer: two replicas cost one copy of the stream;
+/// a stopped replica keeps the buffer beyond repl-backlog-size, so that another
+/// replica that comes back continues from anywhere in it with a partial resync; the
+/// stopped one is dropped at its output buffer limit (raised to the backlog's size,
+/// as Redis does), and the buffer shrinks back to the backlog.
+#[test]
+fn replicas_share_one_buffer_that_a_slow_replica_makes_outgrow_the_backlog() {
+    let master = Server::start_with(2, &["--repl-backlog-size", "16kb"]);
+    let mut m = master.client();
+    let fast = tessera_replica(master.port);
+    let slow = tessera_replica(master.port);
+    let (mut f, mut s) = (fast.client(), slow.client());
+    let _: () = q(&mut m, &["SET", "k", "0"]);
+    wait_in_sync(&mut m, &mut f);
+    wait_in_sync(&mut m, &mut s);
+    wait_online(&mut m, 2);
+    slow.signal(libc::SIGSTOP);
+    // 48 MB of stream, more than the stopped replica's socket buffers take.
+    let value = "v".repeat(64 * 1024);
+    let write = |m: &mut redis::Connection, prefix: &str, n: usize| {
+        for i in 0..n {
+            let _: () = q(m, &["SET", &format!("{prefix}:{i}"), &value]);
+        }
+    };
+    write(&mut m, "a", 768);
+    wait_in_sync(&mut m, &mut f);
+    let histlen = info_u64(&mut m, "replication", "repl_backlog_histlen");
+    assert!(
+        histlen > 16 << 20,
+        "the slow replica's part went: {histlen}"
+    );
+    let total = info_u64(&mut m, "memory", "mem_total_replication_buffers");
+    assert!(
+        total < 64 << 20,
+        "more than one copy for two replicas: {total}"
+    );
+    assert!(info_u64(&mut m, "memory", "mem_clients_slaves") > 16 << 20);
+    // The fast replica leaves for a while; it comes back far behind the last 16 KB,
+    // but inside what the buffer holds for the slow one.
+    let nobody = free_port().to_string();
+    let _: () = q(&mut f, &["REPLICAOF", "127.0.0.1", &nobody]);
+    write(&mut m, "b", 32);
+    let port = master.port.to_string();
+    let _: () = q(&mut f, &["REPLICAOF", "127.0.0.1", &port]);
+    wait_in_sync(&mut m, &mut f);
+    assert_eq!(info_u64(&mut m, "stats", "sync_partial_ok"), 1);
+    assert_same(&mut m, &mut f);
+    // The stopped replica breaks a 128 KB limit: dropped, and its part of the
+    // buffer freed.
+    let _: () = q(
+        &mut m,
+        &[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "replica 128kb 0 0",
+        ],
+    );
+    wait_until("the stopped replica was not dropped", || {
+        info_u64(&mut m, "replication", "connected_slaves") == 1
+    });
+    wait_until("the buffer did not shrink", || {
+        info_u64(&mut m, "replication", "repl_backlog_histlen") < 1 << 20
+            && info_u64(&mut m, "memory", "mem_total_replication_buffers") < 1 << 20
+    });
+    slow.signal(libc::SIGCONT);
+    wait_in_sync(&mut m, &mut s);
+    assert_same(&mut m, &mut s);
+}
+
+/// WAIT counts the replicas that acknowledged the client's own last write (Redis's
+/// c->woff), not the stream's end: a stopped replica that got one client's write
+/// before it stopped still counts for that client; a client that wrote nothing is
+/// answered at once with the replicas online.
+#[test]
+fn wait_counts_from_the_clients_own_last_write() {
+    let master = Server::start(2);
+    let (mut a, mut b, mut idle) = (master.client(), master.client(), master.client());
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    let _: () = q(&mut a, &["SET", "a", "1"]);
+    let n: i64 = q(&mut a, &["WAIT", "1", "0"]);
+    assert_eq!(n, 1);
+    wait_in_sync(&mut a, &mut r);
+    wait_online(&mut a, 1);
+    replica.signal(libc::SIGSTOP);
+    let _: () = q(&mut b, &["SET", "b", "1"]);
+    let t0 = Instant::now();
+    let n: i64 = q(&mut a, &["WAIT", "1", "2000"]);
+    assert_eq!(n, 1, "the replica acknowledged a's write before it stopped");
+    let n: i64 = q(&mut idle, &["WAIT", "1", "2000"]);
+    assert_eq!(n, 1, "a client without writes waits for nothing");
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
+    let n: i64 = q(&mut b, &["WAIT", "1", "300"]);
+    assert_eq!(n, 0, "b's write never reached the stopped replica");
+    // A transaction's writes count from its EXEC, not from when they were queued.
+    let _: () = q(&mut idle, &["MULTI"]);
+    let _: String = q(&mut idle, &["INCR", "c"]);
+    let _: Vec<i64> = q(&mut idle, &["EXEC"]);
+    let n: i64 = q(&mut idle, &["WAIT", "1", "300"]);
+    assert_eq!(n, 0, "the EXEC's write never reached the stopped replica");
+    replica.signal(libc::SIGCONT);
+    let n: i64 = q(&mut b, &["WAIT", "1", "0"]);
+    assert_eq!(n, 1);
+}

@@ -205,7 +205,7 @@ fn wait<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 }
 
 /// WAIT numreplicas timeout (Redis's waitCommand): how many replicas acknowledged
-/// the stream up to now, waiting (a GETACK asked of them) until `numreplicas` did or
+/// the stream up to the client's last write, waiting (a GETACK asked of them) until `numreplicas` did or
 /// the timeout (ms, 0: none) passed. Inside MULTI or a script it never waits.
 async fn wait_async(g: &mut GlobalCtx<'_>) {
     if replication::is_replica() {
@@ -221,8 +221,9 @@ async fn wait_async(g: &mut GlobalCtx<'_>) {
     if timeout_ms < 0 {
         return g.w().error("ERR timeout is negative");
     }
-    // Every write this client made is in the stream up to here.
-    let offset = crate::effects::offset();
+    // Where this client's last write ends: other clients' later writes are not
+    // waited for (Redis's c->woff).
+    let offset = g.session.last_write.offset();
     let wanted = wanted.max(0) as usize;
     let count = replication::acked(offset);
     if count >= wanted || g.session.exec_owner.is_some() || g.session.in_script {

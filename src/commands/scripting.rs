@@ -181,6 +181,7 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         watched: Vec::new(),
         in_script: true,
         error_counted: false,
+        last_write: Default::default(),
     }
 }
 

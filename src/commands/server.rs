@@ -197,8 +197,6 @@ struct ShardReport {
     expired: u64,
     /// Keys a writable replica expires itself.
     replica_local_expires: usize,
-    /// Bytes the shard's replica links have taken from the stream and not yet sent.
-    replica_output: usize,
     clients: usize,
     blocked_clients: usize,
     /// The shard's client_recent_max_input_buffer / _output_buffer.
@@ -275,13 +273,6 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     eviction_us: d.mem.eviction_us,
                     dataset: d.dataset_bytes(),
                     dirty: d.dirty,
-                    replica_output: c
-                        .clients
-                        .borrow()
-                        .iter()
-                        .filter(|x| x.role.get() == crate::clients::ClientRole::Replica)
-                        .map(|x| x.pending_output())
-                        .sum(),
                     // Replica links are not clients to INFO (Redis: clients less
                     // slaves).
                     clients: c
@@ -478,7 +469,7 @@ fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mu
     let lua_scripts = crate::scripting::scripts_bytes();
     let pending = memory::LAZYFREE_PENDING.load(std::sync::atomic::Ordering::Relaxed);
     let freed = memory::LAZYFREED.load(std::sync::atomic::Ordering::Relaxed);
-    let repl = ReplicationMemory::measure(reports);
+    let repl = ReplicationMemory::measure();
     let _ = write!(
         out,
         "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{overhead}\r\nused_memory_startup:{startup}\r\nused_memory_dataset:{dataset}\r\nused_memory_dataset_perc:{:.2}%\r\nallocator_allocated:{}\r\nallocator_active:{}\r\nallocator_resident:{}\r\ntotal_system_memory:{sysmem}\r\ntotal_system_memory_human:{}\r\nused_memory_lua:{lua}\r\nused_memory_vm_eval:{lua}\r\nused_memory_lua_human:{lua_human}\r\nused_memory_scripts_eval:{lua_scripts}\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:{lua}\r\nused_memory_vm_total_human:{lua_human}\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{policy}\r\nallocator_frag_ratio:{:.2}\r\nallocator_frag_bytes:{}\r\nallocator_rss_ratio:{:.2}\r\nallocator_rss_bytes:{}\r\nrss_overhead_ratio:{:.2}\r\nrss_overhead_bytes:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_fragmentation_bytes:{}\r\nmem_not_counted_for_evict:{}\r\nmem_replication_backlog:{}\r\nmem_total_replication_buffers:{}\r\nmem_clients_slaves:{}\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:0\r\nmem_allocator:{}\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:{pending}\r\nlazyfreed_objects:{freed}\r\n",
@@ -508,24 +499,19 @@ fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mu
     );
 }
 
-/// What replication holds in memory, for INFO memory: the backlog's history, and
-/// what replica links have queued beyond it (stream not yet taken, or taken and not
-/// yet sent). Redis 7.0 keeps both in one shared buffer, mem_total_replication_buffers;
-/// the replicas' part is not counted for eviction (Tessera's eviction counts only
-/// the dataset's bytes anyway).
+/// What replication holds in memory, for INFO memory: Redis 7.0's one replication
+/// buffer, split as Redis splits it into the backlog's part and what the replicas
+/// hold beyond it (not counted for eviction; Tessera's eviction counts only the
+/// dataset's bytes anyway).
 struct ReplicationMemory {
     backlog: usize,
     replicas: usize,
 }
 
 impl ReplicationMemory {
-    fn measure(reports: &[ShardReport]) -> ReplicationMemory {
-        let backlog = crate::effects::backlog_info().map_or(0, |(_, _, held)| held);
-        let taken: usize = reports.iter().map(|r| r.replica_output).sum();
-        ReplicationMemory {
-            backlog,
-            replicas: crate::effects::replica_pending_total() + taken,
-        }
+    fn measure() -> ReplicationMemory {
+        let (backlog, replicas) = crate::effects::replication_memory();
+        ReplicationMemory { backlog, replicas }
     }
 }
 

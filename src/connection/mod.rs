@@ -273,6 +273,7 @@ async fn serve_as(
             watched: Vec::new(),
             in_script: false,
             error_counted: false,
+            last_write: Default::default(),
         },
         end: initial.len(),
         buf: initial,
@@ -388,9 +389,8 @@ impl Connection {
             if shared.killed.get() {
                 return false;
             }
-            // A replica link's stream queued meanwhile counts too.
-            let link = self.replica_link.map_or(0, crate::effects::pending);
-            let pending = shared.pending_output() + link;
+            // A replica's count is its part of the replication buffer.
+            let pending = shared.pending_output();
             let watch = crate::clients::output_watermark(shared.output_class());
             if watch == usize::MAX {
                 self.stream.writable().await;
@@ -605,6 +605,8 @@ impl Connection {
                 self.check_output_limit();
             }
         }
+        // Every command of the batch is done: its writes are in the stream.
+        self.session.last_write.settle();
         self.buf = buf;
         self.spans = spans;
         if self.start == self.end {
@@ -664,6 +666,7 @@ impl Connection {
     /// rejections (unknown command, arity, NOAUTH) included, as Redis does.
     async fn dispatch(&mut self, args: Args<'_>) {
         if self.run_fast(&args) {
+            self.note_write();
             if self.session.shared.pubsub.has_pushes() {
                 self.flush().await;
                 self.take_pushes();
@@ -698,6 +701,17 @@ impl Connection {
         }
     }
 
+    /// Notes a command that may have written (EXEC: what it ran may have), for
+    /// WAIT: the client's last write is settled when its batch is done.
+    #[inline]
+    fn note_write(&mut self) {
+        if let Some((_, spec)) = self.last_cmd {
+            if spec.has(flags::WRITE) || spec.has(flags::MAY_REPLICATE) || spec.name == "exec" {
+                self.session.last_write.wrote();
+            }
+        }
+    }
+
     /// Moves pushes waiting for this client (pub/sub) to the output.
     fn take_pushes(&mut self) {
         let pubsub = &self.session.shared.pubsub;
@@ -722,6 +736,8 @@ impl Connection {
             return;
         };
         self.last_cmd = Some((idx, spec));
+        // Noted now: what EXEC runs resets `last_cmd`.
+        self.note_write();
         let t = commands::table();
         let stat = t.stat_id(idx, &args);
         self.session.shared.last_cmd.set(t.stat_name(stat));

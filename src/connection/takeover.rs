@@ -123,7 +123,11 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         };
+        shared.repl_link.set(transfer.link);
         let timeout_s = || cell.data.borrow().config.repl_timeout_s();
+        // The stream since the cut waits in the replication buffer meanwhile, held
+        // to the replica's output buffer limit.
+        let gone = || gone() || shared.replica_over_limit();
         if !transfer.finished(&self.stream, gone, timeout_s, &who).await {
             crate::replication::detach(transfer.link);
             self.session.close_after_reply = true;
@@ -154,6 +158,10 @@ impl Connection {
             self.session.close_after_reply = true;
             return;
         };
+        shared.repl_link.set(link);
+        // The stream since the cut waits in the replication buffer meanwhile, held
+        // to the replica's output buffer limit (closing it makes `gone` true).
+        let gone = || gone() || shared.replica_over_limit();
         if psync {
             let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
             self.out.extend_from_slice(line.as_bytes());
@@ -238,6 +246,7 @@ impl Connection {
 
     fn become_replica_link(&mut self, id: u64, how: &str) {
         self.replica_link = Some(id);
+        self.session.shared.repl_link.set(id);
         crate::replication::set_state(id, crate::replication::SyncState::Online);
         self.session
             .shared
@@ -323,7 +332,11 @@ impl Connection {
                 .await
             };
             match ev {
-                Event::Tick => {}
+                Event::Tick => {
+                    if self.session.shared.replica_over_limit() {
+                        return;
+                    }
+                }
                 Event::Input(n) => {
                     let now = crate::util::now_ms();
                     self.session.shared.last_interaction_ms.set(now);

@@ -1,6 +1,6 @@
 //! The merge: the shard logs' entries, in number order, as the one stream every reader
 //! reads (RESP commands with the SELECTs they need), and its offset. Runs when a
-//! reader asks (`poll`, `pending`, `offset`, `keepalive`, `subscribe`), never on a
+//! reader asks (`poll`, `link_usage`, `offset`, `keepalive`, `subscribe`), never on a
 //! writer's path: a shard only appends to its own log.
 
 use std::collections::VecDeque;
@@ -9,15 +9,15 @@ use std::task::{Poll, Waker};
 
 use super::{lock, Effect, LOGS, NEW_LOG_WAITING, READERS};
 
-/// One reader's part of the stream not yet taken.
+/// A log's (the AOF's) part of the stream not yet taken: its own copy, because a
+/// log also gets what replicas do not (a replica's own effects) and none of what
+/// only they get (keep-alive PINGs, a master's stream passed on).
 struct Reader {
     id: u64,
-    /// What the reader has not taken, in segments: a log reader's begins a new one at
-    /// each switch point (`switch_point`), and each closed segment knows the number of
-    /// the first entry after it. A replica's has one segment, always open.
+    /// What the reader has not taken, in segments: a new one begins at each switch
+    /// point (`switch_point`), and each closed segment knows the number of the
+    /// first entry after it.
     segments: VecDeque<Segment>,
-    /// Replica links get the keep-alive PINGs; a log (the AOF) does not.
-    replica: bool,
     waker: Option<Waker>,
 }
 
@@ -29,7 +29,7 @@ struct Segment {
 }
 
 impl Reader {
-    fn new(id: u64, replica: bool) -> Reader {
+    fn new(id: u64) -> Reader {
         let mut segments = VecDeque::with_capacity(2);
         segments.push_back(Segment {
             bytes: Vec::new(),
@@ -38,7 +38,6 @@ impl Reader {
         Reader {
             id,
             segments,
-            replica,
             waker: None,
         }
     }
@@ -52,10 +51,6 @@ impl Reader {
         }
         let last = self.segments.len() - 1;
         &mut self.segments[last].bytes
-    }
-
-    fn pending(&self) -> usize {
-        self.segments.iter().map(|s| s.bytes.len()).sum()
     }
 
     /// The next thing to take, given the merge's next number: bytes (and the number
@@ -72,6 +67,20 @@ impl Reader {
         }
         None
     }
+}
+
+/// A replica link's place in the replication buffer (Redis's ref_repl_buf_node and
+/// ref_block_pos): not a copy of the stream, two offsets into the one copy.
+struct LinkReader {
+    id: u64,
+    /// The first byte not yet sent: the buffer keeps every block from the one that
+    /// holds it on.
+    sent: u64,
+    /// The first byte not yet handed to the link. Bytes between `sent` and `taken`
+    /// are being written; the link asks for more only once they are, so the next
+    /// ask moves `sent` up to `taken`.
+    taken: u64,
+    waker: Option<Waker>,
 }
 
 /// What a log reader takes from its part of the stream.
@@ -99,62 +108,176 @@ enum Target {
 /// (`set_replica_mode`).
 static REPLICA_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The replication backlog (Redis's repl_backlog): the last `size` bytes of the
-/// replicas' stream, for a replica that reconnects to continue from its offset.
-struct Backlog {
-    /// A ring of `size` bytes; `len` of them hold stream, the newest ending at `end`.
-    ring: Vec<u8>,
-    end: usize,
-    len: usize,
+/// Redis 7.0's replication buffer: the replicas' stream kept once, in blocks, for
+/// the backlog and every replica link together. A link holds a position in it (the
+/// first byte it has not sent), not a copy. The backlog is the blocks' history,
+/// trimmed from the front down to `repl-backlog-size` — but never past a block a
+/// link still has to send, so that a slow replica makes the backlog outgrow its
+/// setting (and a replica that reconnects may continue from anywhere in it), and
+/// N replicas cost one copy of the stream, not N.
+struct ReplBuffer {
+    /// In offset order, each starting where the one before ends.
+    blocks: VecDeque<Block>,
+    /// repl-backlog-size while there is a backlog.
+    backlog: Option<usize>,
+    /// Bytes allocated for blocks, their bookkeeping included (Redis's
+    /// repl_buffer_mem, INFO's mem_total_replication_buffers).
+    mem: usize,
 }
 
-impl Backlog {
-    fn new(size: usize) -> Backlog {
-        Backlog {
-            ring: vec![0; size.max(1)],
-            end: 0,
-            len: 0,
+struct Block {
+    /// The stream offset of its first byte.
+    start: u64,
+    bytes: Vec<u8>,
+    /// How much it takes before the next block begins (Redis's size; `bytes.len()`
+    /// is its used).
+    size: usize,
+}
+
+/// The smallest block (Redis's PROTO_REPLY_CHUNK_BYTES) and the smallest backlog
+/// (CONFIG_REPL_BACKLOG_MIN_SIZE).
+const MIN_BLOCK: usize = 16 * 1024;
+const MIN_BACKLOG: usize = 16 * 1024;
+/// A block's bookkeeping, counted with its bytes.
+const BLOCK_OVERHEAD: usize = std::mem::size_of::<Block>();
+/// Blocks trimmed at most per append, and per trim of the cron or of a link that
+/// left (Redis's REPL_BACKLOG_TRIM_BLOCKS_PER_CALL, and ten times it): a big
+/// backlog is freed a little at a time, not in one pause.
+const TRIM_PER_APPEND: usize = 64;
+const TRIM_PER_CRON: usize = 640;
+/// The most a link is handed at once: its position moves on as pieces are sent.
+const LINK_PIECE: usize = 1 << 20;
+
+impl ReplBuffer {
+    const fn new() -> ReplBuffer {
+        ReplBuffer {
+            blocks: VecDeque::new(),
+            backlog: None,
+            mem: 0,
         }
     }
 
-    fn push(&mut self, mut bytes: &[u8]) {
-        let size = self.ring.len();
-        if bytes.len() >= size {
-            bytes = &bytes[bytes.len() - size..];
-        }
-        let first = bytes.len().min(size - self.end);
-        self.ring[self.end..self.end + first].copy_from_slice(&bytes[..first]);
-        let rest = &bytes[first..];
-        self.ring[..rest.len()].copy_from_slice(rest);
-        self.end = (self.end + bytes.len()) % size;
-        self.len = (self.len + bytes.len()).min(size);
+    fn backlog_size(&self) -> Option<usize> {
+        self.backlog.map(|size| size.max(MIN_BACKLOG))
     }
 
-    /// The last `n` bytes (n <= len).
-    fn tail(&self, n: usize) -> Vec<u8> {
-        let size = self.ring.len();
-        let start = (self.end + size - n) % size;
-        let mut out = Vec::with_capacity(n);
-        if start + n <= size {
-            out.extend_from_slice(&self.ring[start..start + n]);
-        } else {
-            out.extend_from_slice(&self.ring[start..]);
-            out.extend_from_slice(&self.ring[..n - (size - start)]);
+    /// Bytes held, first to last.
+    fn histlen(&self) -> usize {
+        match (self.blocks.front(), self.blocks.back()) {
+            (Some(first), Some(last)) => {
+                (last.start + last.bytes.len() as u64 - first.start) as usize
+            }
+            _ => 0,
+        }
+    }
+
+    /// Appends `bytes`, whose first byte has offset `from`. True when a block was
+    /// added (the moment to trim).
+    fn push(&mut self, from: u64, mut bytes: &[u8]) -> bool {
+        let mut at = from;
+        if let Some(tail) = self.blocks.back_mut() {
+            let room = tail.size - tail.bytes.len();
+            let n = room.min(bytes.len());
+            tail.bytes.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            at += n as u64;
+        }
+        let added = !bytes.is_empty();
+        // Blocks of at least 16 KB, so that small writes fill them, and at most a
+        // sixteenth of the backlog, so that a big write does not pin a huge block
+        // of which the backlog needs only the end.
+        let limit = (self.backlog.unwrap_or(1 << 20) / 16).max(MIN_BLOCK);
+        while !bytes.is_empty() {
+            let size = bytes.len().clamp(MIN_BLOCK, limit);
+            let n = size.min(bytes.len());
+            let mut block = Vec::with_capacity(size);
+            block.extend_from_slice(&bytes[..n]);
+            self.blocks.push_back(Block {
+                start: at,
+                bytes: block,
+                size,
+            });
+            self.mem += size + BLOCK_OVERHEAD;
+            bytes = &bytes[n..];
+            at += n as u64;
+        }
+        added
+    }
+
+    /// Frees up to `max` blocks from the front (Redis's
+    /// incrementalTrimReplicationBacklog): those every link has sent (`min_sent`:
+    /// the least first unsent byte) and the backlog does not need — it keeps at
+    /// least its size and one block; without a backlog nothing is kept for it.
+    fn trim(&mut self, min_sent: u64, max: usize) {
+        let keep = self.backlog_size();
+        for _ in 0..max {
+            let Some(front) = self.blocks.front() else {
+                return;
+            };
+            let used = front.bytes.len();
+            if min_sent < front.start + used as u64 {
+                return;
+            }
+            if let Some(size) = keep {
+                if self.blocks.len() <= 1 || self.histlen() - used <= size {
+                    return;
+                }
+            }
+            let size = front.size;
+            self.blocks.pop_front();
+            self.mem -= size + BLOCK_OVERHEAD;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.mem = 0;
+    }
+
+    /// The block that holds offset `at` (or the one it would go in next).
+    fn index_of(&self, at: u64) -> usize {
+        self.blocks
+            .partition_point(|b| b.start <= at)
+            .saturating_sub(1)
+    }
+
+    /// A copy of up to `max` bytes from offset `from` on, up to offset `end`.
+    fn copy(&self, from: u64, max: usize, end: u64) -> Vec<u8> {
+        let want = (end + 1).saturating_sub(from).min(max as u64) as usize;
+        let mut out = Vec::with_capacity(want);
+        let mut at = from;
+        for b in self.blocks.range(self.index_of(from)..) {
+            if out.len() == want {
+                break;
+            }
+            // `from` is never before the first block (links keep theirs).
+            let off = (at.saturating_sub(b.start) as usize).min(b.bytes.len());
+            let n = (b.bytes.len() - off).min(want - out.len());
+            out.extend_from_slice(&b.bytes[off..off + n]);
+            at += n as u64;
         }
         out
     }
 
-    /// The same history in a ring of `size` bytes (the newest kept).
-    fn resized(&self, size: usize) -> Backlog {
-        let mut b = Backlog::new(size);
-        b.push(&self.tail(self.len));
-        b
+    /// A link's output buffer (Redis's getClientOutputBufferMemoryUsage for a
+    /// replica): from the block it has not finished sending to the end of the last.
+    fn usage(&self, sent: u64) -> usize {
+        let Some(last) = self.blocks.back() else {
+            return 0;
+        };
+        let i = self.index_of(sent);
+        let first = &self.blocks[i];
+        (last.start + last.size as u64 - first.start) as usize
+            + BLOCK_OVERHEAD * (self.blocks.len() - i)
     }
 }
 
 struct Merger {
+    /// Logs (the AOF).
     readers: Vec<Reader>,
-    backlog: Option<Backlog>,
+    /// Replica links.
+    links: Vec<LinkReader>,
+    buffer: ReplBuffer,
     next_id: u64,
     /// The number of the next entry to emit.
     next_seq: u64,
@@ -172,11 +295,20 @@ struct Merger {
     selected: Option<usize>,
     /// When the stream last carried a keep-alive PING (unix ms).
     last_ping_ms: u64,
+    /// Where the stream stood at the end of recent merges, oldest first: (every
+    /// entry numbered below this is in, offset then). WAIT finds a client's last
+    /// write here (`offset_of`).
+    checkpoints: VecDeque<(u64, u64)>,
 }
+
+/// Merges remembered for WAIT: an older write is looked up at the oldest, which is
+/// later than it (WAIT then waits for a little more of the stream, never less).
+const CHECKPOINTS: usize = 4096;
 
 static MERGER: Mutex<Merger> = Mutex::new(Merger {
     readers: Vec::new(),
-    backlog: None,
+    links: Vec::new(),
+    buffer: ReplBuffer::new(),
     next_id: 1,
     next_seq: 0,
     queues: Vec::new(),
@@ -184,6 +316,7 @@ static MERGER: Mutex<Merger> = Mutex::new(Merger {
     offset: 0,
     selected: None,
     last_ping_ms: 0,
+    checkpoints: VecDeque::new(),
 });
 
 /// The merger, with every entry appended so far that can go out emitted.
@@ -210,6 +343,7 @@ impl Merger {
                 queue.extend(log.entries.drain(..));
             }
         }
+        let before = self.next_seq;
         loop {
             let next = self.next_seq;
             let Some(q) = self
@@ -217,10 +351,10 @@ impl Merger {
                 .iter()
                 .position(|q| q.front().is_some_and(|(seq, _)| *seq == next))
             else {
-                return;
+                break;
             };
             let Some((_, effect)) = self.queues[q].pop_front() else {
-                return;
+                break;
             };
             self.next_seq += 1;
             match effect {
@@ -228,31 +362,65 @@ impl Merger {
                 Effect::Block(cmds) => self.emit_block(&cmds),
             }
         }
+        if self.next_seq != before {
+            if self.checkpoints.len() == CHECKPOINTS {
+                self.checkpoints.pop_front();
+            }
+            self.checkpoints.push_back((self.next_seq, self.offset));
+        }
     }
 
     /// Appends bytes of the stream to the readers `target` names; what replicas get
-    /// is counted in the offset and kept in the backlog.
+    /// is counted in the offset and kept in the replication buffer (while there is a
+    /// backlog or a link to keep it for).
     fn write_to(&mut self, bytes: &[u8], target: Target) {
         if target != Target::Logs {
+            let from = self.offset + 1;
             self.offset += bytes.len() as u64;
-            if let Some(b) = &mut self.backlog {
-                b.push(bytes);
+            if (self.buffer.backlog.is_some() || !self.links.is_empty())
+                && self.buffer.push(from, bytes)
+            {
+                self.trim(TRIM_PER_APPEND);
+            }
+            for l in &mut self.links {
+                if let Some(w) = l.waker.take() {
+                    w.wake();
+                }
             }
         }
-        for r in &mut self.readers {
-            let skip = match target {
-                Target::All => false,
-                Target::Replicas => !r.replica,
-                Target::Logs => r.replica,
-            };
-            if skip {
-                continue;
-            }
-            r.tail().extend_from_slice(bytes);
-            if let Some(w) = r.waker.take() {
-                w.wake();
+        if target != Target::Replicas {
+            for r in &mut self.readers {
+                r.tail().extend_from_slice(bytes);
+                if let Some(w) = r.waker.take() {
+                    w.wake();
+                }
             }
         }
+    }
+
+    /// Frees up to `max` blocks of the replication buffer nobody needs any more.
+    fn trim(&mut self, max: usize) {
+        let min_sent = self.links.iter().map(|l| l.sent).min().unwrap_or(u64::MAX);
+        self.buffer.trim(min_sent, max);
+    }
+
+    /// A link's next piece of stream (at most `LINK_PIECE` bytes): Some(None) when
+    /// it has everything, None when it is gone. Asking means the piece before was
+    /// sent.
+    fn take_link(&mut self, id: u64) -> Option<Option<Vec<u8>>> {
+        let end = self.offset;
+        let l = self.links.iter_mut().find(|l| l.id == id)?;
+        let moved = l.sent != l.taken;
+        l.sent = l.taken;
+        let from = l.taken;
+        let piece = (from <= end).then(|| self.buffer.copy(from, LINK_PIECE, end));
+        if let Some(bytes) = &piece {
+            l.taken += bytes.len() as u64;
+        }
+        if moved {
+            self.trim(TRIM_PER_APPEND);
+        }
+        Some(piece)
     }
 
     fn emit(&mut self, db: usize, argv: &[Vec<u8>]) {
@@ -326,6 +494,24 @@ pub fn offset() -> u64 {
     merged().offset
 }
 
+/// The offset at which the stream holds every entry numbered below `seq` (a
+/// client's writes, for WAIT: Redis's c->woff), or a little later. Entries below it
+/// were all appended when the caller read `seq` from `next_seq`; one whose thread
+/// took its number but had not pushed it when this merge looked is there a moment
+/// later.
+pub fn offset_of(seq: u64) -> u64 {
+    for _ in 0..1000 {
+        let m = merged();
+        if m.next_seq >= seq {
+            let i = m.checkpoints.partition_point(|(s, _)| *s < seq);
+            return m.checkpoints.get(i).map_or(m.offset, |(_, o)| *o);
+        }
+        drop(m);
+        std::thread::yield_now();
+    }
+    merged().offset
+}
+
 /// The offset and the database the stream last selected (None: its next effect
 /// selects again, Redis's slaveseldb -1), read together: a save's cut records them
 /// as where its dataset leaves the stream.
@@ -339,55 +525,102 @@ pub fn position() -> (u64, Option<usize>) {
 /// holds every shard still, so that is everything the new reader's snapshot holds).
 /// Returns the reader's id and the offset its part starts after.
 pub fn subscribe() -> (u64, u64) {
-    add_reader(true)
-}
-
-/// Adds a log (the AOF) as a reader: `subscribe`, without the keep-alive PINGs.
-pub fn subscribe_log() -> u64 {
-    add_reader(false).0
-}
-
-fn add_reader(replica: bool) -> (u64, u64) {
     let mut m = merged();
-    let id = m.next_id;
-    m.next_id += 1;
-    m.readers.push(Reader::new(id, replica));
+    let at = m.offset + 1;
+    let id = m.add_link(at);
     // Every reader reads one stream: the new one's starts with a SELECT, so the next
     // effect selects again for all (Redis resets slaveseldb on a full resync).
     m.selected = None;
-    READERS.join();
     (id, m.offset)
+}
+
+/// Adds a log (the AOF) as a reader: its part starts with the next effect, after a
+/// SELECT, without the keep-alive PINGs.
+pub fn subscribe_log() -> u64 {
+    let mut m = merged();
+    let id = m.next_id;
+    m.next_id += 1;
+    m.readers.push(Reader::new(id));
+    m.selected = None;
+    READERS.join();
+    id
+}
+
+impl Merger {
+    fn add_link(&mut self, at: u64) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.links.push(LinkReader {
+            id,
+            sent: at,
+            taken: at,
+            waker: None,
+        });
+        READERS.join();
+        id
+    }
 }
 
 pub fn unsubscribe(id: u64) {
     let mut m = lock(&MERGER);
-    let before = m.readers.len();
+    let (readers, links) = (m.readers.len(), m.links.len());
     m.readers.retain(|r| r.id != id);
-    if m.readers.len() < before {
+    m.links.retain(|l| l.id != id);
+    if m.readers.len() < readers || m.links.len() < links {
         READERS.leave();
+    }
+    if m.links.len() < links {
+        // What only this link held goes (a replica that left makes the buffer
+        // smaller at once, as Redis's freeClient does).
+        m.trim(TRIM_PER_CRON);
     }
 }
 
-/// Bytes of stream queued for the reader and not yet taken (for a replica link, part
-/// of its client's output: `client-output-buffer-limit replica`).
-pub fn pending(id: u64) -> usize {
+/// A replica link's output buffer, as Redis counts it for
+/// `client-output-buffer-limit replica` and CLIENT LIST's omem: the replication
+/// buffer from the block it has not finished sending to the end.
+pub fn link_usage(id: u64) -> usize {
     let m = merged();
-    m.readers
+    m.links
         .iter()
-        .find(|r| r.id == id)
-        .map_or(0, Reader::pending)
+        .find(|l| l.id == id)
+        .map_or(0, |l| m.buffer.usage(l.sent))
 }
 
-/// The reader's pending stream bytes, or Pending (waking `waker` when there are
-/// some); None once the reader is gone.
+/// The link's next piece of stream, or Pending (waking `waker` when there is some);
+/// None once the link is gone. Asking again means the piece before was sent.
 pub fn poll(id: u64, waker: &Waker) -> Poll<Option<Vec<u8>>> {
-    poll_log(id, waker).map(|taken| {
-        taken.map(|t| match t {
-            Taken::Bytes(bytes, _) => bytes,
-            // A replica's part has no switch points.
-            Taken::Switch => Vec::new(),
-        })
-    })
+    let mut m = merged();
+    match m.take_link(id) {
+        None => return Poll::Ready(None),
+        Some(Some(bytes)) => return Poll::Ready(Some(bytes)),
+        Some(None) => {}
+    }
+    if let Some(l) = m.links.iter_mut().find(|l| l.id == id) {
+        l.waker = Some(waker.clone());
+    }
+    wait_for_appends(waker);
+    // An append made between the pull above and those registrations is seen now.
+    m.pull();
+    match m.take_link(id) {
+        None => Poll::Ready(None),
+        Some(Some(bytes)) => Poll::Ready(Some(bytes)),
+        Some(None) => Poll::Pending,
+    }
+}
+
+/// Registers `waker` with every shard log (and for logs not made yet): the next
+/// append on any thread wakes it, once per waker.
+fn wait_for_appends(waker: &Waker) {
+    let wait_in = |waiting: &mut Vec<Waker>| {
+        if !waiting.iter().any(|w| w.will_wake(waker)) {
+            waiting.push(waker.clone());
+        }
+    };
+    wait_in(&mut lock(&NEW_LOG_WAITING));
+    for log in lock(&LOGS).iter() {
+        wait_in(&mut lock(log).waiting);
+    }
 }
 
 /// A log reader's next piece (`Taken`), or Pending (waking `waker` when there is
@@ -402,17 +635,8 @@ pub fn poll_log(id: u64, waker: &Waker) -> Poll<Option<Taken>> {
         return Poll::Ready(Some(t));
     }
     r.waker = Some(waker.clone());
-    // The next append on any thread wakes it too (once per waker) ...
-    let wait_in = |waiting: &mut Vec<Waker>| {
-        if !waiting.iter().any(|w| w.will_wake(waker)) {
-            waiting.push(waker.clone());
-        }
-    };
-    wait_in(&mut lock(&NEW_LOG_WAITING));
-    for log in lock(&LOGS).iter() {
-        wait_in(&mut lock(log).waiting);
-    }
-    // ... and one made between the pull above and those registrations is seen now.
+    wait_for_appends(waker);
+    // An append made between the pull above and those registrations is seen now.
     m.pull();
     let next_seq = m.next_seq;
     match m.readers.iter_mut().find(|r| r.id == id) {
@@ -523,8 +747,8 @@ pub fn request_acks() {
 /// synced): `size` bytes. While it exists the stream is kept (it reads the stream).
 pub fn backlog_create(size: usize) {
     let mut m = merged();
-    if m.backlog.is_none() {
-        m.backlog = Some(Backlog::new(size));
+    if m.buffer.backlog.is_none() {
+        m.buffer.backlog = Some(size);
         READERS.join();
     }
 }
@@ -532,71 +756,80 @@ pub fn backlog_create(size: usize) {
 /// Frees the backlog (repl-backlog-ttl without replicas).
 pub fn backlog_free() {
     let mut m = merged();
-    if m.backlog.take().is_some() {
+    if m.buffer.backlog.take().is_some() {
         READERS.leave();
+        m.trim(usize::MAX);
     }
 }
 
-/// CONFIG SET repl-backlog-size: the history kept, as much as fits.
+/// CONFIG SET repl-backlog-size: a smaller backlog is trimmed (a little at a time,
+/// as Redis does), a bigger one fills as the stream goes on.
 pub fn backlog_resize(size: usize) {
     let mut m = merged();
-    if let Some(b) = &m.backlog {
-        if b.ring.len() != size.max(1) {
-            let resized = b.resized(size);
-            m.backlog = Some(resized);
-        }
+    if m.buffer.backlog.is_some() {
+        m.buffer.backlog = Some(size);
+        m.trim(TRIM_PER_APPEND);
     }
 }
 
-/// Stream bytes queued for replica links and not yet taken by their connections
-/// (INFO's replication buffers, beside the backlog).
-pub fn replica_pending_total() -> usize {
-    let m = merged();
-    m.readers
-        .iter()
-        .filter(|r| r.replica)
-        .map(Reader::pending)
-        .sum()
+/// The replication cron's part (Redis's replicationCron → the backlog trimmed a
+/// little at a time, even with no stream coming).
+pub fn trim_buffer() {
+    merged().trim(TRIM_PER_CRON);
 }
 
-/// INFO's repl_backlog_* fields: (active, size, first byte's offset, bytes held).
+/// INFO memory's replication fields, as Redis 7.0 splits its one buffer: the
+/// backlog's part (up to repl-backlog-size) and the replicas' (what the buffer holds
+/// beyond it while there are replicas).
+pub fn replication_memory() -> (usize, usize) {
+    let m = merged();
+    let size = m.buffer.backlog.unwrap_or(0);
+    let mem = m.buffer.mem;
+    if !m.links.is_empty() && mem > size {
+        (size, mem - size)
+    } else {
+        (mem, 0)
+    }
+}
+
+/// INFO's repl_backlog_* fields: (size, first byte's offset, bytes held).
 pub fn backlog_info() -> Option<(usize, u64, usize)> {
     let m = merged();
-    let b = m.backlog.as_ref()?;
-    Some((b.ring.len(), m.offset + 1 - b.len as u64, b.len))
+    let size = m.buffer.backlog_size()?;
+    let held = m.buffer.histlen();
+    Some((size, m.offset + 1 - held as u64, held))
 }
 
-/// A replica's full sync: the stream goes on from the master's `offset`; the backlog
-/// starts again empty (what it held is another history).
+/// A replica's full sync: the stream goes on from the master's `offset`; the buffer
+/// starts again empty (what it held is another history), and the links, if any
+/// (they are being disconnected), from there.
 pub fn reset_offset(offset: u64) {
     let mut m = merged();
     m.offset = offset;
-    if let Some(b) = &m.backlog {
-        m.backlog = Some(Backlog::new(b.ring.len()));
+    m.buffer.clear();
+    m.checkpoints.clear();
+    for l in &mut m.links {
+        l.sent = offset + 1;
+        l.taken = offset + 1;
     }
     m.selected = None;
 }
 
 /// PSYNC's partial resync (Redis's masterTryPartialResynchronization, the backlog
-/// half): a replica link whose part starts with the backlog's bytes from `from` (the
-/// first byte the replica lacks) on. None when the backlog does not hold them.
-/// Returns the reader's id and how many bytes of backlog it got.
+/// half): a replica link whose part starts at `from` (the first byte the replica
+/// lacks), anywhere in the buffer's history — which may reach back beyond
+/// repl-backlog-size while a slower link holds it. None when there is no backlog
+/// or it does not hold `from`. Returns the link's id and how many bytes of history
+/// it gets.
 pub fn subscribe_from(from: u64) -> Option<(u64, usize)> {
     let mut m = merged();
-    let b = m.backlog.as_ref()?;
-    let first = m.offset + 1 - b.len as u64;
+    m.buffer.backlog?;
+    let first = m.offset + 1 - m.buffer.histlen() as u64;
     if from < first || from > m.offset + 1 {
         return None;
     }
-    let n = (m.offset + 1 - from) as usize;
-    let bytes = b.tail(n);
-    let id = m.next_id;
-    m.next_id += 1;
-    let mut reader = Reader::new(id, true);
-    *reader.tail() = bytes;
-    m.readers.push(reader);
-    READERS.join();
-    Some((id, n))
+    let id = m.add_link(from);
+    Some((id, (m.offset + 1 - from) as usize))
 }
 
 #[cfg(test)]
@@ -696,34 +929,71 @@ mod tests {
         assert_eq!(seen, 4 * 400, "every SET arrived once");
     }
 
-    /// The backlog's ring against a plain vector of everything pushed: the tail it
-    /// returns is always the newest bytes, across wraps, oversized pushes and resizes.
+    /// The replication buffer against a plain vector of the whole stream, with three
+    /// links sending at their own paces: every piece a link gets is the stream's
+    /// bytes at its offset; the history held reaches back to the slowest link and
+    /// to at least repl-backlog-size (or all there is); blocks follow each other
+    /// without gaps, only the last one not full; `mem` is what the blocks take.
     #[test]
-    fn backlog_ring_keeps_the_newest_bytes() {
+    fn replication_buffer_keeps_what_links_and_the_backlog_need() {
         let mut x = 7u64;
-        let mut model: Vec<u8> = Vec::new();
-        let mut b = Backlog::new(100);
-        // How many of the newest bytes the ring must hold: a shrink loses history.
-        let mut held = 0usize;
-        for round in 0..2000u64 {
+        let mut next = move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let n = (x % 130) as usize;
-            let chunk: Vec<u8> = (0..n).map(|i| (round as usize + i) as u8).collect();
-            b.push(&chunk);
+            x
+        };
+        let mut model: Vec<u8> = Vec::new();
+        let mut buf = ReplBuffer::new();
+        buf.backlog = Some(MIN_BACKLOG);
+        let mut sent = [1u64; 3];
+        for round in 0..4000usize {
+            let n = if round % 97 == 0 {
+                100_000
+            } else {
+                (next() % 5000) as usize
+            };
+            let chunk: Vec<u8> = (0..n).map(|i| (round * 31 + i) as u8).collect();
+            buf.push(model.len() as u64 + 1, &chunk);
             model.extend_from_slice(&chunk);
-            held = (held + n).min(b.ring.len());
-            assert_eq!(b.len, held);
-            let k = (x as usize >> 8) % (b.len + 1);
-            assert_eq!(b.tail(k), model[model.len() - k..], "round {round}");
-            if round % 97 == 0 {
-                let new_size = 50 + (x % 100) as usize;
-                b = b.resized(new_size);
-                held = held.min(new_size);
-                assert_eq!(b.len, held);
-                assert_eq!(b.tail(b.len), model[model.len() - b.len..]);
+            let end = model.len() as u64;
+            let k = (next() % 3) as usize;
+            let piece = buf.copy(sent[k], (next() % 70_000) as usize, end);
+            let at = (sent[k] - 1) as usize;
+            assert_eq!(piece, model[at..at + piece.len()], "round {round}");
+            sent[k] += piece.len() as u64;
+            if round % 1000 == 999 {
+                // One link catches up at once.
+                sent[k] = end + 1;
+            }
+            let min_sent = *sent.iter().min().expect("links");
+            buf.trim(min_sent, if round % 7 == 0 { usize::MAX } else { 64 });
+            let held = buf.histlen() as u64;
+            assert!(
+                end + 1 - held <= min_sent,
+                "round {round}: a link's bytes went"
+            );
+            assert!(
+                held >= (MIN_BACKLOG as u64).min(end),
+                "round {round}: backlog short"
+            );
+            let mut mem = 0;
+            for (i, b) in buf.blocks.iter().enumerate() {
+                mem += b.size + BLOCK_OVERHEAD;
+                assert!(b.bytes.len() <= b.size);
+                if let Some(next) = buf.blocks.get(i + 1) {
+                    assert_eq!(b.bytes.len(), b.size, "only the last block has room");
+                    assert_eq!(b.start + b.size as u64, next.start);
+                }
+            }
+            assert_eq!(mem, buf.mem);
+            for s in sent {
+                assert!(buf.usage(s) as u64 >= end + 1 - s);
             }
         }
+        // With no link left and no backlog, nothing is kept.
+        buf.backlog = None;
+        buf.trim(u64::MAX, usize::MAX);
+        assert_eq!((buf.histlen(), buf.mem), (0, 0));
     }
 }

@@ -14,7 +14,9 @@
 //! counter taken under that log's lock. Readers see one stream: `merge.rs` takes the
 //! logs' entries and emits them in number order, never past a number not yet seen, so
 //! the merged order is one in which every entry follows everything that happened
-//! before it — what the contract below needs.
+//! before it — what the contract below needs. The replicas' part is kept once, in
+//! Redis 7.0's shared replication buffer (the backlog and every link's output in one
+//! copy, each link a position in it); a log (the AOF) gets its own copy.
 //!
 //! The ordering contract a reader may rely on:
 //! - **per key, execution order**: a key lives on one shard, a shard executes one
@@ -37,9 +39,9 @@ mod propagation;
 
 pub use merge::{
     backlog_create, backlog_free, backlog_info, backlog_resize, encode as encode_command,
-    keepalive, offset, pending, poll, poll_log, position, proxy, replica_mode,
-    replica_pending_total, replicate_command, request_acks, reset_offset, set_replica_mode,
-    subscribe, subscribe_from, subscribe_log, switch_point, take_log, unsubscribe, Taken,
+    keepalive, link_usage, offset, offset_of, poll, poll_log, position, proxy, replica_mode,
+    replicate_command, replication_memory, request_acks, reset_offset, set_replica_mode, subscribe,
+    subscribe_from, subscribe_log, switch_point, take_log, trim_buffer, unsubscribe, Taken,
 };
 pub use propagation::{after_global, after_keyed, drain_expired, Propagation};
 

@@ -13,13 +13,14 @@
 #      threads, from /proc/PID/stat around the run) is printed beside it and isolates
 #      the master's cost of feeding a replica.
 # Usage: benches/replica-sync.sh [N] (default 5000000); SKIP_SYNC=1 runs part 2 only,
-# SYNC_ONLY=1 part 1 only.
+# SYNC_ONLY=1 part 1 only; TESSERA_BIN=path runs that binary instead of building
+# target/release/tessera (A/B of two builds).
 # Nothing else should run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-5000000}
-BIN=target/release/tessera
-cargo build --release --quiet
+BIN=${TESSERA_BIN:-target/release/tessera}
+[ -n "${TESSERA_BIN:-}" ] || cargo build --release --quiet
 DIR=$(mktemp -d)
 mkdir -p "$DIR/redis" "$DIR/tessera"
 trap 'redis-cli -p 7401 shutdown nosave >/dev/null 2>&1 || true; redis-cli -p 7402 shutdown nosave >/dev/null 2>&1 || true; redis-cli -p 7403 shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT

@@ -340,6 +340,19 @@ fn command_count_info_docs_getkeys() {
     assert_eq!(items[2].items()[1], i(-3));
     let mset = c.c("COMMAND INFO mset");
     assert_eq!(&mset.items()[0].items()[3..6], &[i(1), i(-1), i(2)]);
+    // As redis-server 7.0.15 lists them: may_replicate is hidden.
+    let eval = c.c("COMMAND INFO eval");
+    let flags = [
+        "noscript",
+        "stale",
+        "skip_monitor",
+        "no_mandatory_keys",
+        "movablekeys",
+    ];
+    assert_eq!(
+        eval.items()[0].items()[2],
+        arr(flags.into_iter().map(st).collect())
+    );
 
     let docs = c.c("COMMAND DOCS get");
     let d = docs.items();

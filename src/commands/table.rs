@@ -47,7 +47,7 @@ pub mod flags {
         (SKIP_SLOWLOG, "skip_slowlog"),
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
-        (MAY_REPLICATE, "may_replicate"),
+        // MAY_REPLICATE is not reported: Redis 7.0 hides it on purpose.
         (NO_MANDATORY_KEYS, "no_mandatory_keys"),
         (NO_ASYNC_LOADING, "no_async_loading"),
         (NO_MULTI, "no_multi"),

@@ -358,7 +358,7 @@ impl Merger {
             };
             self.next_seq += 1;
             match effect {
-                Effect::One(db, argv) => self.emit(db, &argv),
+                Effect::One(db, cmd) => self.emit(db, &cmd),
                 Effect::Block(cmds) => self.emit_block(&cmds),
             }
         }
@@ -423,48 +423,55 @@ impl Merger {
         Some(piece)
     }
 
-    fn emit(&mut self, db: usize, argv: &[Vec<u8>]) {
-        let mut bytes = std::mem::take(&mut self.scratch);
-        bytes.clear();
-        if self.selected != Some(db) {
-            encode(
-                &mut bytes,
-                &[b"SELECT".as_slice(), db.to_string().as_bytes()],
-            );
-            self.selected = Some(db);
-        }
-        encode(&mut bytes, argv);
+    /// One command (RESP) in database `db`, after a SELECT when the stream is in
+    /// another.
+    fn emit(&mut self, db: usize, cmd: &[u8]) {
         let target = if REPLICA_MODE.load(std::sync::atomic::Ordering::Relaxed) {
             Target::Logs
         } else {
             Target::All
         };
+        if self.selected == Some(db) {
+            return self.write_to(cmd, target);
+        }
+        self.selected = Some(db);
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.clear();
+        encode(
+            &mut bytes,
+            &[b"SELECT".as_slice(), db.to_string().as_bytes()],
+        );
+        bytes.extend_from_slice(cmd);
         self.write_to(&bytes, target);
         self.scratch = bytes;
     }
 
     /// An atomic unit inside MULTI/EXEC (Redis 7.0's propagatePendingCommands).
-    fn emit_block(&mut self, cmds: &[(usize, Vec<Vec<u8>>)]) {
+    fn emit_block(&mut self, cmds: &[(usize, Vec<u8>)]) {
         let Some(&(first, _)) = cmds.first() else {
             return;
         };
-        self.emit(first, &[b"MULTI".to_vec()]);
+        self.emit(first, b"*1\r\n$5\r\nMULTI\r\n");
         let mut last = first;
-        for (db, argv) in cmds {
-            self.emit(*db, argv);
+        for (db, cmd) in cmds {
+            self.emit(*db, cmd);
             last = *db;
         }
-        self.emit(last, &[b"EXEC".to_vec()]);
+        self.emit(last, b"*1\r\n$4\r\nEXEC\r\n");
     }
 }
 
 /// A command as RESP, the lengths written without formatting machinery (this runs
-/// once per propagated command). Also how the AOF's loader and command base write
-/// commands.
+/// once per propagated command, on the thread that ran it). Also how the AOF's
+/// loader and command base write commands.
 pub fn encode<A: AsRef<[u8]>>(out: &mut Vec<u8>, argv: &[A]) {
-    header(out, b'*', argv.len());
-    for a in argv {
-        let a = a.as_ref();
+    encode_parts(out, argv.len(), argv.iter().map(AsRef::as_ref));
+}
+
+/// `encode` for `n` arguments given one by one.
+pub fn encode_parts<'a>(out: &mut Vec<u8>, n: usize, parts: impl Iterator<Item = &'a [u8]>) {
+    header(out, b'*', n);
+    for a in parts {
         header(out, b'$', a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");

@@ -64,12 +64,14 @@ pub fn active() -> bool {
     READERS.any()
 }
 
-/// What one entry of a log holds.
+/// What one entry of a log holds: commands already in RESP, encoded on the thread
+/// that wrote (one allocation per command, none of the argument vectors a merge on
+/// another thread would have to free).
 enum Effect {
     /// One command, in a database.
-    One(usize, Argv),
+    One(usize, Vec<u8>),
     /// An atomic unit's commands, emitted inside MULTI / EXEC.
-    Block(Vec<(usize, Argv)>),
+    Block(Vec<(usize, Vec<u8>)>),
 }
 
 /// One shard thread's appended entries, not yet merged, each with its number.
@@ -137,7 +139,7 @@ static NEW_LOG_WAITING: Mutex<Vec<Waker>> = Mutex::new(Vec::new());
 /// A transaction's effects gathered until it ends.
 struct Capture {
     txn: u64,
-    cmds: Vec<(usize, Argv)>,
+    cmds: Vec<(usize, Vec<u8>)>,
 }
 
 /// Transactions (EXEC, scripts, split commands) collecting their effects.
@@ -145,14 +147,43 @@ static CAPTURES: Mutex<Vec<Capture>> = Mutex::new(Vec::new());
 
 /// Appends one effect, or adds it to `txn`'s capture when it has one.
 pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
+    propagate_slice(txn, db, &argv);
+}
+
+/// `propagate` for a command as it came (the common case): encoded straight from
+/// its arguments.
+pub fn propagate_args(txn: Option<u64>, db: usize, args: &crate::commands::Args) {
+    let bytes = (0..args.len()).map(|i| args.get(i).len()).sum();
+    propagate_resp(txn, db, resp(args.len(), bytes, args.iter()));
+}
+
+/// `propagate` for arguments held as a slice.
+pub fn propagate_slice(txn: Option<u64>, db: usize, argv: &[Vec<u8>]) {
+    let bytes = argv.iter().map(Vec::len).sum();
+    propagate_resp(
+        txn,
+        db,
+        resp(argv.len(), bytes, argv.iter().map(Vec::as_slice)),
+    );
+}
+
+/// `n` arguments of `bytes` bytes in all as RESP, in a buffer of the right size.
+fn resp<'a>(n: usize, bytes: usize, parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    // Each argument's header and CRLF take at most 16 bytes (lengths below 10^12).
+    let mut out = Vec::with_capacity(bytes + 16 * (n + 1));
+    merge::encode_parts(&mut out, n, parts);
+    out
+}
+
+fn propagate_resp(txn: Option<u64>, db: usize, cmd: Vec<u8>) {
     if let Some(t) = txn {
         let mut caps = lock(&CAPTURES);
         if let Some(c) = caps.iter_mut().find(|c| c.txn == t) {
-            c.cmds.push((db, argv));
+            c.cmds.push((db, cmd));
             return;
         }
     }
-    append(Effect::One(db, argv));
+    append(Effect::One(db, cmd));
 }
 
 /// Starts collecting the effects of transaction `txn` (EXEC, a script). False when
@@ -191,8 +222,8 @@ pub fn end_capture(txn: u64, append_it: bool) {
     match cmds.len() {
         0 => {}
         1 => {
-            if let Some((db, argv)) = cmds.pop() {
-                append(Effect::One(db, argv));
+            if let Some((db, cmd)) = cmds.pop() {
+                append(Effect::One(db, cmd));
             }
         }
         _ => append(Effect::Block(cmds)),

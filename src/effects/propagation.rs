@@ -5,7 +5,7 @@
 //! rule in `call()`). The executor and the coordinators' callers turn that into
 //! effects, after the DELs of the keys the command found expired.
 
-use super::{propagate, Argv};
+use super::{propagate, propagate_args, propagate_slice, Argv};
 use crate::commands::table::flags;
 use crate::commands::{Args, CommandSpec};
 use crate::shard::ShardData;
@@ -82,7 +82,7 @@ impl Propagation {
     /// Appends the statements, or the command itself when there are none.
     fn emit(self, txn: Option<u64>, db: usize, args: &Args) {
         match self.stated {
-            None => propagate(txn, db, args.to_vecs()),
+            None => propagate_args(txn, db, args),
             Some(list) => {
                 for argv in list {
                     propagate(txn, db, argv);
@@ -103,7 +103,7 @@ impl Propagation {
                 }
             }
             None if self.changes.unwrap_or(0) > 0 => {
-                propagate(txn, db, args.to_vec());
+                propagate_slice(txn, db, args);
                 self.stated = Some(Vec::new());
             }
             None => {}

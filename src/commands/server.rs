@@ -469,7 +469,10 @@ fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mu
     let lua_scripts = crate::scripting::scripts_bytes();
     let pending = memory::LAZYFREE_PENDING.load(std::sync::atomic::Ordering::Relaxed);
     let freed = memory::LAZYFREED.load(std::sync::atomic::Ordering::Relaxed);
-    let repl = ReplicationMemory::measure();
+    // Redis 7.0's one replication buffer, split as Redis splits it: the backlog's
+    // part and what the replicas hold beyond it (not counted for eviction;
+    // Tessera's eviction counts only the dataset's bytes anyway).
+    let (repl_backlog, repl_replicas) = crate::effects::replication_memory();
     let _ = write!(
         out,
         "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{overhead}\r\nused_memory_startup:{startup}\r\nused_memory_dataset:{dataset}\r\nused_memory_dataset_perc:{:.2}%\r\nallocator_allocated:{}\r\nallocator_active:{}\r\nallocator_resident:{}\r\ntotal_system_memory:{sysmem}\r\ntotal_system_memory_human:{}\r\nused_memory_lua:{lua}\r\nused_memory_vm_eval:{lua}\r\nused_memory_lua_human:{lua_human}\r\nused_memory_scripts_eval:{lua_scripts}\r\nnumber_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:{lua}\r\nused_memory_vm_total_human:{lua_human}\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{policy}\r\nallocator_frag_ratio:{:.2}\r\nallocator_frag_bytes:{}\r\nallocator_rss_ratio:{:.2}\r\nallocator_rss_bytes:{}\r\nrss_overhead_ratio:{:.2}\r\nrss_overhead_bytes:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_fragmentation_bytes:{}\r\nmem_not_counted_for_evict:{}\r\nmem_replication_backlog:{}\r\nmem_total_replication_buffers:{}\r\nmem_clients_slaves:{}\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:0\r\nmem_allocator:{}\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:{pending}\r\nlazyfreed_objects:{freed}\r\n",
@@ -491,28 +494,12 @@ fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mu
         rss as i64 - a.resident as i64,
         ratio(rss, used),
         rss as i64 - used as i64,
-        repl.replicas,
-        repl.backlog,
-        repl.backlog + repl.replicas,
-        repl.replicas,
+        repl_replicas,
+        repl_backlog,
+        repl_backlog + repl_replicas,
+        repl_replicas,
         memory::allocator_name(),
     );
-}
-
-/// What replication holds in memory, for INFO memory: Redis 7.0's one replication
-/// buffer, split as Redis splits it into the backlog's part and what the replicas
-/// hold beyond it (not counted for eviction; Tessera's eviction counts only the
-/// dataset's bytes anyway).
-struct ReplicationMemory {
-    backlog: usize,
-    replicas: usize,
-}
-
-impl ReplicationMemory {
-    fn measure() -> ReplicationMemory {
-        let (backlog, replicas) = crate::effects::replication_memory();
-        ReplicationMemory { backlog, replicas }
-    }
 }
 
 fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {

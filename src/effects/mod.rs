@@ -153,7 +153,7 @@ pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
 /// `propagate` for a command as it came (the common case): encoded straight from
 /// its arguments.
 pub fn propagate_args(txn: Option<u64>, db: usize, args: &crate::commands::Args) {
-    let bytes = (0..args.len()).map(|i| args.get(i).len()).sum();
+    let bytes = args.iter().map(<[u8]>::len).sum();
     propagate_resp(txn, db, resp(args.len(), bytes, args.iter()));
 }
 

@@ -330,3 +330,41 @@ fn pipelined_hops_keep_order_while_multi_shard_writes_hold_their_keys() {
     }
     run_two_seconds(&stop, threads, &reads, "a reader saw reordered replies");
 }
+
+/// EXEC sends its keyed commands to their shards in one batch per shard; replies stay
+/// in the queued order, a shard's commands see the ones queued before them, and a
+/// server-wide or connection command sees every earlier write of the transaction.
+#[test]
+fn exec_batches_per_shard_and_keeps_order() {
+    let srv = Server::start(2);
+    let mut c = srv.client();
+    let keys = keys_on_all_shards(2, 6);
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for (i, k) in keys.iter().enumerate() {
+        pipe.cmd("SET").arg(k).arg(i);
+        pipe.cmd("INCR").arg(k);
+    }
+    pipe.cmd("DBSIZE");
+    pipe.cmd("SELECT").arg(1);
+    pipe.cmd("SET").arg(&keys[0]).arg("db1");
+    pipe.cmd("SELECT").arg(0);
+    pipe.cmd("MGET").arg(&keys);
+    let replies: Vec<redis::Value> = pipe.query(&mut c).expect("EXEC");
+    let mut want = Vec::new();
+    for i in 0..keys.len() {
+        want.push(redis::Value::Okay);
+        want.push(redis::Value::Int(i as i64 + 1));
+    }
+    want.push(redis::Value::Int(keys.len() as i64));
+    want.push(redis::Value::Okay);
+    want.push(redis::Value::Okay);
+    want.push(redis::Value::Okay);
+    let mget = (1..=keys.len())
+        .map(|v| redis::Value::BulkString(v.to_string().into_bytes()))
+        .collect();
+    want.push(redis::Value::Array(mget));
+    assert_eq!(replies, want);
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut c).expect("SELECT");
+    assert_eq!(q::<String>(&mut c, &["GET", &keys[0]]), "db1");
+}

@@ -371,6 +371,25 @@ fn scan_all(c: &mut Raw, extra: &str) -> Vec<String> {
     }
 }
 
+/// One SCAN call goes on into the next shard's slots: a small keyspace spread over
+/// both shards comes back whole with cursor 0, as from Redis. A MATCH that finds
+/// nothing stops after looking at ten times COUNT keys, mid-keyspace.
+#[test]
+fn scan_crosses_shards_in_one_call() {
+    let (_s, mut c) = setup();
+    let keys = populate(&mut c, "few", 3);
+    let r = c.c("SCAN 0");
+    let items = r.items();
+    assert_eq!(items[0].text(), "0");
+    assert_eq!(sorted(items[1].clone()), keys);
+    populate(&mut c, "many", 2000);
+    let r = c.c("SCAN 0 MATCH nothing:* COUNT 10");
+    let items = r.items();
+    let cursor: usize = items[0].text().parse().expect("cursor");
+    assert!(cursor > 0 && cursor < 8192, "stopped early, at {cursor}");
+    assert!(items[1].items().is_empty());
+}
+
 #[test]
 fn scan_full_iteration() {
     let (_s, mut c) = setup();

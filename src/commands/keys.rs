@@ -754,9 +754,11 @@ fn keys<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     })
 }
 
-/// SCAN's cursor is the next hash slot to visit: each call walks whole slots of one
-/// shard, so every key present for the whole iteration is returned at least once,
-/// whatever the tables do in between.
+/// SCAN's cursor is the next hash slot to visit: a call walks whole slots, so every
+/// key present for the whole iteration is returned at least once, whatever the
+/// tables do in between. It goes on into the next shard's slots until it found COUNT
+/// keys or looked at ten times as many (Redis's bound of COUNT*10 buckets), so a small
+/// keyspace is one call however many shards hold it.
 fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
         let Some(cursor) = super::parse_scan_cursor(&g.args[1]) else {
@@ -785,48 +787,36 @@ fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         }
         let db = g.session.db;
         let cell = g.session.cell.clone();
-        if cursor >= crate::slot::SLOT_COUNT as u64 {
-            let mut w = g.w();
-            w.array_len(2);
-            w.bulk(b"0");
-            w.array_len(0);
-            return;
+        let filter = std::sync::Arc::new(ScanFilter {
+            pattern,
+            type_filter,
+        });
+        let mut keys = Vec::new();
+        let mut budget = ScanBudget {
+            found: 0,
+            count,
+            looked: 0,
+            looks: count.saturating_mul(10),
+        };
+        let mut slot = cursor as usize;
+        while slot < crate::slot::SLOT_COUNT && !budget.spent() {
+            let shard = cell.slots.owner(slot as u16);
+            let filter = filter.clone();
+            let (next, found, spent) = cell
+                .call(shard, move |c| {
+                    let d = c.data.borrow();
+                    scan_shard(&d.dbs[db], slot, &filter, budget)
+                })
+                .await;
+            budget = spent;
+            keys.extend(found);
+            slot = next;
         }
-        let slot = cursor as usize;
-        let shard = cell.slots.owner(slot as u16);
-        let (next, keys) = cell
-            .call(shard, move |c| {
-                let d = c.data.borrow();
-                let dbr = &d.dbs[db];
-                let now = crate::util::now_ms();
-                let first = dbr.first_slot();
-                let mut keys = Vec::new();
-                let mut idx = slot - first;
-                while idx < dbr.slot_count() && keys.len() < count {
-                    dbr.for_each_in_slot(idx, now, |e| {
-                        let type_ok = type_filter
-                            .as_deref()
-                            .is_none_or(|t| t == e.value().type_name().as_bytes());
-                        let match_ok = pattern
-                            .as_deref()
-                            .is_none_or(|p| glob_match(p, e.key(), false));
-                        if type_ok && match_ok {
-                            keys.push(e.key().to_vec());
-                        }
-                    });
-                    idx += 1;
-                }
-                let next = first + idx;
-                (
-                    if next >= crate::slot::SLOT_COUNT {
-                        0
-                    } else {
-                        next
-                    },
-                    keys,
-                )
-            })
-            .await;
+        let next = if slot >= crate::slot::SLOT_COUNT {
+            0
+        } else {
+            slot
+        };
         let mut w = g.w();
         w.array_len(2);
         w.bulk(next.to_string().as_bytes());
@@ -835,6 +825,65 @@ fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             w.bulk(k);
         }
     })
+}
+
+/// SCAN's MATCH and TYPE.
+struct ScanFilter {
+    pattern: Option<Vec<u8>>,
+    type_filter: Option<Vec<u8>>,
+}
+
+impl ScanFilter {
+    fn accepts(&self, e: &crate::storage::Entry) -> bool {
+        self.type_filter
+            .as_deref()
+            .is_none_or(|t| t == e.value().type_name().as_bytes())
+            && self
+                .pattern
+                .as_deref()
+                .is_none_or(|p| glob_match(p, e.key(), false))
+    }
+}
+
+/// How much of its COUNT a SCAN call has done: keys found and keys looked at.
+#[derive(Clone, Copy)]
+struct ScanBudget {
+    found: usize,
+    count: usize,
+    looked: usize,
+    looks: usize,
+}
+
+impl ScanBudget {
+    fn spent(&self) -> bool {
+        self.found >= self.count || self.looked >= self.looks
+    }
+}
+
+/// Walks this shard's slots of `db` from `slot`, whole slots at a time, until the
+/// budget is spent or its slots end. Returns the next slot to visit, the keys found
+/// and the budget with them and the keys looked at counted.
+fn scan_shard(
+    dbr: &crate::storage::Db,
+    slot: usize,
+    filter: &ScanFilter,
+    mut budget: ScanBudget,
+) -> (usize, Vec<Vec<u8>>, ScanBudget) {
+    let now = crate::util::now_ms();
+    let first = dbr.first_slot();
+    let mut keys = Vec::new();
+    let mut idx = slot - first;
+    while idx < dbr.slot_count() && !budget.spent() {
+        dbr.for_each_in_slot(idx, now, |e| {
+            budget.looked += 1;
+            if filter.accepts(e) {
+                keys.push(e.key().to_vec());
+                budget.found += 1;
+            }
+        });
+        idx += 1;
+    }
+    (first + idx, keys, budget)
 }
 
 fn randomkey<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {

@@ -3,14 +3,13 @@
 
 use super::table::K1;
 use super::table::{flags::*, CommandSpec, Cross, Kind};
-use super::{
-    notify, parse_f64, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE,
-};
-use crate::protocol::reply::{format_long_double_human, Protocol, ReplyWriter};
+use super::{notify, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE};
+use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::storage::hash::HashValue;
 use crate::storage::limits::EncodingLimits;
 use crate::storage::{Entry, Rng, Value, NO_EXPIRE};
 use crate::util::glob::glob_match;
+use crate::util::long_double::LongDouble;
 
 const HASH: &[&str] = &["@hash"];
 
@@ -315,33 +314,26 @@ fn hincrby(ctx: &mut ExecCtx) {
     }
 }
 
-/// Redis's string2ld refuses strings this long before parsing them.
-const MAX_LONG_DOUBLE_CHARS: usize = 5 * 1024;
-
 fn hincrbyfloat(ctx: &mut ExecCtx) {
-    let arg = ctx.args.get(3);
-    let Some(incr) = parse_f64(arg).filter(|_| arg.len() < MAX_LONG_DOUBLE_CHARS) else {
+    let Some(incr) = LongDouble::parse(ctx.args.get(3)) else {
         return ctx.error(NOT_FLOAT);
     };
-    if incr.is_infinite() {
+    if incr.is_nan_or_infinite() {
         return ctx.error("ERR value is NaN or Infinity");
     }
     let args = ctx.args;
     let result = write_hash(ctx, args.get(1), |h, limits| {
         let field = args.get(2);
         let cur = match h.get(field) {
-            None => 0.0,
-            Some(v) if v.len() >= MAX_LONG_DOUBLE_CHARS => {
-                return Err("ERR hash value is not a float")
-            }
-            Some(v) => parse_f64(v).ok_or("ERR hash value is not a float")?,
+            None => LongDouble::from_i64(0),
+            Some(v) => LongDouble::parse(v).ok_or("ERR hash value is not a float")?,
         };
-        let n = cur + incr;
-        if !n.is_finite() {
+        let n = cur.add(&incr);
+        if n.is_nan_or_infinite() {
             return Err("ERR increment would produce NaN or Infinity");
         }
         let mut text = Vec::with_capacity(32);
-        format_long_double_human(n, &mut text);
+        n.format_human(&mut text);
         h.set(field, &text, limits);
         Ok(text)
     });

@@ -4,11 +4,12 @@
 use super::table::{flags::*, CommandSpec, Cross, Kind, Merge};
 use super::table::{K1, K12, K_ALL, K_PAIRS};
 use super::{
-    notify, parse_f64, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, WrongType, NOT_FLOAT,
-    NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE,
+    notify, parse_i64, read_str, reply_str, ExecCtx, GlobalCtx, WrongType, NOT_FLOAT, NOT_INT,
+    OVERFLOW, SYNTAX_ERR, WRONGTYPE,
 };
-use crate::protocol::reply::{format_long_double_human, ReplyWriter};
+use crate::protocol::reply::ReplyWriter;
 use crate::storage::{StrValue, Value, NO_EXPIRE};
+use crate::util::long_double::LongDouble;
 
 pub(crate) const STR: &[&str] = &["@string"];
 
@@ -687,26 +688,27 @@ fn decrby(ctx: &mut ExecCtx) {
 
 fn incrbyfloat(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
-    let Some(delta) = parse_f64(ctx.args.get(2)) else {
-        return ctx.error(NOT_FLOAT);
-    };
+    // As Redis: the key's type, then its value, then the increment.
     let cur = match read_str(ctx.lookup_write(key)) {
         Err(WrongType) => return ctx.error(WRONGTYPE),
-        Ok(None) => 0.0,
+        Ok(None) => LongDouble::from_i64(0),
         Ok(Some(v)) => {
             let mut s = [0u8; 24];
-            match parse_f64(v.bytes(&mut s)) {
+            match LongDouble::parse(v.bytes(&mut s)) {
                 Some(f) => f,
                 None => return ctx.error(NOT_FLOAT),
             }
         }
     };
-    let n = cur + delta;
-    if n.is_nan() || n.is_infinite() {
+    let Some(delta) = LongDouble::parse(ctx.args.get(2)) else {
+        return ctx.error(NOT_FLOAT);
+    };
+    let n = cur.add(&delta);
+    if n.is_nan_or_infinite() {
         return ctx.error("ERR increment would produce NaN or Infinity");
     }
     let mut text = Vec::with_capacity(32);
-    format_long_double_human(n, &mut text);
+    n.format_human(&mut text);
     ctx.out.bulk(&text);
     // The result, not the increment: float arithmetic must not run twice.
     ctx.propagation.rewrite(|| {

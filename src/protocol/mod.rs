@@ -8,6 +8,4 @@ pub mod parser;
 pub mod reply;
 
 pub use parser::{ArgSpan, ParseLimits, ProtocolError, RequestParser};
-pub use reply::{
-    format_double_g17, format_long_double_human, write_i64, write_u64, Protocol, ReplyWriter,
-};
+pub use reply::{format_double_g17, write_i64, write_u64, Protocol, ReplyWriter};

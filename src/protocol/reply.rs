@@ -8,7 +8,6 @@
 //! including how each RESP3-only type degrades when the client speaks RESP2.
 
 use std::fmt::{self, Write as _};
-use std::io::Write as _;
 
 /// Which protocol the client negotiated (`HELLO 2` / `HELLO 3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -496,63 +495,6 @@ fn write_scientific(dec: &Decimal, out: &mut StackStr) {
     out.push_all(IntBuf::unsigned(u64::from(magnitude)).as_bytes());
 }
 
-/// Appends `d` the way Redis's `ld2string(..., LD_STR_HUMAN)` renders the
-/// results of INCRBYFLOAT / HINCRBYFLOAT: always plain (never exponent)
-/// notation, no trailing fractional zeros or dot, "-0" shown as "0",
-/// infinities as "inf"/"-inf" and NaN as "nan".
-///
-/// Redis computes in 80-bit `long double` and prints `%.17Lf`. We hold an
-/// `f64`, whose `%.17f` expansion would expose binary noise Redis never
-/// shows (1.1 would print as "1.10000000000000009"). So we print the
-/// shortest digits that round-trip to the same `f64` (1.1 → "1.1", exactly
-/// Redis's output) and only fall back to `%.17f` rounding when those digits
-/// need more than 17 decimals, which is where Redis's own precision ends.
-///
-/// Known difference: arithmetic itself is f64, so e.g. 0.1 + 0.2 gives
-/// "0.30000000000000004" where Redis's long double sum prints "0.3".
-pub fn format_long_double_human(d: f64, out: &mut Vec<u8>) {
-    if d.is_nan() {
-        out.extend_from_slice(b"nan");
-        return;
-    }
-    if d.is_infinite() {
-        out.extend_from_slice(if d > 0.0 { b"inf" } else { b"-inf" });
-        return;
-    }
-    let start = out.len();
-    // Display for f64 never uses exponent notation and prints the shortest
-    // round-tripping digits; writing into a Vec cannot fail.
-    let _ = write!(out, "{d}");
-    if fraction_digits(out.get(start..).unwrap_or_default()) > 17 {
-        out.truncate(start);
-        let _ = write!(out, "{d:.17}");
-        trim_fraction_zeros(out, start);
-    }
-    if out.get(start..) == Some(b"-0".as_slice()) {
-        out.truncate(start);
-        out.push(b'0');
-    }
-}
-
-fn fraction_digits(text: &[u8]) -> usize {
-    text.iter()
-        .position(|&b| b == b'.')
-        .map_or(0, |dot| text.len() - dot - 1)
-}
-
-/// Drops trailing zeros after the decimal point, then a bare trailing dot.
-fn trim_fraction_zeros(out: &mut Vec<u8>, start: usize) {
-    if !out.get(start..).is_some_and(|t| t.contains(&b'.')) {
-        return;
-    }
-    while out.len() > start && out.last() == Some(&b'0') {
-        out.pop();
-    }
-    if out.last() == Some(&b'.') {
-        out.pop();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,12 +514,6 @@ mod tests {
     fn g17_str(d: f64) -> String {
         let mut out = Vec::new();
         format_double_g17(d, &mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    fn human(d: f64) -> String {
-        let mut out = Vec::new();
-        format_long_double_human(d, &mut out);
         String::from_utf8_lossy(&out).into_owned()
     }
 
@@ -809,42 +745,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn long_double_human() {
-        let cases: &[(f64, &str)] = &[
-            (10.5, "10.5"),
-            (3.0, "3"),
-            (17179869185.5, "17179869185.5"),
-            (5.0e3, "5000"),
-            (-0.0, "0"),
-            (0.0, "0"),
-            (1.1, "1.1"),
-            (-1.1, "-1.1"),
-            (0.1 + 0.2, "0.30000000000000004"),
-            (34359738368.0, "34359738368"),
-            (1e20, "100000000000000000000"),
-            (1.5e-7, "0.00000015"),
-            // More than 17 decimals needed: rounded at 17 like %.17Lf.
-            (1.234567890123e-10, "0.00000000012345679"),
-            (-1e-20, "0"),
-            (1e-18, "0"),
-            (f64::INFINITY, "inf"),
-            (f64::NEG_INFINITY, "-inf"),
-            (f64::NAN, "nan"),
-        ];
-        for &(d, want) in cases {
-            assert_eq!(human(d), want, "for {d:e}");
-        }
-    }
-
-    #[test]
-    fn long_double_human_huge_values_stay_plain() {
-        let text = human(f64::MAX);
-        assert_eq!(text.len(), 309);
-        assert!(text.starts_with("17976931348623157"));
-        assert!(text.bytes().all(|b| b.is_ascii_digit()));
-    }
-
     proptest! {
         /// 17 significant digits always identify a double uniquely.
         #[test]
@@ -862,15 +762,6 @@ mod tests {
             let d = f64::from_bits(bits);
             prop_assume!(d.is_finite());
             prop_assert_eq!(g17_str(d), reference_g17(d));
-        }
-
-        #[test]
-        fn human_round_trips_when_short(d in -1e15f64..1e15) {
-            let text = human(d);
-            prop_assert!(!text.contains('e'));
-            let back: f64 = text.parse().unwrap_or(f64::NAN);
-            // Either exact, or rounded at the 17th decimal like Redis.
-            prop_assert!(back == d || (back - d).abs() <= 5e-18);
         }
 
         #[test]

@@ -4,6 +4,7 @@ pub mod crc16;
 pub mod cstr;
 pub mod geohash;
 pub mod glob;
+pub mod long_double;
 pub mod prefetch;
 
 pub use cstr::{memtoull, repr, split_args, string2ll};

@@ -535,13 +535,9 @@ impl Connection {
         let shards: Vec<usize> = (0..replies.len())
             .filter(|&s| !self.pipe.batches[s].is_empty())
             .collect();
-        let in_exec = self.session.exec_owner.is_some();
-        // Keyspace events keep the order in which the shards ran.
-        if in_exec && cell.data.borrow().config.notify_keyspace_events() == 0 {
-            return self.run_in_exec(cell, txn, shards, replies).await;
-        }
         // A command split over shards reaches replicas as one MULTI/EXEC block.
         let captured = crate::effects::begin_capture(txn);
+        let in_exec = self.session.exec_owner.is_some();
         for (pos, &s) in shards.iter().enumerate() {
             let last = pos + 1 == shards.len();
             let mut b = std::mem::take(&mut self.pipe.batches[s]);
@@ -582,44 +578,6 @@ impl Connection {
         for &s in &shards[..shards.len().saturating_sub(1)] {
             cell.tell(s, move |c| c.locks.borrow_mut().release(txn))
                 .await;
-        }
-    }
-
-    /// The batches of a transaction's commands: EXEC holds every shard already, so
-    /// there is no lock order to keep, and the shards run their parts at the same
-    /// time (this shard's last, after the others were sent theirs). The transaction's
-    /// effects are captured by EXEC.
-    async fn run_in_exec(
-        &mut self,
-        cell: &Rc<ShardCell>,
-        txn: locks::TxnId,
-        mut shards: Vec<usize>,
-        replies: &mut [Option<BatchReply>],
-    ) {
-        if let Some(pos) = shards.iter().position(|&s| s == cell.id) {
-            shards.remove(pos);
-            shards.push(cell.id);
-        }
-        let mut runs = Vec::with_capacity(shards.len());
-        for &s in &shards {
-            let mut b = std::mem::take(&mut self.pipe.batches[s]);
-            (b.client, b.home) = (self.session.id(), cell.id);
-            let spare = std::mem::take(&mut self.pipe.spare_replies[s]);
-            runs.push(cell.call_async(s, move |c| {
-                Box::pin(async move {
-                    let set = b.lock_set(&c.locks.borrow());
-                    // Free at once: the transaction holds the whole shard.
-                    locks::wait_free(&c.locks, set, txn).await;
-                    let r = batch::run_into(&c, &b, Some(txn), spare).await;
-                    (r, b)
-                })
-            }));
-        }
-        for (s, (reply, mut b)) in shards.into_iter().zip(crate::runtime::join_all(runs).await) {
-            // The emptied batch goes back for the next pipeline: no reallocation.
-            b.clear();
-            self.pipe.batches[s] = b;
-            replies[s] = Some(reply);
         }
     }
 

@@ -2,7 +2,6 @@
 //! the locks of every key it touches (WATCH checked under them).
 
 use super::*;
-use crate::shard::multi::MultiShardOp;
 
 impl Connection {
     /// Between MULTI and EXEC: queue the command (or refuse it, dooming the
@@ -107,7 +106,7 @@ impl Connection {
             write: false,
             client: self.session.id(),
         };
-        let op = MultiShardOp::lock_all(owner, &cell).await;
+        let op = crate::shard::multi::MultiShardOp::lock_all(owner, &cell).await;
         let dirty = commands::multi::watched_dirty(&self.session).await;
         commands::multi::unwatch_all(&mut self.session).await;
         let before = self.out.len();
@@ -132,34 +131,15 @@ impl Connection {
             proto,
         }
         .array_len(state.queue.len());
-        let specs = &commands::table().specs;
-        let notifying = cell.data.borrow().config.notify_keyspace_events() != 0;
-        for (idx, argv) in &state.queue {
+        for (_, argv) in &state.queue {
             let owned = OwnedArgs::new(argv);
-            let keyed = matches!(specs[*idx as usize].kind, Kind::Keyed(..));
-            if !keyed {
-                // A connection or server-wide command sees (and is seen by) what the
-                // commands before it did: theirs run first.
-                self.flush().await;
-            }
             // Every command takes the locked path under the transaction's owner, which
-            // already holds every shard.
+            // already holds every shard; each completes before the next starts.
             self.pipe.locked = true;
             Box::pin(self.run_command(owned.args())).await;
-            // Keyed commands queue in one batch per shard, run in order there, so a
-            // transaction costs one hop per shard rather than one per command: a
-            // command on one shard cannot see another shard's (a command spanning
-            // shards flushes what is queued before it runs). One at a time still when
-            // keyspace events are on (they go out in the commands' order) and for a
-            // subscribed client, which gets the pushes its commands cause between
-            // their replies, as Redis 7.0 writes them.
-            if !keyed || notifying || self.session.shared.pubsub.active() {
-                self.flush().await;
-                self.take_pushes();
-            }
+            self.flush().await;
+            self.take_pushes();
         }
-        self.flush().await;
-        self.take_pushes();
         self.pipe.locked = false;
         self.session.exec_owner = None;
         shared.tracking.defer(&shared, false);

@@ -64,31 +64,6 @@ pub async fn first<A: Future, B: Future>(a: A, b: B) -> First<A::Output, B::Outp
     .await
 }
 
-/// Runs the futures of `futs` at once and waits for all of them; their outputs in
-/// the same order. Each is first polled in order, so put those that send work to
-/// other shards before one that runs on this shard to completion.
-pub async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut futs: Vec<std::pin::Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut outs: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (fut, out) in futs.iter_mut().zip(outs.iter_mut()) {
-            if out.is_none() {
-                match fut.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => *out = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(outs.drain(..).flatten().collect())
-        }
-    })
-    .await
-}
-
 /// Runs `fut` to completion without returning to the executor, serving this shard's
 /// other tasks and I/O while it waits. For synchronous callers only (a Lua
 /// `redis.call`); async code awaits instead.

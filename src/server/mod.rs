@@ -212,12 +212,16 @@ pub fn run(config: Config) -> i32 {
         }
     }
     let load_started = std::time::Instant::now();
+    // With the AOF on, the shards serve before the AOF is opened (created, on a fresh
+    // dir) below: until then a write would be acknowledged outside any file and lost
+    // to a kill -9 under `appendfsync always`. Clients get -LOADING until it is open,
+    // as they do while a dataset loads (the RDB's open sets the flag itself).
+    if aof.is_some() {
+        crate::persistence::set_loading(true);
+    }
     let (aof_feed, mut aof_client) = match aof.as_ref().filter(|p| p.has_commands()) {
         Some(_) => match std::os::unix::net::UnixStream::pair() {
-            Ok((feed, client)) => {
-                crate::persistence::set_loading(true);
-                (Some(feed), Some(client))
-            }
+            Ok((feed, client)) => (Some(feed), Some(client)),
             Err(e) => {
                 tracing::warn!("Can't start the AOF loader's connection: {e}");
                 return 1;

@@ -312,8 +312,9 @@ pub fn shift_replid() {
     }
 }
 
-/// A new history and no second one (the backlog was freed: nobody can continue).
-fn change_replid() {
+/// A new history and no second one (the backlog was freed: nobody can continue;
+/// DEBUG CHANGE-REPL-ID).
+pub fn change_replid() {
     if let Some(i) = ids().as_mut() {
         i.replid = random_id();
         i.replid2 = NO_ID.to_string();

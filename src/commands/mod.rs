@@ -14,6 +14,7 @@ pub mod bitops;
 pub mod blocking;
 pub mod client;
 pub mod config_cmd;
+pub mod debug;
 pub mod digest;
 pub mod geo;
 pub mod hashes;
@@ -441,6 +442,17 @@ impl GlobalCtx<'_> {
         let msg = format!(
             "ERR unknown subcommand '{}'. Try {container} HELP.",
             String::from_utf8_lossy(self.arg(1))
+        );
+        self.error(&msg)
+    }
+
+    /// addReplySubcommandSyntaxError: what a command that parses its own
+    /// subcommands (DEBUG) says to one it does not know or to a wrong argument count.
+    pub fn subcommand_syntax_error(&mut self, container: &str) {
+        let sub = String::from_utf8_lossy(self.arg(1));
+        let sub: String = sub.chars().take(128).collect();
+        let msg = format!(
+            "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."
         );
         self.error(&msg)
     }

@@ -336,7 +336,7 @@ async fn call(
             "ERR Wrong number of args calling Redis command from script",
         );
     }
-    if spec.has(NOSCRIPT) {
+    if spec.has(NOSCRIPT) && !scripting::deny_script_disabled() {
         return refuse(
             fake,
             Some(idx),

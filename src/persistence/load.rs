@@ -518,7 +518,7 @@ pub async fn load_from_master(
         Err(e) => return Err(e),
     };
     clear_all(cell).await;
-    let check = cell.data.borrow().config.rdbchecksum();
+    let check = crate::storage::rdb::validate_checksum(cell.data.borrow().config.rdbchecksum());
     let (tx, rx) = std::sync::mpsc::channel();
     let walked = file.clone();
     cell.call_all(move |c| {
@@ -607,7 +607,7 @@ async fn load_held(
     flush: bool,
     merge: bool,
 ) -> Result<u64, Failed> {
-    let check = cell.data.borrow().config.rdbchecksum();
+    let check = crate::storage::rdb::validate_checksum(cell.data.borrow().config.rdbchecksum());
     let Ok(map) = Mapped::open(path) else {
         return Err(Failed::Refused);
     };

@@ -196,25 +196,27 @@ pub fn error_text(msg: &[u8]) -> String {
     String::from_utf8_lossy(msg).into_owned()
 }
 
-/// Writes the script's result (or a nested element of it) as a reply.
-pub fn lua_to_resp(v: &Value, w: &mut ReplyWriter, depth: usize) {
+/// Writes the script's result (or a nested element of it) as a reply. A boolean
+/// follows the protocol the *script* chose (redis.setresp), as script_lua.c does:
+/// under RESP2 true is `:1` and false a null; under RESP3 both are booleans, which a
+/// RESP2 client receives as `:1` / `:0`.
+pub fn lua_to_resp(v: &Value, w: &mut ReplyWriter, depth: usize, lua_resp3: bool) {
     if depth > MAX_DEPTH {
         w.error("ERR reached lua stack limit");
         return;
     }
-    let resp3 = w.proto == crate::protocol::reply::Protocol::Resp3;
     match v {
         Value::String(s) => w.bulk(&s.as_bytes()),
-        Value::Boolean(true) => w.boolean(true),
-        Value::Boolean(false) if resp3 => w.boolean(false),
+        Value::Boolean(true) if !lua_resp3 => w.integer(1),
+        Value::Boolean(b) if lua_resp3 => w.boolean(*b),
         Value::Integer(i) => w.integer(*i),
         Value::Number(n) => w.integer(to_int(*n)),
-        Value::Table(t) => table_to_resp(t, w, depth),
+        Value::Table(t) => table_to_resp(t, w, depth, lua_resp3),
         _ => w.null(),
     }
 }
 
-fn table_to_resp(t: &Table, w: &mut ReplyWriter, depth: usize) {
+fn table_to_resp(t: &Table, w: &mut ReplyWriter, depth: usize, lua_resp3: bool) {
     if let Value::String(e) = field(t, "err") {
         let msg = error_text(&e.as_bytes());
         w.error(&format!("-{msg}"));
@@ -244,8 +246,8 @@ fn table_to_resp(t: &Table, w: &mut ReplyWriter, depth: usize) {
         let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(|p| p.ok()).collect();
         w.map_len(pairs.len());
         for (k, v) in &pairs {
-            lua_to_resp(k, w, depth + 1);
-            lua_to_resp(v, w, depth + 1);
+            lua_to_resp(k, w, depth + 1, lua_resp3);
+            lua_to_resp(v, w, depth + 1, lua_resp3);
         }
         return;
     }
@@ -256,7 +258,7 @@ fn table_to_resp(t: &Table, w: &mut ReplyWriter, depth: usize) {
             .collect();
         w.set_len(keys.len());
         for k in &keys {
-            lua_to_resp(k, w, depth + 1);
+            lua_to_resp(k, w, depth + 1, lua_resp3);
         }
         return;
     }
@@ -269,7 +271,7 @@ fn table_to_resp(t: &Table, w: &mut ReplyWriter, depth: usize) {
     }
     w.array_len(items.len());
     for v in &items {
-        lua_to_resp(v, w, depth + 1);
+        lua_to_resp(v, w, depth + 1, lua_resp3);
     }
 }
 

@@ -87,6 +87,19 @@ static SCRIPTS: Mutex<Option<HashMap<String, Arc<Vec<u8>>>>> = Mutex::new(None);
 /// Bumped by SCRIPT FLUSH: VMs drop their compiled scripts when they see it change.
 pub static SCRIPT_EPOCH: AtomicU64 = AtomicU64::new(0);
 
+/// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call commands flagged `noscript`
+/// (Redis's tests let a script run CLIENT LIST or DEBUG this way).
+static DENY_SCRIPT_DISABLED: AtomicBool = AtomicBool::new(false);
+
+pub fn set_deny_script_disabled(on: bool) {
+    DENY_SCRIPT_DISABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether a script may call a `noscript` command.
+pub fn deny_script_disabled() -> bool {
+    DENY_SCRIPT_DISABLED.load(Ordering::Relaxed)
+}
+
 pub fn script_get(sha: &str) -> Option<Arc<Vec<u8>>> {
     lock(&SCRIPTS).as_ref()?.get(sha).cloned()
 }

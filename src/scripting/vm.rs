@@ -877,7 +877,7 @@ impl Vm {
         let killed = super::KILL.load(Ordering::SeqCst);
         match result {
             Ok((true, v)) if !killed => {
-                lua_to_resp(&v, w, 0);
+                lua_to_resp(&v, w, 0, st.resp3.get());
                 counted_error(&v)
             }
             Ok((_, v)) => {

@@ -351,7 +351,7 @@ pub fn run(config: Config) -> i32 {
                 shutdown::signal_received(sig);
             }
         };
-        let check = config.rdbchecksum();
+        let check = crate::storage::rdb::validate_checksum(config.rdbchecksum());
         match crate::persistence::load::finish(&file, loaded_rx, n, check, poll_signals) {
             Some(end) => rdb_end = Some(end),
             None => return 1,

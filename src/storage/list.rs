@@ -11,9 +11,14 @@
 //!
 //! Redis 7.0 reports every list as `quicklist` (the `listpack` list encoding arrived in
 //! 7.2), and so does this type, whatever number of nodes it holds.
+//!
+//! An element of at least the packed threshold (1 GB unless DEBUG
+//! QUICKLIST-PACKED-THRESHOLD says otherwise) is stored alone in a *plain* node, as
+//! quicklist.c does: nothing is packed beside it, and such a node is never merged.
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::limits::EncodingLimits;
 
@@ -23,6 +28,57 @@ const SIZE_SAFETY_LIMIT: usize = 8192;
 const SIZE_CLASSES: [usize; 5] = [4096, 8192, 16384, 32768, 65536];
 /// quicklist.c's FILL_MAX: the largest per-node entry count honoured.
 const FILL_MAX: i64 = (1 << 15) - 1;
+
+/// quicklist.c's default packed_threshold: elements from 1 GB up get a plain node.
+const DEFAULT_PACKED_THRESHOLD: usize = 1 << 30;
+/// The largest threshold DEBUG QUICKLIST-PACKED-THRESHOLD takes (quicklist.c's
+/// `(1ull << 32) - (1 << 20)`: a packed entry must stay below 4 GB).
+const MAX_PACKED_THRESHOLD: u64 = (1 << 32) - (1 << 20);
+
+/// Process-wide, as in Redis (a DEBUG knob for tests, read with a relaxed load).
+#[cfg(not(test))]
+static PACKED_THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_PACKED_THRESHOLD);
+
+// Unit tests run in parallel threads of one process: each gets its own threshold, so
+// a test of plain nodes does not change the node layout another test checks.
+#[cfg(test)]
+thread_local! {
+    static PACKED_THRESHOLD_OF_TEST: AtomicUsize =
+        const { AtomicUsize::new(DEFAULT_PACKED_THRESHOLD) };
+}
+
+fn with_threshold<R>(f: impl FnOnce(&AtomicUsize) -> R) -> R {
+    #[cfg(not(test))]
+    return f(&PACKED_THRESHOLD);
+    #[cfg(test)]
+    PACKED_THRESHOLD_OF_TEST.with(f)
+}
+
+/// DEBUG QUICKLIST-PACKED-THRESHOLD: 0 restores the default; false (and nothing
+/// changes) above the largest threshold a packed entry allows.
+pub fn set_packed_threshold(bytes: u64) -> bool {
+    if bytes > MAX_PACKED_THRESHOLD {
+        return false;
+    }
+    let bytes = if bytes == 0 {
+        DEFAULT_PACKED_THRESHOLD
+    } else {
+        bytes as usize
+    };
+    with_threshold(|t| t.store(bytes, Ordering::Relaxed));
+    true
+}
+
+/// The current threshold, for the RDB encoder's nodes.
+pub fn packed_threshold() -> usize {
+    with_threshold(|t| t.load(Ordering::Relaxed))
+}
+
+/// Whether `data` must be stored in a plain node of its own.
+#[inline]
+fn is_large(data: &[u8]) -> bool {
+    data.len() >= packed_threshold()
+}
 
 /// Bytes taken by the LEB128 encoding of `n`.
 #[inline]
@@ -214,22 +270,47 @@ fn fits(fill: i32, bytes: usize, count: usize) -> bool {
     }
 }
 
-/// One packed node.
+/// One node: packed entries, or one plain (large) element.
 #[derive(Debug, Clone, Default)]
 struct Node {
     buf: NodeBuf,
     count: u32,
+    /// Holds one element stored alone because of its size: nothing joins it.
+    plain: bool,
 }
 
 impl Node {
-    /// A node holding just `data`, in an exactly sized buffer.
+    /// A node holding just `data`, in an exactly sized buffer; plain if `data` is
+    /// at least the packed threshold.
     fn single(data: &[u8]) -> Node {
         let mut buf = vec![0; entry_size(data.len())];
         write_entry(&mut buf, data);
         Node {
             buf: buf.into(),
             count: 1,
+            plain: is_large(data),
         }
+    }
+
+    /// Whether two neighbours may become one node.
+    fn can_merge(&self, next: &Node, fill: i32) -> bool {
+        !self.plain
+            && !next.plain
+            && fits(
+                fill,
+                self.buf.len() + next.buf.len(),
+                (self.count + next.count) as usize,
+            )
+    }
+
+    /// Entries before byte offset `off` (an entry boundary).
+    fn index_of(&self, off: usize) -> usize {
+        let (mut at, mut i) = (0, 0);
+        while at < off {
+            at = read_fwd(&self.buf, at).1;
+            i += 1;
+        }
+        i
     }
 
     /// Inserts `data` as a new entry at byte offset `off` (an entry boundary).
@@ -275,6 +356,7 @@ impl Node {
         Node {
             buf: tail.into(),
             count: moved,
+            plain: false,
         }
     }
 }
@@ -355,19 +437,35 @@ impl ListValue {
         self.len == 0
     }
 
-    /// Number of packed nodes (for tests and introspection).
+    /// Number of nodes (for tests and introspection).
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
 
-    /// Whether `data` may join `node` (None: there is no node).
+    /// list-max-listpack-size as this list applies it (DEBUG OBJECT's ql_listpack_max).
+    pub fn fill(&self) -> i32 {
+        self.fill
+    }
+
+    /// Each node's (entries, bytes in use, plain), head to tail: DEBUG OBJECT and
+    /// DEBUG QUICKLIST report from it.
+    pub fn node_summaries(&self) -> impl Iterator<Item = (usize, usize, bool)> + '_ {
+        self.nodes
+            .iter()
+            .map(|n| (n.count as usize, n.buf.len(), n.plain))
+    }
+
+    /// Whether `data` may join `node` (None: there is no node). A plain node takes
+    /// nothing beside its element, and a large element joins no node.
     fn allows(&self, node: Option<&Node>, data: &[u8]) -> bool {
         node.is_some_and(|n| {
-            fits(
-                self.fill,
-                n.buf.len() + entry_size(data.len()),
-                n.count as usize + 1,
-            )
+            !n.plain
+                && !is_large(data)
+                && fits(
+                    self.fill,
+                    n.buf.len() + entry_size(data.len()),
+                    n.count as usize + 1,
+                )
         })
     }
 
@@ -554,10 +652,44 @@ impl ListValue {
         let Some(n) = self.nodes.get_mut(ni) else {
             return false;
         };
-        n.replace_at(off, data);
-        self.fix_node(ni);
+        if n.plain == is_large(data) {
+            n.replace_at(off, data);
+            self.fix_node(ni);
+        } else {
+            // Plain becomes packed or the other way round: the element gets a node
+            // of its own, as quicklistReplaceEntry inserts a new one and deletes
+            // the old.
+            let ni = self.isolate(ni, off);
+            self.nodes[ni] = Node::single(data);
+        }
         self.recount();
         true
+    }
+
+    /// Splits node `ni` so that the entry at byte offset `off` is alone in its node,
+    /// and returns that node's index.
+    fn isolate(&mut self, ni: usize, off: usize) -> usize {
+        let ni = self.split_at(ni, off);
+        let next = read_fwd(&self.nodes[ni].buf, 0).1;
+        self.split_at(ni, next);
+        ni
+    }
+
+    /// Splits node `ni` before byte offset `off` (an entry boundary) and returns the
+    /// index of the node that now starts with the entry at `off` (`ni` itself when
+    /// `off` is 0; a past-the-end `off` splits nothing).
+    fn split_at(&mut self, ni: usize, off: usize) -> usize {
+        let n = &mut self.nodes[ni];
+        if off == 0 {
+            return ni;
+        }
+        if off >= n.buf.len() {
+            return ni + 1;
+        }
+        let i = n.index_of(off);
+        let tail = n.split_off(i);
+        self.nodes.insert(ni + 1, tail);
+        ni + 1
     }
 
     /// LINSERT: puts `data` before or after the first element equal to `pivot`.
@@ -578,11 +710,37 @@ impl ListValue {
         let Some((ni, at)) = found else {
             return false;
         };
-        self.nodes[ni].insert_at(at, data);
+        if self.nodes[ni].plain || is_large(data) {
+            self.insert_beside_plain(ni, at, data);
+        } else {
+            self.nodes[ni].insert_at(at, data);
+            self.fix_node(ni);
+        }
         self.len += 1;
-        self.fix_node(ni);
         self.recount();
         true
+    }
+
+    /// LINSERT where a plain node is involved (the pivot's node is plain or the new
+    /// element is large): a small element joins the neighbour it touches if that
+    /// node takes it, else (and a large one always) gets a node of its own, the
+    /// pivot's packed node split around it (quicklist.c's _quicklistInsert).
+    fn insert_beside_plain(&mut self, ni: usize, at: usize, data: &[u8]) {
+        let node_len = self.nodes[ni].buf.len();
+        if self.nodes[ni].plain && !is_large(data) {
+            if at == 0 && ni > 0 && self.allows(self.nodes.get(ni - 1), data) {
+                let prev = &mut self.nodes[ni - 1];
+                let end = prev.buf.len();
+                prev.insert_at(end, data);
+                return;
+            }
+            if at == node_len && self.allows(self.nodes.get(ni + 1), data) {
+                self.nodes[ni + 1].insert_at(0, data);
+                return;
+            }
+        }
+        let slot = self.split_at(ni, at);
+        self.nodes.insert(slot, Node::single(data));
     }
 
     /// Splits node `ni` until every part respects the fill setting (a node of one
@@ -664,11 +822,7 @@ impl ListValue {
                 continue;
             }
             if let Some(last) = out.back_mut() {
-                if fits(
-                    fill,
-                    last.buf.len() + n.buf.len(),
-                    (last.count + n.count) as usize,
-                ) {
+                if last.can_merge(&n, fill) {
                     last.buf.extend_from_slice(&n.buf);
                     last.count += n.count;
                     continue;
@@ -834,11 +988,25 @@ mod tests {
     }
 
     /// Every node respects the fill rule unless it holds a single element, the counts
-    /// add up, and no node is empty.
+    /// add up, no node is empty, a plain node holds one element of at least the
+    /// packed threshold and a packed node none.
     fn check_invariants(l: &ListValue) {
         let mut total = 0;
         for n in &l.nodes {
             assert!(n.count > 0, "empty node");
+            let mut large = Vec::new();
+            let mut at = 0;
+            while at < n.buf.len() {
+                let (r, next) = read_fwd(&n.buf, at);
+                large.push(is_large(&n.buf[r]));
+                at = next;
+            }
+            if n.plain {
+                assert_eq!(n.count, 1, "plain node with more than one element");
+                assert!(large.iter().all(|&x| x), "small element in a plain node");
+            } else {
+                assert!(!large.iter().any(|&x| x), "large element in a packed node");
+            }
             assert!(
                 n.count == 1 || fits(l.fill, n.buf.len(), n.count as usize),
                 "oversized node"
@@ -890,6 +1058,37 @@ mod tests {
         l.push_front(&[b'y'; 10000]);
         assert_eq!(l.node_count(), 4);
         assert_eq!(l.encoding(), "quicklist");
+    }
+
+    #[test]
+    fn large_elements_get_plain_nodes_that_nothing_joins() {
+        set_packed_threshold(5);
+        let mut l = ListValue::with_fill(-2);
+        for e in ["aa", "bb", "xxxxxxxx", "cc", "dd"] {
+            l.push_back(e.as_bytes());
+        }
+        // [aa bb] [xxxxxxxx] [cc dd]
+        assert_eq!(l.node_count(), 3);
+        // A large element set in the middle of a packed node splits it around itself.
+        assert!(l.set(3, b"yyyyyyyy"));
+        assert_eq!(l.node_count(), 4);
+        // A small one set over a plain element stays in a node of its own.
+        assert!(l.set(2, b"s"));
+        assert_eq!(items(&l), [&b"aa"[..], b"bb", b"s", b"yyyyyyyy", b"dd"]);
+        // LINSERT of a large element before a packed node's second entry splits it.
+        assert!(l.insert_by_pivot(b"bb", b"zzzzzzzz", false));
+        assert_eq!(l.get(1), Some(&b"zzzzzzzz"[..]));
+        check_invariants(&l);
+        // Removing the plain nodes merges the packed neighbours again.
+        l.remove_matching(b"zzzzzzzz", 0, false);
+        l.remove_matching(b"yyyyyyyy", 0, false);
+        check_invariants(&l);
+        assert_eq!(items(&l), [&b"aa"[..], b"bb", b"s", b"dd"]);
+        assert!(l.node_count() <= 2);
+        assert!(set_packed_threshold(0));
+        assert_eq!(packed_threshold(), DEFAULT_PACKED_THRESHOLD);
+        assert!(!set_packed_threshold(MAX_PACKED_THRESHOLD + 1));
+        assert!(set_packed_threshold(MAX_PACKED_THRESHOLD));
     }
 
     #[test]
@@ -974,7 +1173,9 @@ mod tests {
         /// for count- and size-limited nodes alike.
         #[test]
         fn list_matches_vec_model(fill in prop_oneof![Just(-1i64), Just(-2), Just(0), Just(1), Just(2), Just(5)],
+                                  plain_from in prop_oneof![3 => Just(0u64), 1 => Just(1), 1 => Just(2), 1 => Just(100)],
                                   ops in proptest::collection::vec(op(), 1..150)) {
+            set_packed_threshold(plain_from);
             let mut l = ListValue::with_fill(fill);
             let mut m: Vec<Vec<u8>> = Vec::new();
             for o in ops {

@@ -205,7 +205,13 @@ pub(super) async fn load(
         start: 0,
         base: 0,
     };
-    let parsed = parse(cell, &mut payload, plan.side, config.rdbchecksum()).await;
+    let parsed = parse(
+        cell,
+        &mut payload,
+        plan.side,
+        crate::storage::rdb::validate_checksum(config.rdbchecksum()),
+    )
+    .await;
     let result = match parsed {
         Ok(_) if !super::current(generation) => Err(Failure::plain("REPLICAOF changed")),
         Ok(parsed) => finish(cell, parsed, &plan).await,

@@ -10,8 +10,6 @@ use crate::util::string2ll;
 
 /// Largest listpack (in bytes) written per quicklist node (`list-max-listpack-size -2`).
 pub(super) const LIST_NODE_MAX_BYTES: usize = 8192;
-/// Elements at least this large get their own plain quicklist node.
-const LIST_PLAIN_THRESHOLD: usize = 1 << 30;
 const SET_MAX_INTSET_ENTRIES: usize = 512;
 const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
 const HASH_MAX_LISTPACK_VALUE: usize = 64;
@@ -107,8 +105,11 @@ pub(super) fn write_list(out: &mut Vec<u8>, items: &[Vec<u8>]) {
 pub(super) fn build_list_nodes(items: &[Vec<u8>]) -> Vec<ListNode<'_>> {
     let mut nodes = Vec::new();
     let mut lp = listpack::Builder::new();
+    // Elements of at least the packed threshold get their own plain node, as they
+    // have in the list itself.
+    let plain_from = crate::storage::list::packed_threshold();
     for item in items {
-        if item.len() >= LIST_PLAIN_THRESHOLD {
+        if item.len() >= plain_from {
             flush_list_node(&mut nodes, &mut lp);
             nodes.push(ListNode::Plain(item));
             continue;

@@ -257,6 +257,20 @@ fn finish_payload(out: &mut Vec<u8>, start: usize) {
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
+/// DEBUG SET-SKIP-CHECKSUM-VALIDATION: RESTORE and RDB loading accept a wrong
+/// checksum (Redis's tests feed corrupt payloads to the decoder this way).
+static SKIP_CHECKSUM_VALIDATION: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_skip_checksum_validation(on: bool) {
+    SKIP_CHECKSUM_VALIDATION.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a load should check the file's CRC64, given `rdbchecksum`.
+pub fn validate_checksum(rdbchecksum: bool) -> bool {
+    rdbchecksum && !SKIP_CHECKSUM_VALIDATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn verify_footer(payload: &[u8]) -> Res<&[u8]> {
     let body_len = payload
         .len()
@@ -269,7 +283,7 @@ fn verify_footer(payload: &[u8]) -> Res<&[u8]> {
         return Err(RestoreError::BadPayload);
     }
     let expected = crc64(0, &payload[..body_len + 2]);
-    if crc != expected.to_le_bytes() {
+    if validate_checksum(true) && crc != expected.to_le_bytes() {
         return Err(RestoreError::BadPayload);
     }
     Ok(body)

@@ -556,3 +556,57 @@ fn big_elements_small_nodes_and_dump_restore() {
         );
     }
 }
+
+/// `list-compress-depth` takes effect: a list created under it keeps its inner nodes
+/// LZF-compressed (DEBUG OBJECT says so, MEMORY USAGE shows the saving), every read
+/// and write in the middle sees the elements as they are, and a list created before
+/// the change keeps its nodes as they were, as in Redis.
+#[test]
+fn compress_depth_compresses_inner_nodes() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let fill = |c: &mut Connection, key: &str| {
+        for chunk in 0..20 {
+            let mut cmd = redis::cmd("RPUSH");
+            cmd.arg(key);
+            for i in 0..100 {
+                cmd.arg(format!(
+                    "element {} of a list that compresses",
+                    chunk * 100 + i
+                ));
+            }
+            cmd.query::<i64>(c).expect("rpush");
+        }
+    };
+    fill(&mut c, "plain{t}");
+    q(&mut c, &["CONFIG", "SET", "list-compress-depth", "1"]);
+    fill(&mut c, "packed{t}");
+    let usage = |c: &mut Connection, key: &str| int(q(c, &["MEMORY", "USAGE", key]));
+    let (plain, packed) = (usage(&mut c, "plain{t}"), usage(&mut c, "packed{t}"));
+    assert!(packed * 2 < plain, "compressed {packed} vs {plain}");
+    let object = |c: &mut Connection, key: &str| match q(c, &["DEBUG", "OBJECT", key]) {
+        Value::SimpleString(s) => s,
+        v => panic!("{v:?}"),
+    };
+    assert!(object(&mut c, "packed{t}").contains(" ql_compressed:1 "));
+    assert!(object(&mut c, "plain{t}").contains(" ql_compressed:0 "));
+    assert_eq!(range(&mut c, "packed{t}"), range(&mut c, "plain{t}"));
+    for key in ["plain{t}", "packed{t}"] {
+        q(&mut c, &["LSET", key, "1000", "changed"]);
+        q(&mut c, &["LINSERT", key, "AFTER", "changed", "inserted"]);
+        q(
+            &mut c,
+            &["LREM", key, "0", "element 1500 of a list that compresses"],
+        );
+        q(&mut c, &["LTRIM", key, "300", "-300"]);
+    }
+    let got = range(&mut c, "packed{t}");
+    assert_eq!(got, range(&mut c, "plain{t}"));
+    assert_eq!(got[700], "changed");
+    assert_eq!(got[701], "inserted");
+    assert_eq!(
+        q(&mut c, &["LINDEX", "packed{t}", "900"]),
+        q(&mut c, &["LINDEX", "plain{t}", "900"])
+    );
+    q(&mut c, &["CONFIG", "SET", "list-compress-depth", "0"]);
+}

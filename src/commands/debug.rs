@@ -403,12 +403,13 @@ async fn debug_object(g: &mut GlobalCtx<'_>) {
                 );
                 if let Value::List(l) = e.value() {
                     let nodes = l.node_count().max(1);
-                    let bytes: usize = l.node_summaries().map(|(_, b, _)| b).sum();
+                    let bytes: usize = l.node_summaries().map(|n| n.bytes).sum();
                     line.push_str(&format!(
-                        " ql_nodes:{} ql_avg_node:{:.2} ql_listpack_max:{} ql_compressed:0 ql_uncompressed_size:{}",
+                        " ql_nodes:{} ql_avg_node:{:.2} ql_listpack_max:{} ql_compressed:{} ql_uncompressed_size:{}",
                         l.node_count(),
                         l.len() as f64 / nodes as f64,
                         l.fill(),
+                        u8::from(l.compress_depth() != 0),
                         bytes
                     ));
                 }
@@ -465,21 +466,25 @@ async fn debug_encoding_dump(g: &mut GlobalCtx<'_>, kind: Dump) {
 
 fn quicklist_repr(l: &crate::storage::list::ListValue, full: bool) -> String {
     let mut s = format!(
-        "{{count : {}}}\n{{len : {}}}\n{{fill : {}}}\n{{compress : 0}}\n{{bookmark_count : 0}}\n",
+        "{{count : {}}}\n{{len : {}}}\n{{fill : {}}}\n{{compress : {}}}\n{{bookmark_count : 0}}\n",
         l.len(),
         l.node_count(),
-        l.fill()
+        l.fill(),
+        l.compress_depth()
     );
     let mut items = l.iter();
-    for (i, (count, bytes, plain)) in l.node_summaries().enumerate() {
+    for (i, node) in l.node_summaries().enumerate() {
         s.push_str(&format!(
-            "{{quicklist node({i})\n{{container : {}, encoding: RAW, size: {bytes}, count: {count}, recompress: 0, attempted_compress: 0}}\n",
-            if plain { "PLAIN" } else { "PACKED" },
+            "{{quicklist node({i})\n{{container : {}, encoding: {}, size: {}, count: {}, recompress: 0, attempted_compress: 0}}\n",
+            if node.plain { "PLAIN" } else { "PACKED" },
+            if node.compressed_bytes.is_some() { "LZF" } else { "RAW" },
+            node.bytes,
+            node.count,
         ));
-        for _ in 0..count {
+        for _ in 0..node.count {
             let item = items.next().unwrap_or_default();
             if full {
-                s.push_str(&format!("{{entry : {}}}\n", String::from_utf8_lossy(item)));
+                s.push_str(&format!("{{entry : {}}}\n", String::from_utf8_lossy(&item)));
             }
         }
         s.push_str("}\n");

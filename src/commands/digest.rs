@@ -85,7 +85,7 @@ pub fn mix_value(digest: &mut Digest, v: &Value, expire_at: u64) {
         }
         Value::List(l) => {
             for item in l.iter() {
-                mix(digest, item);
+                mix(digest, &item);
             }
         }
         Value::Set(s) => {

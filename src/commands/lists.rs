@@ -230,12 +230,12 @@ fn pop_range_reply(l: &mut ListValue, out: &mut ReplyWriter, front: bool, count:
     out.array_len(n);
     if front {
         for e in l.iter_from(0, n) {
-            out.bulk(e);
+            out.bulk(&e);
         }
         l.remove_front(n);
     } else {
         for e in l.iter_rev_from(l.len() - 1, n) {
-            out.bulk(e);
+            out.bulk(&e);
         }
         l.remove_back(n);
     }
@@ -331,7 +331,7 @@ fn lindex(ctx: &mut ExecCtx) {
         (Ok(None), _) => out.null(),
         (Ok(Some(_)), None) => out.error(NOT_INT),
         (Ok(Some(l)), Some(i)) => match l.get(i) {
-            Some(e) => out.bulk(e),
+            Some(e) => out.bulk(&e),
             None => out.null(),
         },
     }
@@ -429,7 +429,7 @@ fn lrange(ctx: &mut ExecCtx) {
             Some((s, e)) => {
                 out.array_len(e - s + 1);
                 for item in l.iter_from(s, e - s + 1) {
-                    out.bulk(item);
+                    out.bulk(&item);
                 }
             }
         },

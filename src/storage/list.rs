@@ -15,7 +15,15 @@
 //! An element of at least the packed threshold (1 GB unless DEBUG
 //! QUICKLIST-PACKED-THRESHOLD says otherwise) is stored alone in a *plain* node, as
 //! quicklist.c does: nothing is packed beside it, and such a node is never merged.
+//!
+//! With `list-compress-depth` N > 0 (taken when the list is created, as Redis does),
+//! every node but the N at each end is kept LZF-compressed when that saves at least
+//! 8 bytes of a node of 48 or more (quicklist.c's rules). The ends, where pushes and
+//! pops work, stay plain bytes; a read of an inner node decompresses a copy (so
+//! iterators and `get` yield `Cow`s), and a write decompresses the node, changes it
+//! and compresses it again (`settle`).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +36,12 @@ const SIZE_SAFETY_LIMIT: usize = 8192;
 const SIZE_CLASSES: [usize; 5] = [4096, 8192, 16384, 32768, 65536];
 /// quicklist.c's FILL_MAX: the largest per-node entry count honoured.
 const FILL_MAX: i64 = (1 << 15) - 1;
+/// quicklist.c's COMPRESS_MAX: the largest compress depth honoured.
+const COMPRESS_MAX: i64 = (1 << 16) - 1;
+/// quicklist.c: nodes smaller than this are not worth compressing...
+const MIN_COMPRESS_BYTES: usize = 48;
+/// ...and a compression must save at least this much to be kept.
+const MIN_COMPRESS_IMPROVE: usize = 8;
 
 /// quicklist.c's default packed_threshold: elements from 1 GB up get a plain node.
 const DEFAULT_PACKED_THRESHOLD: usize = 1 << 30;
@@ -270,13 +284,38 @@ fn fits(fill: i32, bytes: usize, count: usize) -> bool {
     }
 }
 
-/// One node: packed entries, or one plain (large) element.
+/// One node: packed entries, or one plain (large) element; LZF-compressed while
+/// it is an inner node of a list with a compress depth.
 #[derive(Debug, Clone, Default)]
 struct Node {
     buf: NodeBuf,
     count: u32,
     /// Holds one element stored alone because of its size: nothing joins it.
     plain: bool,
+    /// While `buf` holds the LZF form of the entries: their size. 0 while `buf`
+    /// holds the entries themselves.
+    lzf_of: u32,
+    /// The size of the entries when compressing them last failed to save enough:
+    /// a node that did not shrink is not tried again until its size changes.
+    incompressible_at: u32,
+}
+
+/// Byte offset where entry `i` (< `count`) of `buf` starts, walking from the nearer
+/// end.
+fn offset_in(buf: &[u8], count: usize, i: usize) -> usize {
+    if i <= count / 2 {
+        let mut off = 0;
+        for _ in 0..i {
+            off = read_fwd(buf, off).1;
+        }
+        off
+    } else {
+        let mut end = buf.len();
+        for _ in 0..count - 1 - i {
+            end = read_back(buf, end).1;
+        }
+        read_back(buf, end).1
+    }
 }
 
 impl Node {
@@ -289,6 +328,61 @@ impl Node {
             buf: buf.into(),
             count: 1,
             plain: is_large(data),
+            ..Node::default()
+        }
+    }
+
+    #[inline]
+    fn is_compressed(&self) -> bool {
+        self.lzf_of != 0
+    }
+
+    /// The entries' bytes: borrowed, or decompressed into a copy.
+    fn entries(&self) -> Cow<'_, [u8]> {
+        if !self.is_compressed() {
+            return Cow::Borrowed(&self.buf);
+        }
+        // Our own compressor's output of exactly this size: it always decompresses.
+        let raw = crate::storage::rdb::lzf_decompress(&self.buf, self.lzf_of as usize);
+        Cow::Owned(raw.expect("a list node's LZF bytes decompress to their recorded size"))
+    }
+
+    /// Size of the entries, compressed or not.
+    fn entries_len(&self) -> usize {
+        if self.is_compressed() {
+            self.lzf_of as usize
+        } else {
+            self.buf.len()
+        }
+    }
+
+    /// Makes `buf` hold the entries again (before any change to them).
+    fn decompress(&mut self) {
+        if self.is_compressed() {
+            let raw = self.entries().into_owned();
+            self.buf = raw.into();
+            self.lzf_of = 0;
+        }
+    }
+
+    /// Compresses the entries if that saves enough (quicklist.c's rule).
+    fn compress(&mut self) {
+        let len = self.buf.len();
+        if self.is_compressed()
+            || len < MIN_COMPRESS_BYTES
+            || u32::try_from(len).is_err()
+            || self.incompressible_at == len as u32
+        {
+            return;
+        }
+        match crate::storage::rdb::lzf_compress(&self.buf, len - MIN_COMPRESS_IMPROVE - 1) {
+            Some(mut lzf) => {
+                // The compressor allocates for the worst case: keep what it used.
+                lzf.shrink_to_fit();
+                self.buf = lzf.into();
+                self.lzf_of = len as u32;
+            }
+            None => self.incompressible_at = len as u32,
         }
     }
 
@@ -296,6 +390,8 @@ impl Node {
     fn can_merge(&self, next: &Node, fill: i32) -> bool {
         !self.plain
             && !next.plain
+            && !self.is_compressed()
+            && !next.is_compressed()
             && fits(
                 fill,
                 self.buf.len() + next.buf.len(),
@@ -327,22 +423,9 @@ impl Node {
         write_entry(slot, data);
     }
 
-    /// Byte offset where entry `i` (< count) starts, walking from the nearer end.
+    /// Byte offset where entry `i` (< count) starts (the node holds its entries).
     fn offset_of(&self, i: usize) -> usize {
-        let count = self.count as usize;
-        if i <= count / 2 {
-            let mut off = 0;
-            for _ in 0..i {
-                off = read_fwd(&self.buf, off).1;
-            }
-            off
-        } else {
-            let mut end = self.buf.len();
-            for _ in 0..count - 1 - i {
-                end = read_back(&self.buf, end).1;
-            }
-            read_back(&self.buf, end).1
-        }
+        offset_in(&self.buf, self.count as usize, i)
     }
 
     /// Moves entries `i..` into a new node.
@@ -356,10 +439,24 @@ impl Node {
         Node {
             buf: tail.into(),
             count: moved,
-            plain: false,
+            ..Node::default()
         }
     }
 }
+
+/// One node as DEBUG OBJECT / QUICKLIST show it.
+pub struct NodeSummary {
+    pub count: usize,
+    /// Bytes of its entries (uncompressed).
+    pub bytes: usize,
+    /// Bytes held while compressed.
+    pub compressed_bytes: Option<usize>,
+    pub plain: bool,
+}
+
+/// An element read from a list: borrowed from its node, or copied out of a
+/// compressed one.
+pub type Elem<'a> = Cow<'a, [u8]>;
 
 #[derive(Debug, Clone)]
 pub struct ListValue {
@@ -367,6 +464,9 @@ pub struct ListValue {
     len: usize,
     /// list-max-listpack-size when the list was created (Redis keeps it per list too).
     fill: i32,
+    /// list-compress-depth when the list was created: nodes this far from both ends
+    /// stay uncompressed (0: none is compressed).
+    depth: u16,
     /// Sum of the nodes' buffer capacities: every write re-measures its key, and
     /// walking a long list's nodes for it (or even a sample of 16, as before) was
     /// 3% of LPUSH -P 16. Pushes and pops keep it by difference; the operations that
@@ -381,9 +481,12 @@ impl Default for ListValue {
 }
 
 impl ListValue {
-    /// An empty list whose nodes follow the current `list-max-listpack-size`.
+    /// An empty list whose nodes follow the current `list-max-listpack-size` and
+    /// `list-compress-depth`.
     pub fn new(limits: &EncodingLimits) -> ListValue {
-        ListValue::with_fill(limits.list_max_listpack_size)
+        let mut l = ListValue::with_fill(limits.list_max_listpack_size);
+        l.depth = limits.list_compress_depth.clamp(0, COMPRESS_MAX) as u16;
+        l
     }
 
     /// An empty list with an explicit fill factor (clamped as quicklistSetFill does).
@@ -392,7 +495,62 @@ impl ListValue {
             nodes: VecDeque::new(),
             len: 0,
             fill: fill.clamp(-(SIZE_CLASSES.len() as i64), FILL_MAX) as i32,
+            depth: 0,
             buf_bytes: 0,
+        }
+    }
+
+    /// The compress depth this list keeps (0: none).
+    pub fn compress_depth(&self) -> u16 {
+        self.depth
+    }
+
+    /// Whether node `i` of `count` is within the compress depth of an end.
+    #[inline]
+    fn near_an_end(&self, i: usize, count: usize) -> bool {
+        let d = self.depth as usize;
+        i < d || i + d >= count
+    }
+
+    /// Puts every node in the state the compress depth asks: the ends' nodes
+    /// uncompressed, the others compressed where that pays. After a change in the
+    /// middle (LSET, LINSERT, LREM), which may have moved nodes across the depth.
+    fn settle(&mut self) {
+        if self.depth != 0 {
+            let count = self.nodes.len();
+            for i in 0..count {
+                let near = self.near_an_end(i, count);
+                let n = &mut self.nodes[i];
+                if near {
+                    n.decompress();
+                } else {
+                    n.compress();
+                }
+            }
+        }
+        self.recount();
+    }
+
+    /// `settle` for a change at the ends (a push or pop moves at most two nodes
+    /// across the depth at each end), keeping `buf_bytes` by difference.
+    fn settle_ends(&mut self) {
+        if self.depth == 0 {
+            return;
+        }
+        let count = self.nodes.len();
+        let reach = (self.depth as usize + 2).min(count);
+        let head = 0..reach;
+        let tail = count.saturating_sub(reach).max(reach)..count;
+        for i in head.chain(tail) {
+            let near = self.near_an_end(i, count);
+            let n = &mut self.nodes[i];
+            let before = n.buf.capacity();
+            if near {
+                n.decompress();
+            } else {
+                n.compress();
+            }
+            self.buf_bytes = self.buf_bytes + n.buf.capacity() - before;
         }
     }
 
@@ -447,12 +605,15 @@ impl ListValue {
         self.fill
     }
 
-    /// Each node's (entries, bytes in use, plain), head to tail: DEBUG OBJECT and
-    /// DEBUG QUICKLIST report from it.
-    pub fn node_summaries(&self) -> impl Iterator<Item = (usize, usize, bool)> + '_ {
-        self.nodes
-            .iter()
-            .map(|n| (n.count as usize, n.buf.len(), n.plain))
+    /// Each node's shape, head to tail: DEBUG OBJECT and DEBUG QUICKLIST report
+    /// from it.
+    pub fn node_summaries(&self) -> impl Iterator<Item = NodeSummary> + '_ {
+        self.nodes.iter().map(|n| NodeSummary {
+            count: n.count as usize,
+            bytes: n.entries_len(),
+            compressed_bytes: n.is_compressed().then(|| n.buf.len()),
+            plain: n.plain,
+        })
     }
 
     /// Whether `data` may join `node` (None: there is no node). A plain node takes
@@ -460,6 +621,7 @@ impl ListValue {
     fn allows(&self, node: Option<&Node>, data: &[u8]) -> bool {
         node.is_some_and(|n| {
             !n.plain
+                && !n.is_compressed()
                 && !is_large(data)
                 && fits(
                     self.fill,
@@ -486,6 +648,7 @@ impl ListValue {
             let n = Node::single(data);
             self.buf_bytes += n.buf.capacity();
             self.nodes.push_back(n);
+            self.settle_ends();
         }
         self.len += 1;
     }
@@ -506,6 +669,7 @@ impl ListValue {
             let n = Node::single(data);
             self.buf_bytes += n.buf.capacity();
             self.nodes.push_front(n);
+            self.settle_ends();
         }
         self.len += 1;
     }
@@ -518,15 +682,18 @@ impl ListValue {
         }
     }
 
-    /// The first element, if any.
+    /// The first element, if any. (The end nodes are never compressed: the
+    /// compress depth is at least 1 when it is not 0.)
     pub fn front(&self) -> Option<&[u8]> {
         let n = self.nodes.front()?;
+        debug_assert!(!n.is_compressed());
         Some(&n.buf[read_fwd(&n.buf, 0).0])
     }
 
     /// The last element, if any.
     pub fn back(&self) -> Option<&[u8]> {
         let n = self.nodes.back()?;
+        debug_assert!(!n.is_compressed());
         Some(&n.buf[read_back(&n.buf, n.buf.len()).0])
     }
 
@@ -565,12 +732,17 @@ impl ListValue {
                     self.buf_bytes -= gone.buf.capacity();
                 }
             } else {
+                // LTRIM may cut into an inner node.
+                let before = node.buf.capacity();
+                node.decompress();
                 let off = node.offset_of(n);
                 node.buf.drop_front(off);
                 node.count -= n as u32;
+                self.buf_bytes = self.buf_bytes + node.buf.capacity() - before;
                 n = 0;
             }
         }
+        self.settle_ends();
     }
 
     /// Removes the last `n` elements (all of them if `n` >= len).
@@ -589,12 +761,16 @@ impl ListValue {
                 }
             } else {
                 let keep = c - n;
+                let before = node.buf.capacity();
+                node.decompress();
                 let off = node.offset_of(keep);
                 node.buf.truncate(off);
                 node.count = keep as u32;
+                self.buf_bytes = self.buf_bytes + node.buf.capacity() - before;
                 n = 0;
             }
         }
+        self.settle_ends();
     }
 
     /// Converts a Redis index (negative counts from the tail) to a position.
@@ -608,7 +784,7 @@ impl ListValue {
         (0..len).contains(&i).then_some(i as usize)
     }
 
-    /// (node, byte offset of the entry) of element `idx` < len, walking from the
+    /// (node, position in that node) of element `idx` < len, walking from the
     /// nearer end of the list.
     fn locate(&self, idx: usize) -> (usize, usize) {
         if idx < self.len / 2 {
@@ -616,7 +792,7 @@ impl ListValue {
             for (ni, n) in self.nodes.iter().enumerate() {
                 let c = n.count as usize;
                 if i < c {
-                    return (ni, n.offset_of(i));
+                    return (ni, i);
                 }
                 i -= c;
             }
@@ -626,7 +802,7 @@ impl ListValue {
                 let n = &self.nodes[ni];
                 let c = n.count as usize;
                 if r < c {
-                    return (ni, n.offset_of(c - 1 - r));
+                    return (ni, c - 1 - r);
                 }
                 r -= c;
             }
@@ -636,11 +812,19 @@ impl ListValue {
     }
 
     /// Element at a Redis index (negative counts from the tail).
-    pub fn get(&self, index: i64) -> Option<&[u8]> {
+    pub fn get(&self, index: i64) -> Option<Elem<'_>> {
         let idx = self.resolve(index)?;
-        let (ni, off) = self.locate(idx);
+        let (ni, i) = self.locate(idx);
         let n = self.nodes.get(ni)?;
-        Some(&n.buf[read_fwd(&n.buf, off).0])
+        Some(match n.entries() {
+            Cow::Borrowed(buf) => {
+                Cow::Borrowed(&buf[read_fwd(buf, offset_in(buf, n.count as usize, i)).0])
+            }
+            Cow::Owned(buf) => {
+                let at = read_fwd(&buf, offset_in(&buf, n.count as usize, i)).0;
+                Cow::Owned(buf[at].to_vec())
+            }
+        })
     }
 
     /// Replaces the element at a Redis index; false if out of range.
@@ -648,10 +832,12 @@ impl ListValue {
         let Some(idx) = self.resolve(index) else {
             return false;
         };
-        let (ni, off) = self.locate(idx);
+        let (ni, i) = self.locate(idx);
         let Some(n) = self.nodes.get_mut(ni) else {
             return false;
         };
+        n.decompress();
+        let off = n.offset_of(i);
         if n.plain == is_large(data) {
             n.replace_at(off, data);
             self.fix_node(ni);
@@ -662,7 +848,7 @@ impl ListValue {
             let ni = self.isolate(ni, off);
             self.nodes[ni] = Node::single(data);
         }
-        self.recount();
+        self.settle();
         true
     }
 
@@ -697,10 +883,11 @@ impl ListValue {
     pub fn insert_by_pivot(&mut self, pivot: &[u8], data: &[u8], after: bool) -> bool {
         let mut found = None;
         'scan: for (ni, n) in self.nodes.iter().enumerate() {
+            let buf = n.entries();
             let mut off = 0;
-            while off < n.buf.len() {
-                let (r, next) = read_fwd(&n.buf, off);
-                if &n.buf[r] == pivot {
+            while off < buf.len() {
+                let (r, next) = read_fwd(&buf, off);
+                if &buf[r] == pivot {
                     found = Some((ni, if after { next } else { off }));
                     break 'scan;
                 }
@@ -710,6 +897,8 @@ impl ListValue {
         let Some((ni, at)) = found else {
             return false;
         };
+        // The offsets are the entries' own: the node holds them again.
+        self.nodes[ni].decompress();
         if self.nodes[ni].plain || is_large(data) {
             self.insert_beside_plain(ni, at, data);
         } else {
@@ -717,7 +906,7 @@ impl ListValue {
             self.fix_node(ni);
         }
         self.len += 1;
-        self.recount();
+        self.settle();
         true
     }
 
@@ -773,14 +962,16 @@ impl ListValue {
             let ni = if from_tail { count - 1 - k } else { k };
             let n = &mut self.nodes[ni];
             hits.clear();
+            let buf = n.entries();
             let mut off = 0;
-            while off < n.buf.len() {
-                let (r, next) = read_fwd(&n.buf, off);
-                if &n.buf[r] == value {
+            while off < buf.len() {
+                let (r, next) = read_fwd(&buf, off);
+                if &buf[r] == value {
                     hits.push(off..next);
                 }
                 off = next;
             }
+            drop(buf);
             let budget = limit - removed;
             if hits.len() > budget {
                 if from_tail {
@@ -792,6 +983,7 @@ impl ListValue {
             if hits.is_empty() {
                 continue;
             }
+            n.decompress();
             let cut: usize = hits.iter().map(|r| r.len()).sum();
             let mut kept = Vec::with_capacity(n.buf.len() - cut);
             let mut from = 0;
@@ -807,7 +999,7 @@ impl ListValue {
         if removed > 0 {
             self.len -= removed;
             self.compact();
-            self.recount();
+            self.settle();
         }
         removed
     }
@@ -840,45 +1032,43 @@ impl ListValue {
 
     /// Up to `n` elements from position `start` towards the tail.
     pub fn iter_from(&self, start: usize, n: usize) -> Iter<'_> {
-        if start >= self.len {
-            return Iter {
-                nodes: &self.nodes,
-                node: 0,
-                off: 0,
-                left: 0,
-            };
-        }
-        let (node, off) = self.locate(start);
-        Iter {
+        let mut it = Iter {
             nodes: &self.nodes,
-            node,
-            off,
-            left: n.min(self.len - start),
+            node: 0,
+            off: 0,
+            left: 0,
+            inflated: None,
+        };
+        if start < self.len {
+            let (node, i) = self.locate(start);
+            it.node = node;
+            it.enter();
+            let count = self.nodes.get(node).map_or(0, |nd| nd.count as usize);
+            it.off = offset_in(it.bytes(), count, i);
+            it.left = n.min(self.len - start);
         }
+        it
     }
 
     /// Up to `n` elements from position `start` towards the head.
     pub fn iter_rev_from(&self, start: usize, n: usize) -> RevIter<'_> {
-        if start >= self.len {
-            return RevIter {
-                nodes: &self.nodes,
-                node: 0,
-                end: 0,
-                left: 0,
-            };
-        }
-        let (node, off) = self.locate(start);
-        let end = self
-            .nodes
-            .get(node)
-            .map(|nd| read_fwd(&nd.buf, off).1)
-            .unwrap_or(0);
-        RevIter {
+        let mut it = RevIter {
             nodes: &self.nodes,
-            node,
-            end,
-            left: n.min(start + 1),
+            node: 0,
+            end: 0,
+            left: 0,
+            inflated: None,
+        };
+        if start < self.len {
+            let (node, i) = self.locate(start);
+            it.node = node;
+            it.inflated = inflate(self.nodes.get(node));
+            let count = self.nodes.get(node).map_or(0, |nd| nd.count as usize);
+            let bytes = it.bytes();
+            it.end = read_fwd(bytes, offset_in(bytes, count, i)).1;
+            it.left = n.min(start + 1);
         }
+        it
     }
 
     /// Every element, from the head or from the tail.
@@ -891,32 +1081,67 @@ impl ListValue {
     }
 }
 
+/// A compressed node's entries, decompressed for an iterator to walk.
+fn inflate(node: Option<&Node>) -> Option<Vec<u8>> {
+    node.filter(|n| n.is_compressed())
+        .map(|n| n.entries().into_owned())
+}
+
 /// Head-to-tail iterator.
 pub struct Iter<'a> {
     nodes: &'a VecDeque<Node>,
     node: usize,
     off: usize,
     left: usize,
+    /// The current node's entries while that node is compressed.
+    inflated: Option<Vec<u8>>,
+}
+
+impl<'a> Iter<'a> {
+    fn enter(&mut self) {
+        self.inflated = inflate(self.nodes.get(self.node));
+    }
+
+    /// The current node's entries.
+    fn bytes(&self) -> &[u8] {
+        match (&self.inflated, self.nodes.get(self.node)) {
+            (Some(b), _) => b,
+            (None, Some(n)) => &n.buf,
+            (None, None) => &[],
+        }
+    }
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = &'a [u8];
+    type Item = Elem<'a>;
 
     #[inline]
-    fn next(&mut self) -> Option<&'a [u8]> {
+    fn next(&mut self) -> Option<Elem<'a>> {
         if self.left == 0 {
             return None;
         }
-        let mut n = self.nodes.get(self.node)?;
-        while self.off >= n.buf.len() {
+        let nodes: &'a VecDeque<Node> = self.nodes;
+        nodes.get(self.node)?;
+        while self.off >= self.bytes().len() {
             self.node += 1;
             self.off = 0;
-            n = self.nodes.get(self.node)?;
+            nodes.get(self.node)?;
+            self.enter();
         }
-        let (r, next) = read_fwd(&n.buf, self.off);
-        self.off = next;
         self.left -= 1;
-        Some(&n.buf[r])
+        match &self.inflated {
+            None => {
+                let buf: &'a [u8] = &nodes[self.node].buf;
+                let (r, next) = read_fwd(buf, self.off);
+                self.off = next;
+                Some(Cow::Borrowed(&buf[r]))
+            }
+            Some(buf) => {
+                let (r, next) = read_fwd(buf, self.off);
+                self.off = next;
+                Some(Cow::Owned(buf[r].to_vec()))
+            }
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -932,25 +1157,48 @@ pub struct RevIter<'a> {
     node: usize,
     end: usize,
     left: usize,
+    /// The current node's entries while that node is compressed.
+    inflated: Option<Vec<u8>>,
+}
+
+impl RevIter<'_> {
+    fn bytes(&self) -> &[u8] {
+        match (&self.inflated, self.nodes.get(self.node)) {
+            (Some(b), _) => b,
+            (None, Some(n)) => &n.buf,
+            (None, None) => &[],
+        }
+    }
 }
 
 impl<'a> Iterator for RevIter<'a> {
-    type Item = &'a [u8];
+    type Item = Elem<'a>;
 
     #[inline]
-    fn next(&mut self) -> Option<&'a [u8]> {
+    fn next(&mut self) -> Option<Elem<'a>> {
         if self.left == 0 {
             return None;
         }
+        let nodes: &'a VecDeque<Node> = self.nodes;
         while self.end == 0 {
             self.node = self.node.checked_sub(1)?;
-            self.end = self.nodes.get(self.node)?.buf.len();
+            self.inflated = inflate(nodes.get(self.node));
+            self.end = self.bytes().len();
         }
-        let n = self.nodes.get(self.node)?;
-        let (r, start) = read_back(&n.buf, self.end);
-        self.end = start;
         self.left -= 1;
-        Some(&n.buf[r])
+        match &self.inflated {
+            None => {
+                let buf: &'a [u8] = &nodes.get(self.node)?.buf;
+                let (r, start) = read_back(buf, self.end);
+                self.end = start;
+                Some(Cow::Borrowed(&buf[r]))
+            }
+            Some(buf) => {
+                let (r, start) = read_back(buf, self.end);
+                self.end = start;
+                Some(Cow::Owned(buf[r].to_vec()))
+            }
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -967,10 +1215,10 @@ pub enum Scan<'a> {
 }
 
 impl<'a> Iterator for Scan<'a> {
-    type Item = &'a [u8];
+    type Item = Elem<'a>;
 
     #[inline]
-    fn next(&mut self) -> Option<&'a [u8]> {
+    fn next(&mut self) -> Option<Elem<'a>> {
         match self {
             Scan::Fwd(i) => i.next(),
             Scan::Rev(i) => i.next(),
@@ -989,18 +1237,23 @@ mod tests {
 
     /// Every node respects the fill rule unless it holds a single element, the counts
     /// add up, no node is empty, a plain node holds one element of at least the
-    /// packed threshold and a packed node none.
+    /// packed threshold and a packed node none; the nodes within the compress depth
+    /// of an end are uncompressed and the others compressed unless that does not pay.
     fn check_invariants(l: &ListValue) {
         let mut total = 0;
-        for n in &l.nodes {
+        let nodes = l.nodes.len();
+        for (ni, n) in l.nodes.iter().enumerate() {
             assert!(n.count > 0, "empty node");
+            let buf = n.entries();
             let mut large = Vec::new();
             let mut at = 0;
-            while at < n.buf.len() {
-                let (r, next) = read_fwd(&n.buf, at);
-                large.push(is_large(&n.buf[r]));
+            while at < buf.len() {
+                let (r, next) = read_fwd(&buf, at);
+                large.push(is_large(&buf[r]));
                 at = next;
             }
+            assert_eq!(at, buf.len());
+            assert_eq!(large.len(), n.count as usize);
             if n.plain {
                 assert_eq!(n.count, 1, "plain node with more than one element");
                 assert!(large.iter().all(|&x| x), "small element in a plain node");
@@ -1008,18 +1261,23 @@ mod tests {
                 assert!(!large.iter().any(|&x| x), "large element in a packed node");
             }
             assert!(
-                n.count == 1 || fits(l.fill, n.buf.len(), n.count as usize),
+                n.count == 1 || fits(l.fill, buf.len(), n.count as usize),
                 "oversized node"
             );
-            let mut off = 0;
-            let mut c = 0;
-            while off < n.buf.len() {
-                off = read_fwd(&n.buf, off).1;
-                c += 1;
+            if l.depth == 0 || l.near_an_end(ni, nodes) {
+                assert!(
+                    !n.is_compressed(),
+                    "compressed node {ni} of {nodes} near an end"
+                );
+            } else {
+                assert!(
+                    n.is_compressed()
+                        || buf.len() < MIN_COMPRESS_BYTES
+                        || n.incompressible_at == buf.len() as u32,
+                    "inner node {ni} of {nodes} left uncompressed"
+                );
             }
-            assert_eq!(off, n.buf.len());
-            assert_eq!(c, n.count);
-            total += c as usize;
+            total += n.count as usize;
         }
         assert_eq!(total, l.len);
         let bytes: usize = l.nodes.iter().map(|n| n.buf.capacity()).sum();
@@ -1077,7 +1335,7 @@ mod tests {
         assert_eq!(items(&l), [&b"aa"[..], b"bb", b"s", b"yyyyyyyy", b"dd"]);
         // LINSERT of a large element before a packed node's second entry splits it.
         assert!(l.insert_by_pivot(b"bb", b"zzzzzzzz", false));
-        assert_eq!(l.get(1), Some(&b"zzzzzzzz"[..]));
+        assert_eq!(l.get(1).as_deref(), Some(&b"zzzzzzzz"[..]));
         check_invariants(&l);
         // Removing the plain nodes merges the packed neighbours again.
         l.remove_matching(b"zzzzzzzz", 0, false);
@@ -1092,6 +1350,48 @@ mod tests {
     }
 
     #[test]
+    fn inner_nodes_compress_and_read_back() {
+        let limits = EncodingLimits {
+            list_compress_depth: 1,
+            ..EncodingLimits::default()
+        };
+        let mut l = ListValue::new(&limits);
+        let mut plain = ListValue::with_fill(-2);
+        for i in 0..5000 {
+            let e = format!("element number {i} of a compressible list");
+            l.push_back(e.as_bytes());
+            plain.push_back(e.as_bytes());
+        }
+        check_invariants(&l);
+        let compressed = l
+            .node_summaries()
+            .filter(|n| n.compressed_bytes.is_some())
+            .count();
+        assert_eq!(compressed, l.node_count() - 2, "all but the two ends");
+        assert!(
+            l.heap_size() * 2 < plain.heap_size(),
+            "{} vs {}",
+            l.heap_size(),
+            plain.heap_size()
+        );
+        assert_eq!(l.get(2500).as_deref(), plain.get(2500).as_deref());
+        assert!(l.iter().eq(plain.iter()));
+        assert!(l.scan(true).eq(plain.scan(true)));
+        // Writes in the middle and trims into inner nodes keep them compressed.
+        assert!(l.set(1234, b"changed"));
+        assert!(l.insert_by_pivot(b"changed", b"inserted", true));
+        l.remove_front(1000);
+        l.remove_back(1000);
+        check_invariants(&l);
+        assert_eq!(l.get(234).as_deref(), Some(&b"changed"[..]));
+        assert_eq!(l.get(235).as_deref(), Some(&b"inserted"[..]));
+        assert_eq!(
+            l.front(),
+            Some(&b"element number 1000 of a compressible list"[..])
+        );
+    }
+
+    #[test]
     fn head_pushes_use_a_bounded_gap() {
         // LPUSH-only list: every node but the head is exact, and the head holds at
         // most its entries again as gap (plus the vector's own rounding).
@@ -1100,8 +1400,8 @@ mod tests {
             l.push_front(format!("element:{i}").as_bytes());
         }
         check_invariants(&l);
-        assert_eq!(l.get(0), Some(&b"element:19999"[..]));
-        assert_eq!(l.get(-1), Some(&b"element:0"[..]));
+        assert_eq!(l.get(0).as_deref(), Some(&b"element:19999"[..]));
+        assert_eq!(l.get(-1).as_deref(), Some(&b"element:0"[..]));
         for (i, n) in l.nodes.iter().enumerate() {
             if i == 0 {
                 assert!(n.buf.capacity() <= 2 * n.buf.len() + 64, "head node");
@@ -1118,7 +1418,7 @@ mod tests {
             l.push_front(format!("again:{i}").as_bytes());
         }
         assert_eq!(l.nodes[0].buf.capacity(), before);
-        assert_eq!(l.get(0), Some(&b"again:9"[..]));
+        assert_eq!(l.get(0).as_deref(), Some(&b"again:9"[..]));
         check_invariants(&l);
     }
 
@@ -1128,8 +1428,8 @@ mod tests {
         for s in ["a", "b", "c"] {
             l.push_back(s.as_bytes());
         }
-        assert_eq!(l.get(-1), Some(&b"c"[..]));
-        assert_eq!(l.get(-3), Some(&b"a"[..]));
+        assert_eq!(l.get(-1).as_deref(), Some(&b"c"[..]));
+        assert_eq!(l.get(-3).as_deref(), Some(&b"a"[..]));
         assert_eq!(l.get(-4), None);
         assert_eq!(l.get(3), None);
         assert_eq!(l.get(i64::MIN), None);
@@ -1174,9 +1474,11 @@ mod tests {
         #[test]
         fn list_matches_vec_model(fill in prop_oneof![Just(-1i64), Just(-2), Just(0), Just(1), Just(2), Just(5)],
                                   plain_from in prop_oneof![3 => Just(0u64), 1 => Just(1), 1 => Just(2), 1 => Just(100)],
+                                  depth in prop_oneof![2 => Just(0u16), 1 => Just(1), 1 => Just(2)],
                                   ops in proptest::collection::vec(op(), 1..150)) {
             set_packed_threshold(plain_from);
             let mut l = ListValue::with_fill(fill);
+            l.depth = depth;
             let mut m: Vec<Vec<u8>> = Vec::new();
             for o in ops {
                 match o {
@@ -1227,14 +1529,15 @@ mod tests {
                     Op::Get(i) => {
                         let idx = if i < 0 { i + m.len() as i64 } else { i };
                         let want = (0..m.len() as i64).contains(&idx).then(|| m[idx as usize].as_slice());
-                        prop_assert_eq!(l.get(i), want);
+                        let got = l.get(i);
+                        prop_assert_eq!(got.as_deref(), want);
                     }
                     Op::Range(s, n) => {
                         let (s, n) = (s as usize, n as usize);
-                        let got: Vec<&[u8]> = l.iter_from(s, n).collect();
+                        let got: Vec<Vec<u8>> = l.iter_from(s, n).map(|e| e.into_owned()).collect();
                         let want: Vec<&[u8]> = m.iter().skip(s).take(n).map(|v| v.as_slice()).collect();
                         prop_assert_eq!(got, want);
-                        let got: Vec<&[u8]> = l.iter_rev_from(s, n).collect();
+                        let got: Vec<Vec<u8>> = l.iter_rev_from(s, n).map(|e| e.into_owned()).collect();
                         let want: Vec<&[u8]> = if s < m.len() {
                             m[..=s].iter().rev().take(n).map(|v| v.as_slice()).collect()
                         } else { Vec::new() };
@@ -1250,7 +1553,7 @@ mod tests {
             if !m.is_empty() {
                 let mut r = ListValue::new(&EncodingLimits::default());
                 for e in l.iter() {
-                    r.push_back(e);
+                    r.push_back(&e);
                 }
                 prop_assert_eq!(items(&r), m);
             }

@@ -57,6 +57,17 @@ pub mod file;
 mod intset;
 mod listpack;
 mod lzf;
+
+/// LZF with Redis's choices, for list nodes kept compressed (`list-compress-depth`):
+/// `None` when the result would exceed `max_out` bytes.
+pub fn lzf_compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
+    lzf::compress(input, max_out)
+}
+
+/// The inverse of `lzf_compress`; `None` unless `input` expands to exactly `len`.
+pub fn lzf_decompress(input: &[u8], len: usize) -> Option<Vec<u8>> {
+    lzf::decompress(input, len)
+}
 pub mod records;
 mod stream;
 mod value;

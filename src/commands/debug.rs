@@ -382,16 +382,25 @@ fn debug_protocol(w: &mut ReplyWriter<'_>, kind: &str) {
     }
 }
 
-/// DEBUG OBJECT's line, as debug.c prints it; a list adds its quicklist's shape.
-async fn debug_object(g: &mut GlobalCtx<'_>) {
+/// Runs `f` on the shard that owns the key DEBUG names (its third argument), with
+/// that key's entry if it exists (expired or not: DEBUG looks, it does not expire).
+async fn on_key_shard<R, F>(g: &mut GlobalCtx<'_>, f: F) -> R
+where
+    R: Send + 'static,
+    F: FnOnce(Option<&crate::storage::Entry>) -> R + Send + 'static,
+{
     let key = g.args[2].clone();
     let db = g.session.db;
     let cell = g.session.cell.clone();
     let shard = cell.shard_of(&key);
-    let line = cell
-        .call(shard, move |c| {
-            let d = c.data.borrow();
-            d.dbs[db].peek(&key).map(|e| {
+    cell.call(shard, move |c| f(c.data.borrow().dbs[db].peek(&key)))
+        .await
+}
+
+/// DEBUG OBJECT's line, as debug.c prints it; a list adds its quicklist's shape.
+async fn debug_object(g: &mut GlobalCtx<'_>) {
+    let line = on_key_shard(g, |entry| {
+            entry.map(|e| {
                 let mut payload = Vec::new();
                 crate::storage::rdb::dump_value(e.value(), &mut payload);
                 let mut line = format!(
@@ -432,23 +441,17 @@ enum Dump {
 /// DEBUG LISTPACK / QUICKLIST: the layout of a key's compact encoding, printed on
 /// the server's stdout as Redis prints it (the reply only says it was printed).
 async fn debug_encoding_dump(g: &mut GlobalCtx<'_>, kind: Dump) {
-    let key = g.args[2].clone();
-    let db = g.session.db;
-    let cell = g.session.cell.clone();
-    let shard = cell.shard_of(&key);
-    let printed = cell
-        .call(shard, move |c| {
-            let d = c.data.borrow();
-            let e = d.dbs[db].peek(&key).ok_or("ERR no such key")?;
-            let text = match (kind, e.value()) {
-                (Dump::Quicklist { full }, Value::List(l)) => quicklist_repr(l, full),
-                (Dump::Quicklist { .. }, _) => return Err("ERR Not a quicklist encoded object."),
-                (Dump::Listpack, v) if v.encoding() == "listpack" => listpack_repr(v),
-                (Dump::Listpack, _) => return Err("ERR Not a listpack encoded object."),
-            };
-            Ok(text)
-        })
-        .await;
+    let printed = on_key_shard(g, move |entry| {
+        let e = entry.ok_or("ERR no such key")?;
+        let text = match (kind, e.value()) {
+            (Dump::Quicklist { full }, Value::List(l)) => quicklist_repr(l, full),
+            (Dump::Quicklist { .. }, _) => return Err("ERR Not a quicklist encoded object."),
+            (Dump::Listpack, v) if v.encoding() == "listpack" => listpack_repr(v),
+            (Dump::Listpack, _) => return Err("ERR Not a listpack encoded object."),
+        };
+        Ok(text)
+    })
+    .await;
     match (printed, kind) {
         (Ok(text), kind) => {
             use std::io::Write as _;

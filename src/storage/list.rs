@@ -1030,24 +1030,34 @@ impl ListValue {
         self.iter_from(0, self.len)
     }
 
+    /// Where element `idx` (< len) is: its node, that node's entries when they are
+    /// compressed, and the element's byte offset in the entries.
+    fn position(&self, idx: usize) -> (usize, Option<Vec<u8>>, usize) {
+        let (node, i) = self.locate(idx);
+        let inflated = inflate(self.nodes.get(node));
+        let (count, raw) = self
+            .nodes
+            .get(node)
+            .map_or((0, &[][..]), |n| (n.count as usize, &n.buf[..]));
+        let off = offset_in(inflated.as_deref().unwrap_or(raw), count, i);
+        (node, inflated, off)
+    }
+
     /// Up to `n` elements from position `start` towards the tail.
     pub fn iter_from(&self, start: usize, n: usize) -> Iter<'_> {
-        let mut it = Iter {
-            nodes: &self.nodes,
-            node: 0,
-            off: 0,
-            left: 0,
-            inflated: None,
+        let (node, inflated, off, left) = if start < self.len {
+            let (node, inflated, off) = self.position(start);
+            (node, inflated, off, n.min(self.len - start))
+        } else {
+            (0, None, 0, 0)
         };
-        if start < self.len {
-            let (node, i) = self.locate(start);
-            it.node = node;
-            it.enter();
-            let count = self.nodes.get(node).map_or(0, |nd| nd.count as usize);
-            it.off = offset_in(it.bytes(), count, i);
-            it.left = n.min(self.len - start);
+        Iter {
+            nodes: &self.nodes,
+            node,
+            off,
+            left,
+            inflated,
         }
-        it
     }
 
     /// Up to `n` elements from position `start` towards the head.
@@ -1060,12 +1070,9 @@ impl ListValue {
             inflated: None,
         };
         if start < self.len {
-            let (node, i) = self.locate(start);
-            it.node = node;
-            it.inflated = inflate(self.nodes.get(node));
-            let count = self.nodes.get(node).map_or(0, |nd| nd.count as usize);
-            let bytes = it.bytes();
-            it.end = read_fwd(bytes, offset_in(bytes, count, i)).1;
+            let (node, inflated, off) = self.position(start);
+            (it.node, it.inflated) = (node, inflated);
+            it.end = read_fwd(it.bytes(), off).1;
             it.left = n.min(start + 1);
         }
         it

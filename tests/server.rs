@@ -672,3 +672,62 @@ fn dirty_counter_counts_changes_and_save_resets_it() {
     assert!(dir.join("dump.rdb").exists(), "SAVE wrote no dump.rdb");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// LOLWUT as Redis 7.0: the bare command (and any version but 5 and 6) is the version
+/// banner, byte for byte; VERSION 5 and 6 draw pictures of the size asked (random,
+/// as in Redis, so only their shape and texts are compared).
+#[test]
+fn lolwut_banner_and_drawings() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let text = |c: &mut redis::Connection, args: &[&str]| -> String {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    assert_eq!(text(&mut c, &["LOLWUT"]), "Redis ver. 7.0.15\n");
+    assert_eq!(text(&mut c, &["LOLWUT", "abc"]), "Redis ver. 7.0.15\n");
+    assert_eq!(
+        text(&mut c, &["LOLWUT", "VERSION", "7"]),
+        "Redis ver. 7.0.15\n"
+    );
+    let five = text(&mut c, &["LOLWUT", "VERSION", "5", "40", "4", "2"]);
+    let lines: Vec<&str> = five.lines().collect();
+    // 80 x (76 / 4 = 19 per square, 2 rows, + 4) = 42 pixels tall: 11 text rows,
+    // each ended by a newline (42 - 1 is not a row start), then the caption's.
+    assert_eq!(lines.len(), 13, "{five}");
+    assert!(lines[..11].iter().all(|l| l.chars().count() == 40));
+    assert_eq!(lines[11], "");
+    assert_eq!(
+        lines[12],
+        "Georg Nees - schotter, plotter on paper, 1968. Redis ver. 7.0.15"
+    );
+    let six = text(&mut c, &["LOLWUT", "VERSION", "6", "30", "10"]);
+    let lines: Vec<&str> = six.lines().collect();
+    assert_eq!(lines.len(), 12);
+    assert!(lines[..10]
+        .iter()
+        .all(|l| l.matches("\x1b[0m").count() == 30));
+    assert_eq!(
+        lines[11],
+        "Original 8 bit image from Plaguemon by hikikomori. Redis ver. 7.0.15"
+    );
+    assert!(err(&mut c, &["LOLWUT", "VERSION", "x"]).contains("not an integer"));
+    assert!(err(&mut c, &["LOLWUT", "VERSION", "5", "wide"]).contains("not an integer"));
+    if let Some(reference) = ReferenceRedis::start() {
+        let mut r = reference.client();
+        for args in [
+            &["LOLWUT"][..],
+            &["LOLWUT", "abc"],
+            &["LOLWUT", "VERSION", "7"],
+        ] {
+            assert_eq!(text(&mut c, args), text(&mut r, args));
+        }
+        let theirs = text(&mut r, &["LOLWUT", "VERSION", "5", "40", "4", "2"]);
+        assert_eq!(theirs.lines().count(), five.lines().count());
+        let theirs = text(&mut r, &["LOLWUT", "VERSION", "6", "30", "10"]);
+        assert_eq!(theirs.lines().count(), six.lines().count());
+    }
+}

@@ -22,6 +22,7 @@ pub mod hll;
 pub mod keys;
 pub mod latency;
 pub mod lists;
+pub mod lolwut;
 pub mod multi;
 pub mod persistence;
 pub mod pubsub;

@@ -443,6 +443,7 @@ fn build() -> CommandTable {
         super::scripting::COMMANDS,
         super::pubsub::COMMANDS,
         super::latency::COMMANDS,
+        super::lolwut::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

@@ -243,3 +243,60 @@ fn copy_and_rename_streams_across_shards() {
         [("1-0".to_string(), vec!["a".to_string(), "b".to_string()])]
     );
 }
+
+/// XREAD's `+` ID (Redis 7.4): each stream's last entry at once, on both shards in one
+/// call; a missing key reads from 0-0 (so BLOCK waits for its first entry); an empty
+/// stream whose last ID is 0-0 is an error; XREADGROUP refuses `+`.
+#[test]
+fn xread_plus_reads_the_last_entry() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    for key in [KEY_SHARD0, KEY_SHARD1] {
+        for i in 1..=3 {
+            q::<String>(
+                &mut c,
+                &["XADD", key, &format!("{i}-0"), "n", &i.to_string()],
+            );
+        }
+    }
+    let r: Vec<(String, Vec<Entry>)> = q(
+        &mut c,
+        &["XREAD", "STREAMS", KEY_SHARD0, KEY_SHARD1, "+", "+"],
+    );
+    assert_eq!(r.len(), 2);
+    for (key, (name, entries)) in [KEY_SHARD0, KEY_SHARD1].iter().zip(&r) {
+        assert_eq!(name, key);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            entries[0],
+            ("3-0".to_string(), vec!["n".into(), "3".into()])
+        );
+    }
+    // Deleting the last entry leaves nothing after "last ID - 1": nil at once.
+    q::<i64>(&mut c, &["XDEL", KEY_SHARD0, "3-0"]);
+    assert_eq!(
+        q::<Value>(&mut c, &["XREAD", "STREAMS", KEY_SHARD0, "+"]),
+        Value::Nil
+    );
+    q::<String>(&mut c, &["XGROUP", "CREATE", "empty", "g", "$", "MKSTREAM"]);
+    assert!(err(&mut c, &["XREAD", "STREAMS", "empty", "+"])
+        .contains("the stream last element ID is 0-0"));
+    assert!(err(
+        &mut c,
+        &["XREADGROUP", "GROUP", "g", "alice", "STREAMS", "empty", "+"]
+    )
+    .contains("The + ID is meaningless in the context of XREADGROUP"));
+    // A missing key: from 0-0, so a blocked read takes the first entry added.
+    let url = s.url();
+    let reader = std::thread::spawn(move || {
+        let mut c = redis::Client::open(url)
+            .expect("client")
+            .get_connection()
+            .expect("connect");
+        q::<Vec<(String, Vec<Entry>)>>(&mut c, &["XREAD", "BLOCK", "5000", "STREAMS", "fresh", "+"])
+    });
+    wait_blocked(&mut c, 1);
+    q::<String>(&mut c, &["XADD", "fresh", "7-0", "f", "v"]);
+    let got = reader.join().expect("reader");
+    assert_eq!(got[0].1[0].0, "7-0");
+}

@@ -564,3 +564,66 @@ fn random_operations_match_a_model() {
         );
     }
 }
+
+/// ZRANK / ZREVRANK WITHSCORE (Redis 7.2): [rank, score], a null array for a missing
+/// member or key under WITHSCORE, RESP3's double; arity and syntax errors first.
+#[test]
+fn zrank_withscore() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    for key in [A, B] {
+        q::<i64>(&mut c, &["ZADD", key, "1.5", "a", "2", "b", "10", "c"]);
+        assert_eq!(
+            q::<Value>(&mut c, &["ZRANK", key, "b", "WITHSCORE"]),
+            Value::Array(vec![Value::Int(1), Value::BulkString(b"2".to_vec())])
+        );
+        assert_eq!(
+            q::<Value>(&mut c, &["ZREVRANK", key, "a", "withscore"]),
+            Value::Array(vec![Value::Int(2), Value::BulkString(b"1.5".to_vec())])
+        );
+        assert_eq!(q::<i64>(&mut c, &["ZRANK", key, "c"]), 2);
+        assert!(err(&mut c, &["ZRANK", key, "a", "WITHSCORES"]).contains("syntax error"));
+        assert!(err(&mut c, &["ZRANK", key, "a", "WITHSCORE", "x"])
+            .contains("wrong number of arguments for 'zrank' command"));
+    }
+    let mut conn = s.raw();
+    raw(
+        &s,
+        &mut conn,
+        "*4\r\n$5\r\nZRANK\r\n$6\r\n{bar}a\r\n$1\r\nz\r\n$9\r\nWITHSCORE\r\n",
+        "*-1\r\n",
+    );
+    raw(
+        &s,
+        &mut conn,
+        "*4\r\n$5\r\nZRANK\r\n$7\r\nmissing\r\n$1\r\nz\r\n$9\r\nWITHSCORE\r\n",
+        "*-1\r\n",
+    );
+    raw(
+        &s,
+        &mut conn,
+        "*3\r\n$5\r\nZRANK\r\n$6\r\n{bar}a\r\n$1\r\nz\r\n",
+        "$-1\r\n",
+    );
+    let mut conn = s.raw();
+    conn.write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+        .expect("hello");
+    let hello = read_until_contains(&mut conn, b"modules\r\n*0\r\n");
+    assert!(
+        hello.starts_with(b"%"),
+        "{}",
+        String::from_utf8_lossy(&hello)
+    );
+    raw(
+        &s,
+        &mut conn,
+        "*4\r\n$5\r\nZRANK\r\n$6\r\n{bar}a\r\n$1\r\na\r\n$9\r\nWITHSCORE\r\n",
+        "*2\r\n:0\r\n,1.5\r\n",
+    );
+    raw(
+        &s,
+        &mut conn,
+        "*4\r\n$5\r\nZRANK\r\n$6\r\n{bar}a\r\n$1\r\nz\r\n$9\r\nWITHSCORE\r\n",
+        "_\r\n",
+    );
+}

@@ -1498,6 +1498,8 @@ fn xinfo_full(out: &mut ReplyWriter, s: &StreamValue, count: usize) {
 enum ReadFrom {
     /// `$`: after the stream's last ID when the command first runs.
     Last,
+    /// `+` (Redis 7.4): from the stream's last entry, which is read at once.
+    LastEntry,
     /// `>`: entries never delivered to the group.
     New,
     /// Entries after this ID (XREAD), or this consumer's history after it.
@@ -1603,6 +1605,8 @@ fn parse_read(args: &[Vec<u8>], group_cmd: bool, in_script: bool) -> Result<Read
         .map(|a| match a.as_slice() {
             b"$" if group_cmd => Err("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."),
             b"$" => Ok(ReadFrom::Last),
+            b"+" if group_cmd => Err("ERR The + ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The + ID would just return an empty result set."),
+            b"+" => Ok(ReadFrom::LastEntry),
             b">" if !group_cmd => Err("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option."),
             b">" => Ok(ReadFrom::New),
             _ => parse_strict_id(a).map(ReadFrom::After).ok_or(INVALID_ID),
@@ -1835,7 +1839,7 @@ async fn resolve(
     req: &ReadReq,
 ) -> Result<Vec<ReadFrom>, String> {
     let group = req.group.as_ref().map(|(g, _)| g.clone());
-    let mut checked: Vec<(usize, Result<StreamId, String>)> = Vec::new();
+    let mut checked: Vec<(usize, Result<Option<StreamId>, String>)> = Vec::new();
     for (shard, idx) in runs(cell, &req.keys) {
         let keys: Vec<(usize, Vec<u8>)> = idx.iter().map(|&i| (i, req.keys[i].clone())).collect();
         let group = group.clone();
@@ -1854,9 +1858,10 @@ async fn resolve(
 }
 
 /// Merges the per-key checks (in argument order) with the parsed ID arguments: the
-/// first error wins, a key's own check before its ID; `$` becomes the last ID.
+/// first error wins, a key's own check before its ID; `$` becomes the last ID, `+`
+/// the one before it (so the last entry is read), both 0-0 for a missing key.
 fn combine(
-    checked: Vec<(usize, Result<StreamId, String>)>,
+    checked: Vec<(usize, Result<Option<StreamId>, String>)>,
     ids: &[Result<ReadFrom, &'static str>],
 ) -> Result<Vec<ReadFrom>, String> {
     let mut out = Vec::with_capacity(ids.len());
@@ -1864,15 +1869,25 @@ fn combine(
         let last = last?;
         match ids[i] {
             Err(e) => return Err(e.to_string()),
-            Ok(ReadFrom::Last) => out.push(ReadFrom::After(last)),
+            Ok(ReadFrom::Last) => out.push(ReadFrom::After(last.unwrap_or(StreamId::ZERO))),
+            Ok(ReadFrom::LastEntry) => match last.map(StreamId::decr) {
+                None => out.push(ReadFrom::After(StreamId::ZERO)),
+                Some(Some(before)) => out.push(ReadFrom::After(before)),
+                Some(None) => return Err("ERR the stream last element ID is 0-0".into()),
+            },
             Ok(f) => out.push(f),
         }
     }
     Ok(out)
 }
 
-/// A key's type (and group) check; Ok(its last ID, 0-0 if missing).
-fn check_key(db: &mut Db, key: &[u8], group: Option<&[u8]>, now: u64) -> Result<StreamId, String> {
+/// A key's type (and group) check; Ok(its last ID, None if missing).
+fn check_key(
+    db: &mut Db,
+    key: &[u8],
+    group: Option<&[u8]>,
+    now: u64,
+) -> Result<Option<StreamId>, String> {
     let s = match as_stream(db.get(key, now)) {
         Err(()) => return Err(WRONGTYPE.into()),
         Ok(s) => s,
@@ -1886,7 +1901,7 @@ fn check_key(db: &mut Db, key: &[u8], group: Option<&[u8]>, now: u64) -> Result<
             ));
         }
     }
-    Ok(s.map_or(StreamId::ZERO, |s| s.last_id))
+    Ok(s.map(|s| s.last_id))
 }
 
 #[derive(Clone)]

@@ -76,8 +76,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     zcmd!("zcard", 2, READONLY | FAST, K1, keyed(zcard), "1.2.0", "Get the number of members in a sorted set", R_FAST),
     zcmd!("zscore", 3, READONLY | FAST, K1, keyed(zscore), "1.2.0", "Get the score associated with the given member in a sorted set", R_FAST),
     zcmd!("zmscore", -3, READONLY | FAST, K1, keyed(zmscore), "6.2.0", "Get the score associated with the given members in a sorted set", R_FAST),
-    zcmd!("zrank", 3, READONLY | FAST, K1, keyed(zrank), "2.0.0", "Determine the index of a member in a sorted set", R_FAST),
-    zcmd!("zrevrank", 3, READONLY | FAST, K1, keyed(zrevrank), "2.0.0", "Determine the index of a member in a sorted set, with scores ordered from high to low", R_FAST),
+    zcmd!("zrank", -3, READONLY | FAST, K1, keyed(zrank), "2.0.0", "Determine the index of a member in a sorted set", R_FAST),
+    zcmd!("zrevrank", -3, READONLY | FAST, K1, keyed(zrevrank), "2.0.0", "Determine the index of a member in a sorted set, with scores ordered from high to low", R_FAST),
     zcmd!("zcount", 4, READONLY | FAST, K1, keyed(zcount), "2.0.0", "Count the members in a sorted set with scores within the given values", R_FAST),
     zcmd!("zlexcount", 4, READONLY | FAST, K1, keyed(zlexcount), "2.8.9", "Count the number of members in a sorted set between a given lexicographical range", R_FAST),
     zcmd!("zrange", -4, READONLY, K1, keyed(zrange), "1.2.0", "Return a range of members in a sorted set", R_SLOW),
@@ -542,16 +542,42 @@ fn zmscore(ctx: &mut ExecCtx) {
     }
 }
 
+/// ZRANK / ZREVRANK key member [WITHSCORE] (WITHSCORE: Redis 7.2).
 fn zrank_generic(ctx: &mut ExecCtx, rev: bool) {
     let args = ctx.args;
+    if args.len() > 4 {
+        let name = if rev { "zrevrank" } else { "zrank" };
+        return ctx.error(&format!(
+            "ERR wrong number of arguments for '{name}' command"
+        ));
+    }
+    let with_score = args.len() == 4;
+    if with_score && !args.is(3, "withscore") {
+        return ctx.error(SYNTAX_ERR);
+    }
     let (e, out) = ctx.read_with_out(args.get(1));
+    let none = |out: &mut ReplyWriter| {
+        if with_score {
+            out.null_array()
+        } else {
+            out.null()
+        }
+    };
     match as_zset(e) {
-        Found::Missing => out.null(),
+        Found::Missing => none(out),
         Found::WrongType => out.error(WRONGTYPE),
         Found::ZSet(z) => match z.rank(args.get(2)) {
-            Some(r) if rev => out.integer((z.len() - 1 - r) as i64),
-            Some(r) => out.integer(r as i64),
-            None => out.null(),
+            Some(r) => {
+                let rank = if rev { z.len() - 1 - r } else { r };
+                if with_score {
+                    out.array_len(2);
+                    out.integer(rank as i64);
+                    out.double(z.score(args.get(2)).unwrap_or_default());
+                } else {
+                    out.integer(rank as i64);
+                }
+            }
+            None => none(out),
         },
     }
 }

@@ -147,7 +147,7 @@ impl Canvas {
     /// A square of side `size` centred on (x, y), rotated by `angle`: its corners
     /// are points of a circle, a quarter turn apart, starting at 45 degrees.
     fn square(&mut self, x: i32, y: i32, size: f32, angle: f32, color: u8) {
-        let size = (size / 1.414_213_6_f32).round();
+        let size = (size / std::f32::consts::SQRT_2).round();
         let mut k = std::f32::consts::FRAC_PI_4 + angle;
         let mut corners = [(0, 0); 4];
         for corner in &mut corners {

@@ -112,12 +112,18 @@ pub fn check(config: &crate::config::Config, write: bool, stale_ok: bool) -> Opt
     if write && replica && config.replica_read_only() {
         return Some("READONLY You can't write against a read only replica.");
     }
-    if replica && !stale_ok && !config.replica_serve_stale_data() && !link::is_up() {
+    if !stale_ok && running_stale(config) {
         return Some(
             "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
         );
     }
     None
+}
+
+/// A replica whose link is down, with `replica-serve-stale-data no`: only commands
+/// flagged stale may run (and scripts flagged allow-stale).
+pub fn running_stale(config: &crate::config::Config) -> bool {
+    is_replica() && !config.replica_serve_stale_data() && !link::is_up()
 }
 
 /// REPLICAOF NO ONE, a failover's target promoted, an aborted switch undone (Redis's

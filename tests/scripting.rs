@@ -782,3 +782,70 @@ fn scripts_waiting_on_other_shards_let_other_script_jobs_wait() {
         assert!(w.join().unwrap() > 0);
     }
 }
+
+/// On a stale replica (link down, replica-serve-stale-data no) scripts run as in
+/// Redis 7.0: a flagless EVAL and a script without allow-stale get -MASTERDOWN (after
+/// the write checks for a script that may write), an allow-stale script runs and
+/// may call only stale commands (ECHO, not GET). Replies compared with redis-server
+/// in the same state.
+#[test]
+fn scripts_on_a_stale_replica() {
+    // Made stale at run time, as the Tcl test does (PING itself is refused once
+    // stale, so a server cannot be started that way and waited for).
+    let dead = free_port().to_string();
+    let make_stale = |c: &mut redis::Connection| {
+        q::<String>(c, &["CONFIG", "SET", "replica-serve-stale-data", "no"]);
+        q::<String>(c, &["REPLICAOF", "127.0.0.1", &dead]);
+    };
+    let server = Server::start(2);
+    let reference = ReferenceRedis::start();
+    let cases: [&[&str]; 7] = [
+        &["EVAL", "return redis.call('get','x')", "1", "x"],
+        &["EVAL", "return 1", "0"],
+        &["EVAL", "#!lua flags=no-writes\nreturn 1", "0"],
+        &["EVAL", "#!lua\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=allow-stale,no-writes\nreturn 1", "0"],
+        &[
+            "EVAL",
+            "#!lua flags=allow-stale,no-writes\nreturn redis.call('get','x')",
+            "1",
+            "x",
+        ],
+        &[
+            "EVAL",
+            "#!lua flags=allow-stale,no-writes\nreturn redis.call('echo','foobar')",
+            "0",
+        ],
+    ];
+    let reply = |c: &mut redis::Connection, args: &[&str]| -> String {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        match cmd.query::<Value>(c) {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+        }
+    };
+    let mut t = server.client();
+    make_stale(&mut t);
+    let got: Vec<String> = cases.iter().map(|a| reply(&mut t, a)).collect();
+    assert!(
+        got[0].contains("MASTERDOWN Link with MASTER is down"),
+        "{}",
+        got[0]
+    );
+    assert!(
+        got[5].contains("Can not execute the command on a stale replica"),
+        "{}",
+        got[5]
+    );
+    assert!(got[6].contains("foobar"), "{}", got[6]);
+    if let Some(r) = reference {
+        let mut r = r.client();
+        make_stale(&mut r);
+        for (args, mine) in cases.iter().zip(&got) {
+            assert_eq!(mine, &reply(&mut r, args), "{args:?}");
+        }
+    }
+}

@@ -34,7 +34,7 @@ macro_rules! ccmd {
 #[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     ccmd!("ping", -1, FAST, Kind::Client(ping), "1.0.0", "Ping the server"),
-    ccmd!("echo", 2, FAST, Kind::Client(echo), "1.0.0", "Echo the given string"),
+    ccmd!("echo", 2, LOADING | STALE | FAST, Kind::Client(echo), "1.0.0", "Echo the given string"),
     ccmd!("select", 2, LOADING | STALE | FAST, Kind::Client(select), "1.0.0", "Change the selected database for the current connection"),
     ccmd!("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, Kind::Client(auth), "1.0.0", "Authenticate to the server"),
     ccmd!("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, Kind::Client(hello), "6.0.0", "Handshake with Redis"),

@@ -238,6 +238,9 @@ async fn run_script(
         })
     };
     let (done, reply) = futures_channel::oneshot::channel();
+    // Read before the job statement: a borrow in it would last across its await,
+    // while the script's own calls borrow the shard.
+    let stale = crate::replication::running_stale(&cell.data.borrow().config);
     vm::run(Job::Run(Box::new(RunJob {
         target,
         keys,
@@ -251,6 +254,7 @@ async fn run_script(
             let config = &cell.data.borrow().config;
             crate::replication::check(config, true, true)
         },
+        stale,
         threshold_ms,
         handler,
         done,
@@ -343,6 +347,16 @@ async fn call(
             "ERR This Redis command is not allowed from script",
         );
     }
+    // An allow-stale script on a stale replica runs only stale commands
+    // (scriptVerifyAllowStale).
+    let stale = crate::replication::running_stale(&fake.cell.data.borrow().config);
+    if stale && !spec.has(STALE) {
+        return refuse(
+            fake,
+            Some(idx),
+            "ERR Can not execute the command on a stale replica",
+        );
+    }
     let write = spec.has(WRITE);
     // Only until the script's first write: after that it cannot stop half-way.
     if deny_oom && !*wrote && spec.has(DENYOOM) {
@@ -357,7 +371,10 @@ async fn call(
             "ERR Write commands are not allowed from read-only scripts.",
         );
     }
-    if write && !obeys(fake) {
+    // Only until the script's first write: once it changed the dataset it is not
+    // failed half-way on the server's state (scriptVerifyWriteCommandAllow), so a
+    // replica dropping under min-replicas-to-write does not stop it.
+    if write && !obeys(fake) && !*wrote {
         let denied = {
             let config = &fake.cell.data.borrow().config;
             crate::replication::check(config, true, true)
@@ -365,11 +382,9 @@ async fn call(
         if let Some(e) = denied {
             return refuse(fake, Some(idx), e);
         }
-        if !*wrote {
-            *wrote = true;
-            if let Some(r) = scripting::running().as_mut() {
-                r.wrote = true;
-            }
+        *wrote = true;
+        if let Some(r) = scripting::running().as_mut() {
+            r.wrote = true;
         }
     }
     if crate::observe::monitoring() && !spec.has(ADMIN) {

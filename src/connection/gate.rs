@@ -174,7 +174,7 @@ impl Connection {
             let msg = commands::pubsub::subscribed_context_error(spec.name);
             return Gate::Refuse(Some(idx), msg);
         }
-        if let Some(err) = self.replication_gate(spec) {
+        if let Some(err) = self.replication_gate(spec, stat) {
             return Gate::Refuse(Some(idx), err.into());
         }
         if crate::persistence::loading()
@@ -236,15 +236,22 @@ impl Connection {
     /// replica, NOREPLICAS under min-replicas-to-write, MASTERDOWN on a replica whose
     /// link is down with replica-serve-stale-data off. Commands EXEC or a script runs
     /// are not checked again.
-    pub(super) fn replication_gate(&self, spec: &commands::CommandSpec) -> Option<&'static str> {
+    /// `stat` names the subcommand when there is one: its flags decide (SCRIPT LOAD
+    /// is allowed on a stale replica, CONFIG SET ... as their own tables say).
+    pub(super) fn replication_gate(
+        &self,
+        spec: &commands::CommandSpec,
+        stat: u16,
+    ) -> Option<&'static str> {
         if self.session.exec_owner.is_some()
             || self.session.in_script
             || self.session.shared.role.get().replays()
         {
             return None;
         }
-        let write = spec.has(flags::WRITE);
-        let stale_ok = spec.has(flags::STALE);
+        let command_flags = commands::table().stat_flags(stat);
+        let write = command_flags & flags::WRITE != 0;
+        let stale_ok = command_flags & flags::STALE != 0;
         let config = &self.session.cell.data.borrow().config;
         // Redis refuses PING too while writes are refused for a failed save.
         if spec.name == "ping" {

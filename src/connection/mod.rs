@@ -765,7 +765,7 @@ impl Connection {
             }
             // The pause may have ended with this server a replica (FAILOVER): the
             // command is looked at again, as Redis processes a paused one anew.
-            if let Some(err) = self.replication_gate(spec) {
+            if let Some(err) = self.replication_gate(spec, stat) {
                 return self.reject(Some(idx), err);
             }
         }

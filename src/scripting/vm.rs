@@ -48,6 +48,10 @@ pub enum Target {
     Function(String),
 }
 
+/// What a stale replica answers (processCommand's shared masterdownerr).
+const MASTERDOWN: &str =
+    "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.";
+
 pub struct RunJob {
     pub target: Target,
     pub keys: Vec<Vec<u8>>,
@@ -60,6 +64,9 @@ pub struct RunJob {
     /// What a write would get from the replication checks (NOREPLICAS, READONLY):
     /// scripts not flagged no-writes are refused up front.
     pub write_denied: Option<&'static str>,
+    /// A stale replica (link down, replica-serve-stale-data no): only scripts
+    /// flagged allow-stale run.
+    pub stale: bool,
     pub threshold_ms: u64,
     pub handler: CallHandler,
     /// The script's reply for the client, and whether that reply is an error a
@@ -252,25 +259,8 @@ fn hook(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<VmState> {
                 return Err(mlua::Error::RuntimeError("FUNCTION LOAD timeout".into()));
             }
         }
-        mode => {
-            if !st.busy.get() && elapsed.as_millis() as u64 >= st.threshold_ms.get() {
-                let kill = if mode == Mode::Eval {
-                    "SCRIPT KILL"
-                } else {
-                    "FUNCTION KILL"
-                };
-                tracing::warn!(
-                    "Slow script detected: still in execution after {} milliseconds. You can try killing the script using the {kill} command. Script name is: {}.",
-                    elapsed.as_millis(),
-                    st.name.borrow()
-                );
-                st.busy.set(true);
-                super::set_busy(mode == Mode::Eval);
-            }
-            if st.busy.get() {
-                // This shard's clients get -BUSY, and SCRIPT KILL can arrive.
-                crate::runtime::serve_while_blocked();
-            }
+        _ => {
+            serve_if_slow(st);
             if super::KILL.load(Ordering::SeqCst) {
                 if !st.fast_hook.get() {
                     st.fast_hook.set(true);
@@ -283,6 +273,37 @@ fn hook(lua: &Lua, st: &Rc<RunState>) -> mlua::Result<VmState> {
         }
     }
     Ok(VmState::Continue)
+}
+
+/// Past `lua-time-limit` a running script is busy: other clients get -BUSY (those
+/// of this shard served from here, meanwhile) and SCRIPT / FUNCTION KILL may stop it.
+/// Checked by the instruction hook and before every `redis.call`, so a script that
+/// spends its time in calls (each perhaps a hop to another core) is seen busy on
+/// time, not only every HOOK_EVERY instructions.
+fn serve_if_slow(st: &RunState) {
+    let mode = st.mode.get();
+    if matches!(mode, Mode::Idle | Mode::Load) {
+        return;
+    }
+    let elapsed = st.start.get().elapsed();
+    if !st.busy.get() && elapsed.as_millis() as u64 >= st.threshold_ms.get() {
+        let kill = if mode == Mode::Eval {
+            "SCRIPT KILL"
+        } else {
+            "FUNCTION KILL"
+        };
+        tracing::warn!(
+            "Slow script detected: still in execution after {} milliseconds. You can try killing the script using the {kill} command. Script name is: {}.",
+            elapsed.as_millis(),
+            st.name.borrow()
+        );
+        st.busy.set(true);
+        super::set_busy(mode == Mode::Eval);
+    }
+    if st.busy.get() {
+        // This shard's clients get -BUSY, and SCRIPT KILL can arrive.
+        crate::runtime::serve_while_blocked();
+    }
 }
 
 /// The text of a Lua error (syntax errors without mlua's prefix).
@@ -769,6 +790,7 @@ impl Vm {
             ro_cmd,
             oom,
             write_denied,
+            stale,
             threshold_ms,
             handler,
             done,
@@ -792,7 +814,12 @@ impl Vm {
             Err(e) => w.error(&e),
             Ok((f, fl, name, mode)) => {
                 let shebang = fl & flags::EVAL_COMPAT == 0;
-                if shebang && oom && fl & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 {
+                // script.c's order: a flagless EVAL is refused on a stale replica at
+                // once; a flagged script after the write checks (processCommand's
+                // order for the flags it declares).
+                if !shebang && stale {
+                    w.error(MASTERDOWN);
+                } else if shebang && oom && fl & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 {
                     w.error("OOM command not allowed when used memory > 'maxmemory'.");
                 } else if shebang && fl & flags::NO_WRITES == 0 && ro_cmd {
                     w.error("ERR Can not execute a script with write flag using *_ro command.");
@@ -800,6 +827,8 @@ impl Vm {
                     write_denied.filter(|_| shebang && fl & flags::NO_WRITES == 0)
                 {
                     w.error(e);
+                } else if shebang && stale && fl & flags::ALLOW_STALE == 0 {
+                    w.error(MASTERDOWN);
                 } else {
                     let ro = ro_cmd || fl & flags::NO_WRITES != 0;
                     self.st.allow_oom.set(fl & flags::ALLOW_OOM != 0);
@@ -984,6 +1013,7 @@ fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(V
             }
         }
     }
+    serve_if_slow(st);
     let call = Call {
         argv,
         resp3: st.resp3.get(),

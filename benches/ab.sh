@@ -15,7 +15,7 @@ for r in $(seq "$rounds"); do
     for c in "$@"; do
         IFS=: read -r name bin shards cpus <<<"$c"
         port=$((7000 + RANDOM % 1000))
-        "$bin" --port "$port" --threads "$shards" --cpus "$cpus" >/dev/null 2>&1 &
+        "$bin" --port "$port" --threads "$shards" --cpus "$cpus" --save "" --dir "${TMPDIR:-/tmp}" >/dev/null 2>&1 &
         pid=$!
         for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
         for t in ${tests//,/ }; do

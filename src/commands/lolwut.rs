@@ -344,7 +344,10 @@ mod tests {
         // (132 - 4) / 8 = 16 per square, 12 rows, 2 + 2 of padding.
         assert_eq!(canvas.height, 16 * 12 + 4);
         let text = render_braille(&canvas);
-        let lines: Vec<&str> = text.split('\n').collect();
+        // 49 rows of 4 pixels; as in Redis each ends with a newline unless the
+        // canvas's last pixel row starts one (196 - 1 is not a multiple of 4).
+        assert!(text.ends_with('\n'));
+        let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 49);
         assert!(lines.iter().all(|l| l.chars().count() == 66));
         assert!(text

@@ -519,16 +519,22 @@ impl ListValue {
         if self.depth != 0 {
             let count = self.nodes.len();
             for i in 0..count {
-                let near = self.near_an_end(i, count);
-                let n = &mut self.nodes[i];
-                if near {
-                    n.decompress();
-                } else {
-                    n.compress();
-                }
+                self.settle_node(i, count);
             }
         }
         self.recount();
+    }
+
+    /// Node `i` of `count` as the depth asks: uncompressed near an end, else
+    /// compressed where that pays.
+    fn settle_node(&mut self, i: usize, count: usize) {
+        let near = self.near_an_end(i, count);
+        let n = &mut self.nodes[i];
+        if near {
+            n.decompress();
+        } else {
+            n.compress();
+        }
     }
 
     /// `settle` for a change at the ends (a push or pop moves at most two nodes
@@ -542,15 +548,9 @@ impl ListValue {
         let head = 0..reach;
         let tail = count.saturating_sub(reach).max(reach)..count;
         for i in head.chain(tail) {
-            let near = self.near_an_end(i, count);
-            let n = &mut self.nodes[i];
-            let before = n.buf.capacity();
-            if near {
-                n.decompress();
-            } else {
-                n.compress();
-            }
-            self.buf_bytes = self.buf_bytes + n.buf.capacity() - before;
+            let before = self.nodes[i].buf.capacity();
+            self.settle_node(i, count);
+            self.buf_bytes = self.buf_bytes + self.nodes[i].buf.capacity() - before;
         }
     }
 
@@ -813,16 +813,12 @@ impl ListValue {
 
     /// Element at a Redis index (negative counts from the tail).
     pub fn get(&self, index: i64) -> Option<Elem<'_>> {
-        let idx = self.resolve(index)?;
-        let (ni, i) = self.locate(idx);
-        let n = self.nodes.get(ni)?;
-        Some(match n.entries() {
-            Cow::Borrowed(buf) => {
-                Cow::Borrowed(&buf[read_fwd(buf, offset_in(buf, n.count as usize, i)).0])
-            }
-            Cow::Owned(buf) => {
-                let at = read_fwd(&buf, offset_in(&buf, n.count as usize, i)).0;
-                Cow::Owned(buf[at].to_vec())
+        let (ni, inflated, off) = self.position(self.resolve(index)?);
+        Some(match inflated {
+            Some(buf) => Cow::Owned(buf[read_fwd(&buf, off).0].to_vec()),
+            None => {
+                let buf: &[u8] = &self.nodes.get(ni)?.buf;
+                Cow::Borrowed(&buf[read_fwd(buf, off).0])
             }
         })
     }

@@ -7,7 +7,8 @@
 # other, each in a fresh directory on the same disk. ROUNDS runs per cell, reported
 # one by one (on a 2-core host the client shares the cores, so runs move by 5-10%).
 # Needs redis-server, redis-cli and target/release/{tessera,tessera-bench}.
-# ONLY=tessera skips redis-server.
+# ONLY=tessera skips redis-server; POLICIES="off everysec" and PIPELINES="16" narrow
+# the grid.
 set -u
 SECS=${1:-10}
 ROUNDS=${2:-2}
@@ -38,9 +39,9 @@ SERVERS="redis tessera"
 [ "${ONLY:-}" = tessera ] && SERVERS=tessera
 echo "# $(date -u +%F) $(nproc) CPUs, $(uname -r); $SECS s per run, 50 connections, SET 32 B"
 for name in $SERVERS; do
-  for policy in off no everysec always; do
+  for policy in ${POLICIES:-off no everysec always}; do
     start $name $policy
-    for p in 1 16; do
+    for p in ${PIPELINES:-1 16}; do
       for r in $(seq $ROUNDS); do
         echo "$name appendfsync=$policy P=$p round $r: $(run $p)"
       done

@@ -146,6 +146,8 @@ pub struct ClientShared {
     pub paused: Cell<bool>,
     /// Pub/Sub subscriptions and pushes waiting to be written.
     pub pubsub: crate::pubsub::ClientPubSub,
+    /// The ACL user the client runs as (the default user until AUTH / HELLO).
+    pub user: RefCell<std::sync::Arc<crate::acl::User>>,
     /// CLIENT TRACKING mode.
     pub tracking: crate::tracking::ClientTracking,
 }
@@ -235,6 +237,7 @@ impl ClientShared {
             blocked: Default::default(),
             paused: Default::default(),
             pubsub: Default::default(),
+            user: RefCell::new(crate::acl::default()),
             tracking: Default::default(),
         }
     }
@@ -373,7 +376,7 @@ impl ClientShared {
         // Redis's tot-mem: the client's buffers (query buffer, output) and its struct.
         let tot_mem = self.query_buf_cap.get() + omem + std::mem::size_of::<ClientShared>();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir={} resp={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={}",
             self.id,
             self.addr,
             self.laddr,
@@ -394,6 +397,7 @@ impl ClientShared {
             omem,
             tot_mem,
             self.last_cmd.get(),
+            String::from_utf8_lossy(&self.user.borrow().name),
             self.tracking.redir_field(),
             match self.proto.get() {
                 Protocol::Resp2 => 2,
@@ -426,6 +430,10 @@ pub struct Session {
     pub db: usize,
     pub proto: Protocol,
     pub authenticated: bool,
+    /// The ACL generation the client's user was read at, and whether that user may
+    /// run everything (then no permission check runs).
+    pub acl_gen: u64,
+    pub acl_open: bool,
     pub reply_mode: ReplyMode,
     /// Close the connection once pending replies are written (QUIT, protocol errors).
     pub close_after_reply: bool,
@@ -443,6 +451,46 @@ pub struct Session {
     pub error_counted: bool,
     /// Where the client's last write stands in the stream, for WAIT.
     pub last_write: LastWrite,
+}
+
+impl Session {
+    /// Makes the client run as `user` (AUTH, HELLO, RESET).
+    pub fn set_user(&mut self, user: std::sync::Arc<crate::acl::User>) {
+        self.acl_gen = crate::acl::generation();
+        self.acl_open = self.unchecked(&user);
+        *self.shared.user.borrow_mut() = user;
+    }
+
+    /// Whether the client's commands skip the permission check: its user may run
+    /// everything, or it replays what a master or the AOF already ran (Redis's
+    /// clients with no user).
+    fn unchecked(&self, user: &crate::acl::User) -> bool {
+        user.unrestricted() || self.shared.role.get().replays()
+    }
+
+    /// Reads the client's user again if the ACL changed since it was read. False
+    /// when the user is gone (deleted, or replaced by ACL LOAD): the client is then
+    /// back to the default user, unauthenticated, and must be closed.
+    pub fn acl_refresh(&mut self) -> bool {
+        let gen = crate::acl::generation();
+        if gen == self.acl_gen {
+            return true;
+        }
+        let current = self.shared.user.borrow().clone();
+        match crate::acl::refresh(&current) {
+            Some(u) => {
+                self.acl_open = self.unchecked(&u);
+                *self.shared.user.borrow_mut() = u;
+                self.acl_gen = gen;
+                true
+            }
+            None => {
+                self.authenticated = false;
+                self.set_user(crate::acl::default());
+                false
+            }
+        }
+    }
 }
 
 /// Where a client's last write stands in the effect stream (Redis's c->woff): WAIT

@@ -1,6 +1,7 @@
 //! Tessera: a Redis-compatible, shared-nothing, thread-per-core in-memory data server.
 //! See DESIGN.md (in the shared folder) for the architecture this code implements.
 
+pub mod acl;
 pub mod clients;
 pub mod commands;
 pub mod config;

@@ -270,6 +270,10 @@ pub fn is_redacted(args: &Args, i: usize) -> bool {
     if args.is(0, "auth") {
         return true;
     }
+    // ACL SETUSER's rules may hold passwords: every one of them is hidden.
+    if args.is(0, "acl") && args.is(1, "setuser") {
+        return i >= 2;
+    }
     if args.is(0, "hello") {
         return (2..args.len())
             .find(|&j| args.is(j, "auth"))

@@ -100,6 +100,7 @@ pub fn sync_config(config: &Config) {
     crate::replication::sync_config(config);
     crate::persistence::aof::sync_config(config);
     crate::storage::rdb::set_compression(config.rdbcompression());
+    crate::acl::sync_config(config);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -127,6 +128,18 @@ pub struct ClientPubSub {
 }
 
 impl ClientPubSub {
+    /// Whether any subscription fails `allowed(name, is_pattern)`: the ACL's test
+    /// when a user loses channel permissions.
+    pub fn any_subscription(&self, mut denied: impl FnMut(&[u8], bool) -> bool) -> bool {
+        self.patterns.borrow().iter().any(|p| denied(p, true))
+            || self.channels.borrow().iter().any(|c| denied(c, false))
+            || self
+                .shard_channels
+                .borrow()
+                .iter()
+                .any(|c| denied(c, false))
+    }
+
     pub fn channel_count(&self) -> usize {
         self.channels.borrow().len()
     }

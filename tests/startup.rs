@@ -360,8 +360,6 @@ fn refused_directives_read_as_redis_server_writes_them() {
     // What Tessera cannot honour yet is refused with a reason, never ignored.
     for (conf, reason) in [
         ("cluster-enabled yes\n", "Redis Cluster mode"),
-        ("user alice on nopass ~* +@all\n", "ACL users"),
-        ("aclfile users.acl\n", "ACL users"),
         ("tls-port 6380\n", "TLS"),
         ("daemonize yes\n", "daemonize yes is not supported"),
         (

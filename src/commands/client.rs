@@ -40,7 +40,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     ccmd!("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, Kind::Client(hello), "6.0.0", "Handshake with Redis"),
     ccmd!("quit", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, Kind::Client(quit), "1.0.0", "Close the connection"),
     ccmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, Kind::Global(reset), "6.2.0", "Reset the connection"),
-    ccmd!("client", -2, NOSCRIPT | LOADING | STALE, Kind::Global(client), "2.4.0", "A container for client connection commands"),
+    CommandSpec { acl: &[], ..ccmd!("client", -2, NOSCRIPT | LOADING | STALE, Kind::Global(client), "2.4.0", "A container for client connection commands") },
 ];
 
 fn ping(ctx: &mut ClientCtx) {
@@ -79,13 +79,30 @@ fn select(ctx: &mut ClientCtx) {
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// Checks credentials against `requirepass` (the only user is "default").
-fn check_password(ctx: &ClientCtx, user: &[u8], pass: &[u8]) -> Result<(), &'static str> {
-    let data = ctx.session.cell.data.borrow();
-    match data.config.requirepass() {
-        None if user == b"default" => Ok(()),
-        Some(p) if user == b"default" && p.as_bytes() == pass => Ok(()),
-        _ => Err(WRONGPASS),
+/// Authenticates the client as `user` (ACLAuthenticateUser): on failure an `auth`
+/// entry goes to ACL LOG, naming the command as the client typed it.
+fn authenticate(ctx: &mut ClientCtx, user: &[u8], pass: &[u8]) -> Result<(), &'static str> {
+    match crate::acl::authenticate(user, pass) {
+        Some(u) => {
+            ctx.session.authenticated = true;
+            ctx.session.set_user(u);
+            Ok(())
+        }
+        None => {
+            let context = if ctx.session.multi.is_some() {
+                crate::acl::log::Context::Multi
+            } else {
+                crate::acl::log::Context::Toplevel
+            };
+            crate::acl::log::add_for(
+                ctx.session,
+                "auth",
+                context,
+                ctx.args.get(0).to_vec(),
+                Some(user.to_vec()),
+            );
+            Err(WRONGPASS)
+        }
     }
 }
 
@@ -95,22 +112,11 @@ fn auth(ctx: &mut ClientCtx) {
         3 => (ctx.args.get(1), ctx.args.get(2)),
         _ => return ctx.out.error(SYNTAX_ERR),
     };
-    let configured = ctx
-        .session
-        .cell
-        .data
-        .borrow()
-        .config
-        .requirepass()
-        .is_some();
-    if ctx.args.len() == 2 && !configured {
+    if ctx.args.len() == 2 && crate::acl::default().nopass() {
         return ctx.out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
     }
-    match check_password(ctx, user, pass) {
-        Ok(()) => {
-            ctx.session.authenticated = true;
-            ctx.out.ok();
-        }
+    match authenticate(ctx, user, pass) {
+        Ok(()) => ctx.out.ok(),
         Err(e) => ctx.out.error(e),
     }
 }
@@ -140,10 +146,9 @@ fn hello(ctx: &mut ClientCtx) {
     while i < ctx.args.len() {
         let more = ctx.args.len() - i - 1;
         if ctx.args.is(i, "auth") && more >= 2 {
-            if let Err(e) = check_password(ctx, ctx.args.get(i + 1), ctx.args.get(i + 2)) {
+            if let Err(e) = authenticate(ctx, ctx.args.get(i + 1), ctx.args.get(i + 2)) {
                 return ctx.out.error(e);
             }
-            ctx.session.authenticated = true;
             i += 3;
         } else if ctx.args.is(i, "setname") && more >= 1 {
             let n = ctx.args.get(i + 1);
@@ -211,7 +216,8 @@ fn reset_connection(s: &mut crate::clients::Session) {
     s.shared.no_evict.set(false);
     crate::pubsub::unsubscribe_all_silently(&s.shared);
     crate::tracking::disable(s);
-    s.authenticated = s.cell.data.borrow().config.requirepass().is_none();
+    s.authenticated = crate::acl::default_needs_no_auth();
+    s.set_user(crate::acl::default());
 }
 
 const CLIENT_HELP: &[&str] = &[
@@ -504,6 +510,8 @@ struct KillFilter {
     skip_me: bool,
     max_age: Option<u64>,
     kind: Option<ClientType>,
+    /// The ACL user's identity.
+    user: Option<u64>,
 }
 
 async fn client_kill(g: &mut GlobalCtx<'_>) {
@@ -541,9 +549,9 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
                     _ => return g.w().error(NOT_INT),
                 }
             } else if g.is(i, "user") {
-                // "default" is the only user there is.
-                if v != "default" {
-                    return g.w().error(&format!("ERR No such user '{v}'"));
+                match crate::acl::get(&g.args[i + 1]) {
+                    Some(u) => f.user = Some(u.uid),
+                    None => return g.w().error(&format!("ERR No such user '{v}'")),
                 }
             } else if g.is(i, "type") {
                 match ClientType::parse(&g.args[i + 1]) {
@@ -575,6 +583,7 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
                     && f.laddr.as_deref().is_none_or(|a| a == cl.laddr.to_string())
                     && f.max_age
                         .is_none_or(|m| now.saturating_sub(cl.created_ms) / 1000 >= m)
+                    && f.user.is_none_or(|uid| cl.user.borrow().uid == uid)
                     && !(f.skip_me && cl.id == me);
                 if matches {
                     if cl.id == me {

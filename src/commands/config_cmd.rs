@@ -14,7 +14,7 @@ type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 pub static COMMANDS: &[CommandSpec] = &[CommandSpec {
     group: "server",
-    acl: &["@admin"],
+    acl: &[],
     ..cmd!(
         "config",
         -2,
@@ -142,7 +142,13 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok();
             }
             "rewrite" if argc == 2 => {
-                let result = g.session.cell.data.borrow().config.rewrite();
+                let result = g
+                    .session
+                    .cell
+                    .data
+                    .borrow()
+                    .config
+                    .rewrite(&crate::acl::user_lines());
                 match result {
                     Ok(()) => {
                         tracing::info!("CONFIG REWRITE executed with success.");

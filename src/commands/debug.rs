@@ -139,7 +139,7 @@ pub(super) fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 debug_protocol(&mut g.w(), &kind)
             }
             "config-rewrite-force-all" if g.args.len() == 2 => {
-                let result = g.session.cell.data.borrow().config.rewrite_all();
+                let result = g.session.cell.data.borrow().config.rewrite_all(&crate::acl::user_lines());
                 match result {
                     Ok(()) => g.w().ok(),
                     Err(e) => g

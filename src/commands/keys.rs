@@ -67,10 +67,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     kcmd!("renamenx", 3, WRITE | FAST, K12, Kind::Keyed(renamenx, Cross::Coordinator(renamenx_across)), "1.0.0", "Rename a key, only if the new key does not exist"),
     kcmd!("copy", -3, WRITE | DENYOOM, K12, Kind::Keyed(copy, Cross::Coordinator(copy_across)), "6.2.0", "Copy a key"),
     kcmd!("move", 3, WRITE | FAST, K1, keyed(move_cmd), "1.0.0", "Move a key to another database"),
-    kcmd!("object", -2, READONLY, K2, keyed(object), "2.2.3", "A container for object introspection commands"),
+    CommandSpec { acl: &[], ..kcmd!("object", -2, READONLY, K2, keyed(object), "2.2.3", "A container for object introspection commands") },
     kcmd!("dump", 2, READONLY, K1, keyed(dump_cmd), "2.6.0", "Return a serialized version of the value stored at the specified key."),
-    kcmd!("restore", -4, WRITE | DENYOOM, K1, keyed(restore), "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP."),
-    kcmd!("keys", 2, READONLY, KeySpec::None, Kind::Global(keys), "1.0.0", "Find all keys matching the given pattern"),
+    CommandSpec { acl: &["@keyspace", "@dangerous"], ..kcmd!("restore", -4, WRITE | DENYOOM, K1, keyed(restore), "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.") },
+    CommandSpec { acl: &["@keyspace", "@dangerous"], ..kcmd!("keys", 2, READONLY, KeySpec::None, Kind::Global(keys), "1.0.0", "Find all keys matching the given pattern") },
     kcmd!("scan", -2, READONLY, KeySpec::None, Kind::Global(scan), "2.8.0", "Incrementally iterate the keys space"),
     kcmd!("randomkey", 1, READONLY, KeySpec::None, Kind::Global(randomkey), "1.0.0", "Return a random key from the keyspace"),
 ];

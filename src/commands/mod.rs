@@ -10,6 +10,7 @@
 //! * `Global` is an async coordinator at home (FLUSHALL, DBSIZE, RENAME across shards,
 //!   INFO ...); it is a barrier in the pipeline.
 
+pub mod acl;
 pub mod bitops;
 pub mod blocking;
 pub mod client;

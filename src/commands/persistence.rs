@@ -14,7 +14,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     rcmd!("save", 1, ADMIN | NOSCRIPT | NO_MULTI | NO_ASYNC_LOADING, Kind::Global(save), "1.0.0", "Synchronously save the dataset to disk"),
     rcmd!("bgsave", -1, ADMIN | NOSCRIPT | NO_ASYNC_LOADING, Kind::Global(bgsave_command), "1.0.0", "Asynchronously save the dataset to disk"),
     rcmd!("bgrewriteaof", 1, ADMIN | NOSCRIPT | NO_ASYNC_LOADING, Kind::Global(bgrewriteaof), "1.0.0", "Asynchronously rewrite the append-only file"),
-    rcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk"),
+    CommandSpec { acl: &["@admin", "@dangerous"], ..rcmd!("lastsave", 1, LOADING | STALE | FAST, Kind::Client(lastsave), "1.0.0", "Get the UNIX time stamp of the last successful save to disk") },
 ];
 
 /// Redis's reply when a save is asked for while a background one runs.

@@ -41,7 +41,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     pcmd!("sunsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, K_ALL, Kind::Client(sunsubscribe), "7.0.0", "Stop listening for messages posted to the given shard channels"),
     pcmd!("publish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, KeySpec::None, Kind::Global(publish), "2.0.0", "Post a message to a channel"),
     pcmd!("spublish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, K1, Kind::Global(spublish), "7.0.0", "Post a message to a shard channel"),
-    pcmd!("pubsub", -2, 0, KeySpec::None, Kind::Global(pubsub), "2.8.0", "A container for Pub/Sub commands"),
+    CommandSpec { acl: &[], ..pcmd!("pubsub", -2, 0, KeySpec::None, Kind::Global(pubsub), "2.8.0", "A container for Pub/Sub commands") },
 ];
 
 /// Commands a RESP2 client may send while subscribed (Redis's processCommand check).

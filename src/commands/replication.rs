@@ -42,7 +42,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         ..cmd!("wait", 3, NOSCRIPT | WAITS, KeySpec::None, Kind::Global(wait), "3.0.0", "Wait for the synchronous replication of all the write commands sent in the context of the current connection")
     },
     rcmd!("failover", -1, ADMIN | NOSCRIPT | STALE, Kind::Global(failover), "6.2.0", "Start a coordinated failover between this server and one of its replicas."),
-    rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication"),
+    CommandSpec { acl: &["@admin", "@dangerous"], ..rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication") },
 ];
 
 /// SYNC / PSYNC reach here only where a connection cannot become a link (a script).

@@ -59,8 +59,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     scmd!("evalsha_ro", -3, NOSCRIPT | SKIP_MONITOR | NO_MANDATORY_KEYS | STALE | READONLY | MOVABLE_KEYS, NUMKEYS, evalsha_ro, "7.0.0", "Execute a read-only Lua script server side"),
     scmd!("fcall", -3, NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | NO_MANDATORY_KEYS | STALE | MOVABLE_KEYS, NUMKEYS, fcall, "7.0.0", "Invoke a function"),
     scmd!("fcall_ro", -3, NOSCRIPT | SKIP_MONITOR | NO_MANDATORY_KEYS | STALE | READONLY | MOVABLE_KEYS, NUMKEYS, fcall_ro, "7.0.0", "Invoke a read-only function"),
-    scmd!("script", -2, NOSCRIPT | ALLOW_BUSY, KeySpec::None, script, "2.6.0", "A container for Lua scripts management commands"),
-    scmd!("function", -2, NOSCRIPT | ALLOW_BUSY, KeySpec::None, function, "7.0.0", "A container for function commands"),
+    CommandSpec { acl: &[], ..scmd!("script", -2, NOSCRIPT | ALLOW_BUSY, KeySpec::None, script, "2.6.0", "A container for Lua scripts management commands") },
+    CommandSpec { acl: &[], ..scmd!("function", -2, NOSCRIPT | ALLOW_BUSY, KeySpec::None, function, "7.0.0", "A container for function commands") },
 ];
 
 fn eval<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
@@ -167,6 +167,8 @@ fn fake_session(s: &Session, txn: u64) -> Session {
     if c.role.get().replays() {
         shared.role.set(c.role.get());
     }
+    // Scripts run with the caller's permissions.
+    *shared.user.borrow_mut() = c.user.borrow().clone();
     let shared = Rc::new(shared);
     Session {
         cell: s.cell.clone(),
@@ -174,6 +176,8 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         db: s.db,
         proto: Protocol::Resp2,
         authenticated: true,
+        acl_gen: s.acl_gen,
+        acl_open: s.acl_open,
         reply_mode: ReplyMode::On,
         close_after_reply: false,
         multi: None,
@@ -231,6 +235,9 @@ async fn run_script(
             } else {
                 Protocol::Resp2
             };
+            if c.acl_check_only {
+                return acl_check_cmd(&fake, &c.argv);
+            }
             let deny_oom = oom && !c.allow_oom;
             crate::runtime::block_on_nested(call(
                 &mut fake, c.argv, c.ro, deny_oom, now, &mut wrote, &read,
@@ -307,6 +314,56 @@ fn error_reply(proto: Protocol, msg: &str) -> Vec<u8> {
     out
 }
 
+/// The ACL check of a script's command (scriptVerifyACL): scripts run with the
+/// caller's permissions; a denial goes to ACL LOG with context `lua`.
+fn acl_refusal(fake: &Session, idx: u16, argv: &[Vec<u8>]) -> Option<String> {
+    let owned = OwnedArgs::new(argv);
+    let args = owned.args();
+    let stat = super::table().stat_id(idx, &args);
+    let user = fake.shared.user.borrow().clone();
+    let (denial, pos) = crate::acl::check(&user, stat, &args).err()?;
+    let object = match denial {
+        crate::acl::Denial::Command => super::table().stat_name(stat).as_bytes().to_vec(),
+        _ => args.get(pos).to_vec(),
+    };
+    crate::acl::log::add_for(
+        fake,
+        denial.reason(),
+        crate::acl::log::Context::Lua,
+        object,
+        None,
+    );
+    Some(format!(
+        "ERR The user executing the script {}",
+        denial.message()
+    ))
+}
+
+/// `redis.acl_check_cmd`: `:1` when the caller's user may run the command, `:0`
+/// when not, an error for a command that does not exist.
+fn acl_check_cmd(fake: &Session, argv: &[Vec<u8>]) -> Vec<u8> {
+    let owned = OwnedArgs::new(argv);
+    let args = owned.args();
+    let t = super::table();
+    let found = super::lookup(args.get(0)).and_then(|(idx, _)| {
+        let id = t.stat_id(idx, &args);
+        let unknown_sub = t.is_container(idx) && args.len() >= 2 && id == idx;
+        (!unknown_sub).then_some(id)
+    });
+    let Some(id) = found else {
+        return error_reply(
+            Protocol::Resp2,
+            "ERR Invalid command passed to redis.acl_check_cmd()",
+        );
+    };
+    let user = fake.shared.user.borrow().clone();
+    if crate::acl::check(&user, id, &args).is_ok() {
+        b":1\r\n".to_vec()
+    } else {
+        b":0\r\n".to_vec()
+    }
+}
+
 /// Runs one `redis.call` for the script and returns its reply. `read` is set once
 /// the script calls a read-only command (client tracking then remembers its keys).
 async fn call(
@@ -356,6 +413,11 @@ async fn call(
             Some(idx),
             "ERR Can not execute the command on a stale replica",
         );
+    }
+    if !fake.acl_open {
+        if let Some(e) = acl_refusal(fake, idx, &argv) {
+            return refuse(fake, Some(idx), &e);
+        }
     }
     let write = spec.has(WRITE);
     // Only until the script's first write: after that it cannot stop half-way.

@@ -36,16 +36,16 @@ macro_rules! scmd {
 
 #[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
-    scmd!("dbsize", 1, READONLY | FAST, Kind::Global(dbsize), "1.0.0", "Return the number of keys in the selected database"),
-    scmd!("flushdb", -1, WRITE, Kind::Global(flushdb), "1.0.0", "Remove all keys from the current database"),
-    scmd!("flushall", -1, WRITE, Kind::Global(flushall), "1.0.0", "Remove all keys from all databases"),
-    scmd!("swapdb", 3, WRITE | FAST, Kind::Global(swapdb), "4.0.0", "Swaps two Redis databases"),
-    scmd!("info", -1, LOADING | STALE, Kind::Global(info), "1.0.0", "Get information and statistics about the server"),
-    scmd!("time", 1, LOADING | STALE | FAST, Kind::Client(time), "2.6.0", "Return the current server time"),
-    scmd!("command", -1, LOADING | STALE, Kind::Client(command), "2.8.13", "Get array of Redis command details"),
+    CommandSpec { acl: &["@keyspace"], ..scmd!("dbsize", 1, READONLY | FAST, Kind::Global(dbsize), "1.0.0", "Return the number of keys in the selected database") },
+    CommandSpec { acl: &["@keyspace", "@dangerous"], ..scmd!("flushdb", -1, WRITE, Kind::Global(flushdb), "1.0.0", "Remove all keys from the current database") },
+    CommandSpec { acl: &["@keyspace", "@dangerous"], ..scmd!("flushall", -1, WRITE, Kind::Global(flushall), "1.0.0", "Remove all keys from all databases") },
+    CommandSpec { acl: &["@keyspace", "@dangerous"], ..scmd!("swapdb", 3, WRITE | FAST, Kind::Global(swapdb), "4.0.0", "Swaps two Redis databases") },
+    CommandSpec { acl: &["@dangerous"], ..scmd!("info", -1, LOADING | STALE, Kind::Global(info), "1.0.0", "Get information and statistics about the server") },
+    CommandSpec { acl: &[], ..scmd!("time", 1, LOADING | STALE | FAST, Kind::Client(time), "2.6.0", "Return the current server time") },
+    CommandSpec { acl: &["@connection"], ..scmd!("command", -1, LOADING | STALE, Kind::Client(command), "2.8.13", "Get array of Redis command details") },
     scmd!("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, Kind::Global(super::debug::debug), "1.0.0", "A container for debugging commands"),
-    scmd!("module", -2, ADMIN | NOSCRIPT, Kind::Global(module), "4.0.0", "A container for module commands"),
-    scmd!("memory", -2, READONLY, Kind::Global(memory), "4.0.0", "A container for memory diagnostics commands"),
+    CommandSpec { acl: &[], ..scmd!("module", -2, ADMIN | NOSCRIPT, Kind::Global(module), "4.0.0", "A container for module commands") },
+    CommandSpec { acl: &[], ..scmd!("memory", -2, READONLY, Kind::Global(memory), "4.0.0", "A container for memory diagnostics commands") },
     scmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | ALLOW_BUSY, Kind::Global(shutdown), "1.0.0", "Synchronously save the dataset to disk and then shut down the server"),
 ];
 
@@ -559,7 +559,6 @@ struct Meta {
     arity: i16,
     flags: u32,
     triple: (i64, i64, i64),
-    acl: &'static [&'static str],
     group: &'static str,
     since: &'static str,
     summary: &'static str,
@@ -574,7 +573,6 @@ impl Meta {
             arity: spec.arity,
             flags: spec.flags,
             triple: spec.keys.triple(),
-            acl: spec.acl,
             group: spec.group,
             since: spec.since,
             summary: spec.summary,
@@ -588,7 +586,6 @@ impl Meta {
             arity: sub.arity,
             flags: sub.flags,
             triple: (sub.keys.0 as i64, sub.keys.1 as i64, sub.keys.2 as i64),
-            acl: sub.acl,
             group,
             since: sub.since,
             summary: sub.summary,
@@ -640,9 +637,12 @@ fn command_entry(out: &mut crate::protocol::reply::ReplyWriter, m: &Meta) {
     out.integer(first);
     out.integer(last);
     out.integer(step);
-    out.set_len(m.acl.len());
-    for a in m.acl {
-        out.simple(a);
+    // Redis's categories: the table's and those the flags imply, in Redis's order.
+    let id = table::table().lookup_full(m.name.as_bytes()).unwrap_or(0);
+    let cats: Vec<&str> = crate::acl::categories::names_of(id).collect();
+    out.set_len(cats.len());
+    for c in cats {
+        out.simple(&format!("@{c}"));
     }
     out.set_len(0);
     out.array_len(0);
@@ -781,8 +781,11 @@ fn command_list(ctx: &mut ClientCtx) {
         if ctx.args.is(3, "pattern") {
             names.retain(|(n, _)| crate::util::glob::glob_match(&arg, n.as_bytes(), true));
         } else if ctx.args.is(3, "aclcat") {
-            let cat = format!("@{}", String::from_utf8_lossy(&arg).to_ascii_lowercase());
-            names.retain(|(_, acl)| acl.contains(&cat.as_str()));
+            let flag = crate::acl::categories::flag_of(&String::from_utf8_lossy(&arg));
+            names.retain(|(n, _)| {
+                let id = t.lookup_full(n.as_bytes()).unwrap_or(0);
+                flag.is_some_and(|f| crate::acl::categories::categories_of(id) & f != 0)
+            });
         } else if ctx.args.is(3, "module") {
             names.clear();
         } else {
@@ -795,6 +798,35 @@ fn command_list(ctx: &mut ClientCtx) {
     for (n, _) in names {
         ctx.out.bulk(n.as_bytes());
     }
+}
+
+/// The keys of a command (`args` from its name on) with what ACL permission each
+/// needs (Redis's key-spec flags: ACCESS reads; INSERT, DELETE and UPDATE write).
+pub(crate) fn key_permissions(args: &super::Args) -> Vec<(usize, u8)> {
+    let Some((_, keyspec, name, _)) = getkeys_target(args) else {
+        return Vec::new();
+    };
+    keyspec
+        .positions(args)
+        .enumerate()
+        .filter_map(|(n, pos)| {
+            let flags = key_flags(name, args, n);
+            if flags.contains("not_key") {
+                // A shard channel (SPUBLISH, SSUBSCRIBE): routed as a key, checked
+                // as a channel.
+                return None;
+            }
+            let mut perm = 0;
+            for word in flags.split(' ') {
+                match word {
+                    "access" => perm |= crate::acl::READ,
+                    "insert" | "delete" | "update" => perm |= crate::acl::WRITE,
+                    _ => {}
+                }
+            }
+            Some((pos, perm))
+        })
+        .collect()
 }
 
 /// The command (or, for a container, the subcommand) an argv names, with its flags,

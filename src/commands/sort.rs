@@ -29,7 +29,7 @@ macro_rules! scmd {
     ($name:expr, $flags:expr, $kind:expr, $summary:expr) => {
         CommandSpec {
             group: "generic",
-            acl: &["@keyspace", "@list", "@set", "@sortedset", "@dangerous"],
+            acl: &["@list", "@set", "@sortedset", "@dangerous"],
             ..cmd!($name, -2, $flags, KeySpec::Sort, $kind, "1.0.0", $summary)
         }
     };
@@ -70,8 +70,9 @@ struct SortOpts {
 }
 
 /// Parses SORT's options (argv[2..]) with Redis's precedence: the first bad option
-/// wins, later options override earlier ones.
-fn parse_opts(args: &[Vec<u8>], readonly: bool) -> Result<SortOpts, &'static str> {
+/// wins, later options override earlier ones. `all_keys` says whether the client's
+/// ACL user may read every key: BY patterns and GET read keys no ACL check saw.
+fn parse_opts(args: &[Vec<u8>], readonly: bool, all_keys: bool) -> Result<SortOpts, &'static str> {
     let mut o = SortOpts {
         limit_count: -1,
         ..SortOpts::default()
@@ -97,6 +98,11 @@ fn parse_opts(args: &[Vec<u8>], readonly: bool) -> Result<SortOpts, &'static str
         } else if is("by") && left >= 1 {
             let p = &args[j + 1];
             if p.contains(&b'*') {
+                if !all_keys {
+                    return Err(
+                        "ERR BY option of SORT denied due to insufficient ACL permissions.",
+                    );
+                }
                 o.by = Some(p.clone());
                 o.dontsort = false;
             } else {
@@ -105,6 +111,9 @@ fn parse_opts(args: &[Vec<u8>], readonly: bool) -> Result<SortOpts, &'static str
             }
             j += 1;
         } else if is("get") && left >= 1 {
+            if !all_keys {
+                return Err("ERR GET option of SORT denied due to insufficient ACL permissions.");
+            }
             o.gets.push(args[j + 1].clone());
             j += 1;
         } else {
@@ -357,7 +366,15 @@ async fn apply_gets(
 }
 
 async fn sort_generic(g: &mut GlobalCtx<'_>, readonly: bool) {
-    let mut o = match parse_opts(&g.args, readonly) {
+    let all_keys = g.session.acl_open || {
+        let user = g.session.shared.user.borrow().clone();
+        let owned = super::OwnedArgs::new(&g.args);
+        let args = owned.args();
+        let t = super::table();
+        let id = super::lookup(&g.args[0]).map_or(0, |(idx, _)| t.stat_id(idx, &args));
+        crate::acl::check::allowed_with_all_keys(&user, id, &args, crate::acl::READ)
+    };
+    let mut o = match parse_opts(&g.args, readonly, all_keys) {
         Ok(o) => o,
         Err(e) => return g.error(e),
     };
@@ -530,6 +547,7 @@ mod tests {
                 "d",
             ]),
             false,
+            true,
         )
         .unwrap();
         assert_eq!(o.by.as_deref(), Some(&b"w_*"[..]));
@@ -538,20 +556,20 @@ mod tests {
         assert_eq!(o.gets, argv(&["#"]));
         assert_eq!(o.store.as_deref(), Some(&b"d"[..]));
         assert!(
-            parse_opts(&argv(&["sort", "k", "by", "nosort"]), false)
+            parse_opts(&argv(&["sort", "k", "by", "nosort"]), false, true)
                 .unwrap()
                 .dontsort
         );
         assert_eq!(
-            parse_opts(&argv(&["sort_ro", "k", "store", "d"]), true),
+            parse_opts(&argv(&["sort_ro", "k", "store", "d"]), true, true),
             Err(SYNTAX_ERR)
         );
         assert_eq!(
-            parse_opts(&argv(&["sort", "k", "limit", "x", "1"]), false),
+            parse_opts(&argv(&["sort", "k", "limit", "x", "1"]), false, true),
             Err(NOT_INT)
         );
         assert_eq!(
-            parse_opts(&argv(&["sort", "k", "get"]), false),
+            parse_opts(&argv(&["sort", "k", "get"]), false, true),
             Err(SYNTAX_ERR)
         );
     }

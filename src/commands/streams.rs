@@ -65,12 +65,12 @@ pub static COMMANDS: &[CommandSpec] = &[
     xcmd!("xsetid", -3, WRITE | DENYOOM | FAST, K1, keyed(xsetid), "5.0.0", "An internal command for replicating stream values"),
     xcmd!("xread", -4, READONLY | BLOCKING | MOVABLE_KEYS, KeySpec::None, Kind::Global(xread), "5.0.0", "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block."),
     xcmd!("xreadgroup", -7, WRITE | BLOCKING | MOVABLE_KEYS, KeySpec::None, Kind::Global(xreadgroup), "5.0.0", "Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block."),
-    xcmd!("xgroup", -2, WRITE, K2, keyed(xgroup), "5.0.0", "A container for consumer groups commands"),
+    CommandSpec { acl: &[], ..xcmd!("xgroup", -2, WRITE, K2, keyed(xgroup), "5.0.0", "A container for consumer groups commands") },
     xcmd!("xack", -4, WRITE | FAST, K1, keyed(xack), "5.0.0", "Marks a pending message as correctly processed, effectively removing it from the pending entries list of the consumer group. Return value of the command is the number of messages successfully acknowledged, that is, the IDs we were actually able to resolve in the PEL."),
     xcmd!("xpending", -3, READONLY, K1, keyed(xpending), "5.0.0", "Return information and entries from a stream consumer group pending entries list, that are messages fetched but never acknowledged."),
     xcmd!("xclaim", -6, WRITE | FAST, K1, keyed(xclaim), "5.0.0", "Changes (or acquires) ownership of a message in a consumer group, as if the message was delivered to the specified consumer."),
     xcmd!("xautoclaim", -6, WRITE | FAST, K1, keyed(xautoclaim), "6.2.0", "Changes (or acquires) ownership of messages in a consumer group, as if the messages were delivered to the specified consumer."),
-    xcmd!("xinfo", -2, READONLY, K2, keyed(xinfo), "5.0.0", "A container for stream introspection commands"),
+    CommandSpec { acl: &[], ..xcmd!("xinfo", -2, READONLY, K2, keyed(xinfo), "5.0.0", "A container for stream introspection commands") },
 ];
 
 // ---------------------------------------------------------------------------

@@ -444,6 +444,7 @@ fn build() -> CommandTable {
         super::pubsub::COMMANDS,
         super::latency::COMMANDS,
         super::lolwut::COMMANDS,
+        super::acl::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

@@ -184,6 +184,20 @@ impl Config {
         Some(self.str_at(IDX_REQUIREPASS)).filter(|s| !s.is_empty())
     }
 
+    /// The ACL file (`aclfile`); None when unset.
+    pub fn aclfile(&self) -> Option<&str> {
+        Some(self.str_at(IDX_ACLFILE)).filter(|s| !s.is_empty())
+    }
+
+    pub fn acllog_max_len(&self) -> usize {
+        usize::try_from(self.int_at(IDX_ACLLOG_MAX_LEN)).unwrap_or(128)
+    }
+
+    /// `acl-pubsub-default allchannels`.
+    pub fn acl_pubsub_all(&self) -> bool {
+        self.enum_at(IDX_ACL_PUBSUB_DEFAULT) == 0
+    }
+
     /// Server cron frequency, already clamped to 1..=500 like Redis.
     pub fn hz(&self) -> u32 {
         u32::try_from(self.int_at(IDX_HZ)).unwrap_or(10)

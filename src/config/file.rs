@@ -102,6 +102,14 @@ impl Config {
         if deprecated {
             return Ok(());
         }
+        if name.eq_ignore_ascii_case("user") {
+            if args.is_empty() {
+                return Err("wrong number of arguments".to_string().into());
+            }
+            // Checked and applied at start, once the command table exists.
+            self.acl_users.push(args.to_vec());
+            return Ok(());
+        }
         if let Some(why) = directive_not_yet(name) {
             return Err(why.to_string().into());
         }

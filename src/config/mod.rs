@@ -218,6 +218,9 @@ pub struct Config {
     /// ones append" rule needs to remember whether one was seen.
     save_loaded: bool,
     config_file: Option<PathBuf>,
+    /// The `user` directives (name and rules), in file order: the ACL users made
+    /// at start.
+    acl_users: Vec<Vec<String>>,
 }
 
 impl Default for Config {
@@ -257,7 +260,13 @@ impl Config {
             version: 0,
             save_loaded: false,
             config_file: None,
+            acl_users: Vec::new(),
         }
+    }
+
+    /// The `user` directives: each the user's name followed by its rules.
+    pub fn acl_users(&self) -> &[Vec<String>] {
+        &self.acl_users
     }
 
     /// CONFIG GET for one pattern (see `get_many`).

@@ -28,8 +28,6 @@ const CLUSTER_NOT_YET: &str =
     "Tessera does not run in Redis Cluster mode yet: cluster-* settings other than the defaults are refused";
 const TLS_NOT_YET: &str =
     "Tessera does not support TLS yet: tls-* settings other than the defaults are refused";
-const ACL_NOT_YET: &str =
-    "Tessera does not support ACL users yet (only the default user with requirepass)";
 const REPLICA_NOT_YET: &str =
     "Tessera's replica side does not support this setting yet: only its default is accepted";
 const DEFRAG_NOT_YET: &str = "Tessera does not do active defragmentation";
@@ -310,8 +308,8 @@ const TABLE: &[ConfigParam] = &[
     string("aof_rewrite_cpulist", "").flag(IMMUTABLE).only_default(CPULIST_NOT_YET),
     string("bgsave_cpulist", "").flag(IMMUTABLE).only_default(CPULIST_NOT_YET),
     // ACL: only the default user exists (requirepass).
-    string("aclfile", "").flag(IMMUTABLE).only_default(ACL_NOT_YET),
-    int("acllog-max-len", 0, LONG_MAX, "128").only_default(ACL_NOT_YET),
+    string("aclfile", "").flag(IMMUTABLE),
+    int("acllog-max-len", 0, LONG_MAX, "128"),
     enumeration("acl-pubsub-default", ACL_PUBSUB_NAMES, "resetchannels"),
     // TLS.
     int("tls-port", 0, 65535, "0").flag(IMMUTABLE).only_default(TLS_NOT_YET),
@@ -549,6 +547,9 @@ pub(super) const IDX_PIDFILE: usize = param_index("pidfile");
 pub(super) const IDX_LOGLEVEL: usize = param_index("loglevel");
 pub(super) const IDX_LOGFILE: usize = param_index("logfile");
 pub(super) const IDX_REQUIREPASS: usize = param_index("requirepass");
+pub(super) const IDX_ACLFILE: usize = param_index("aclfile");
+pub(super) const IDX_ACLLOG_MAX_LEN: usize = param_index("acllog-max-len");
+pub(super) const IDX_ACL_PUBSUB_DEFAULT: usize = param_index("acl-pubsub-default");
 pub(super) const IDX_HZ: usize = param_index("hz");
 pub(super) const IDX_DYNAMIC_HZ: usize = param_index("dynamic-hz");
 pub(super) const IDX_ENABLE_DEBUG: usize = param_index("enable-debug-command");
@@ -615,7 +616,6 @@ pub(super) fn lookup_entry(name: &[u8]) -> Option<(usize, &'static str)> {
 /// Redis says what is missing.
 pub(super) fn directive_not_yet(name: &str) -> Option<&'static str> {
     const DIRECTIVES: &[(&str, &str)] = &[
-        ("user", ACL_NOT_YET),
         (
             "rename-command",
             "rename-command is not supported by Tessera yet",

@@ -36,7 +36,7 @@ accepting connections from the outside.\r\n";
 pub(super) fn protected_mode_denies(cell: &ShardCell, peer: &crate::clients::PeerAddr) -> bool {
     let data = cell.data.borrow();
     data.config.protected_mode()
-        && data.config.requirepass().is_none()
+        && crate::acl::default().nopass()
         && !crate::clients::is_local_peer(peer)
 }
 
@@ -130,6 +130,8 @@ impl Connection {
         !spec.has(flags::ADMIN)
             && spec.arity_ok(args.len())
             && self.session.authenticated
+            && self.session.acl_open
+            && self.session.acl_gen == crate::acl::generation()
             && !self.session.shared.pubsub.active()
             && !crate::scripting::is_busy()
             && !crate::replication::may_refuse()
@@ -167,6 +169,24 @@ impl Connection {
         if !self.session.authenticated && !spec.has(flags::NO_AUTH) {
             return Gate::Refuse(Some(idx), "NOAUTH Authentication required.".into());
         }
+        if !self.session.acl_open && !self.session.shared.role.get().replays() {
+            // A queued command is checked again when EXEC runs it, in case the rules
+            // changed meanwhile (execCommand), with its own error.
+            let in_exec = self.session.exec_owner.is_some() && !self.session.in_script;
+            let context = if self.session.multi.is_some() || in_exec {
+                crate::acl::log::Context::Multi
+            } else {
+                crate::acl::log::Context::Toplevel
+            };
+            if let Err(denial) = self.acl_check(stat, args, context) {
+                let msg = if in_exec {
+                    denial.exec_error()
+                } else {
+                    denial.top_level_error(t.stat_name(stat))
+                };
+                return Gate::Refuse(Some(idx), msg);
+            }
+        }
         if self.session.shared.pubsub.active()
             && self.session.proto == Protocol::Resp2
             && !commands::pubsub::allowed_while_subscribed(spec.name)
@@ -195,6 +215,27 @@ impl Connection {
             }
         }
         Gate::Pass
+    }
+
+    /// The ACL check of a command (`stat` its id, `args` from its name on) for this
+    /// client's user; a denial goes to ACL LOG with `context`.
+    pub(super) fn acl_check(
+        &self,
+        stat: u16,
+        args: &Args<'_>,
+        context: crate::acl::log::Context,
+    ) -> Result<(), crate::acl::Denial> {
+        let user = self.session.shared.user.borrow().clone();
+        crate::acl::check(&user, stat, args).map_err(|(denial, pos)| {
+            let object = match denial {
+                crate::acl::Denial::Command => {
+                    commands::table().stat_name(stat).as_bytes().to_vec()
+                }
+                _ => args.get(pos).to_vec(),
+            };
+            crate::acl::log::add_for(&self.session, denial.reason(), context, object, None);
+            denial
+        })
     }
 
     /// DEBUG, and MODULE LOAD / LOADEX / UNLOAD, run only as `enable-debug-command` /

@@ -255,7 +255,7 @@ async fn serve_as(
     client.read_waker = Some(stream.read_waker());
     client.role.set(role);
     let shared = Rc::new(client);
-    let authenticated = role.replays() || cell.data.borrow().config.requirepass().is_none();
+    let authenticated = role.replays() || crate::acl::default_needs_no_auth();
     cell.data.borrow_mut().stats.total_connections += 1;
     cell.clients.borrow_mut().add(shared.clone());
     let mut conn = Connection {
@@ -266,6 +266,8 @@ async fn serve_as(
             db: 0,
             proto: Protocol::Resp2,
             authenticated,
+            acl_gen: 0,
+            acl_open: false,
             reply_mode: ReplyMode::On,
             close_after_reply: false,
             multi: None,
@@ -726,6 +728,12 @@ impl Connection {
     /// make `run_fast` decline (as CLIENT PAUSE does), or ordinary keyed commands
     /// would skip it.
     async fn run_command(&mut self, args: Args<'_>) {
+        if !self.session.acl_refresh() {
+            // The client's user was deleted: the connection ends (ACL DELUSER and
+            // ACL LOAD close it too, this catches a command already on its way).
+            self.session.close_after_reply = true;
+            return;
+        }
         let name = args.get(0);
         let cached = self
             .last_cmd

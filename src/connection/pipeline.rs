@@ -103,6 +103,8 @@ impl Connection {
         let session = &self.session;
         let shared = &session.shared;
         if session.reply_mode != ReplyMode::On
+            || !session.acl_open
+            || session.acl_gen != crate::acl::generation()
             || session.multi.is_some()
             || shared.pubsub.has_pushes()
             || shared.tracking.on()

@@ -43,6 +43,7 @@ local function fix_pcall(ok, ...)
   if ok then return ok, ... end
   return false, unmark((...))
 end
+R.acl_check_cmd = prims.acl_check
 R.sha1hex = function(...)
   if select('#', ...) ~= 1 then raise("wrong number of arguments") end
   return prims.sha1hex(...)

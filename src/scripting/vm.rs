@@ -38,6 +38,9 @@ pub struct Call {
     pub ro: bool,
     /// The script may run deny-oom commands even when out of memory.
     pub allow_oom: bool,
+    /// `redis.acl_check_cmd`: only whether the caller's user may run it (`:1` /
+    /// `:0`, or an error), nothing runs.
+    pub acl_check_only: bool,
 }
 
 /// Runs a script's command and returns its RESP reply.
@@ -437,6 +440,24 @@ impl Vm {
                 s.err_seq.set(n);
                 *s.pending.borrow_mut() = Some((n, v));
                 Err(mlua::Error::RuntimeError(format!("{MARKER}{n}")))
+            })?,
+        )?;
+        let s = st.clone();
+        p.set(
+            "acl_check",
+            lua.create_function(move |lua, args: MultiValue| {
+                // Raised from Rust, as redis.call's errors: the error names the
+                // script's line, not a wrapper's.
+                match acl_check(lua, &s, args)? {
+                    Value::String(e) => {
+                        let v = err_table(lua, &e.to_str()?)?;
+                        let n = s.err_seq.get() + 1;
+                        s.err_seq.set(n);
+                        *s.pending.borrow_mut() = Some((n, v));
+                        Err(mlua::Error::RuntimeError(format!("{MARKER}{n}")))
+                    }
+                    v => Ok(v),
+                }
             })?,
         )?;
         let s = st.clone();
@@ -996,6 +1017,42 @@ fn load_text(lua: &Lua, src: &[u8], name: &[u8]) -> mlua::Result<(Value, Option<
 }
 
 /// `redis.call` / `redis.pcall`'s transport: (reply as a Lua value, is an error).
+/// `redis.acl_check_cmd`'s transport: true / false, or the error text to raise.
+fn acl_check(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<Value> {
+    let text = |e: &str| Ok(Value::String(lua.create_string(e)?));
+    if args.is_empty() {
+        return text("ERR Please specify at least one argument for this redis lib call");
+    }
+    let mut argv = Vec::with_capacity(args.len());
+    for a in args.iter() {
+        match a {
+            Value::String(s) => argv.push(s.as_bytes().to_vec()),
+            Value::Integer(i) => argv.push(i.to_string().into_bytes()),
+            Value::Number(n) => argv.push(format_g(*n, 17).into_bytes()),
+            _ => return text("ERR Lua redis lib command arguments must be strings or integers"),
+        }
+    }
+    let Some(mut handler) = st.link.borrow_mut().take() else {
+        return text("ERR redis.acl_check_cmd can only be called inside a script invocation");
+    };
+    let reply = handler(Call {
+        argv,
+        resp3: false,
+        ro: false,
+        allow_oom: false,
+        acl_check_only: true,
+    });
+    *st.link.borrow_mut() = Some(handler);
+    match reply.as_slice() {
+        b":1\r\n" => Ok(Value::Boolean(true)),
+        b":0\r\n" => Ok(Value::Boolean(false)),
+        other => {
+            let e = String::from_utf8_lossy(other);
+            text(e.trim_start_matches('-').trim_end())
+        }
+    }
+}
+
 fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(Value, bool)> {
     if args.is_empty() {
         let e = "ERR Please specify at least one argument for this redis lib call";
@@ -1019,6 +1076,7 @@ fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(V
         resp3: st.resp3.get(),
         ro: st.ro.get(),
         allow_oom: st.allow_oom.get(),
+        acl_check_only: false,
     };
     // The handler is taken out while it runs: the nested loop it may run serves other
     // tasks, none of which can reach this VM (it is out of its slot).

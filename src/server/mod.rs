@@ -167,6 +167,12 @@ pub fn run(config: Config) -> i32 {
     let _ = process::apply_oom_score_adj(&config);
     show_banner(&config, n);
     tracing::warn!("Server initialized");
+    if let Err(e) = crate::acl::load_at_startup(&config) {
+        for line in e.lines() {
+            tracing::warn!("{line}");
+        }
+        return 1;
+    }
     // The file is opened and mapped here; every shard loads its slots of it once it
     // listens, answering -LOADING meanwhile, and `finish` below waits for them all.
     // With appendonly yes the AOF is the dataset (Redis ignores the RDB then): its

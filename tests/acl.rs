@@ -391,3 +391,42 @@ fn users_from_config_and_acl_file() {
     let users: Vec<String> = redis::cmd("ACL").arg("USERS").query(&mut c).expect("USERS");
     assert_eq!(users, ["default", "saved"]);
 }
+
+/// Without cluster mode, Redis 7.0 still knows CLUSTER, READONLY, READWRITE and
+/// ASKING (ACL rules name them) and answers each with the same error; in a script,
+/// CLUSTER's own subcommand flags decide.
+#[test]
+fn cluster_commands_answer_as_a_standalone_redis() {
+    let Some(redis) = ReferenceRedis::start() else {
+        eprintln!("redis-server not available: comparison skipped");
+        return;
+    };
+    let s = Server::start(2);
+    let (mut ours, mut theirs) = (s.client(), redis.client());
+    for words in [
+        &["CLUSTER", "INFO"][..],
+        &["CLUSTER", "KEYSLOT", "x"],
+        &["CLUSTER", "HELP"],
+        &["CLUSTER", "NOSUCH"],
+        &["CLUSTER"],
+        &["READONLY"],
+        &["READWRITE"],
+        &["ASKING"],
+        &["EVAL", "return redis.call('cluster', 'info')", "0"],
+        &["EVAL", "return redis.call('cluster', 'reset')", "0"],
+        &[
+            "ACL",
+            "SETUSER",
+            "c",
+            "on",
+            "nopass",
+            "+cluster",
+            "+readonly",
+        ],
+        &["ACL", "DRYRUN", "c", "cluster", "info"],
+        &["ACL", "DRYRUN", "c", "readwrite"],
+        &["COMMAND", "INFO", "readonly", "readwrite", "asking"],
+    ] {
+        assert_eq!(run(&mut ours, words), run(&mut theirs, words), "{words:?}");
+    }
+}

@@ -14,6 +14,7 @@ pub mod acl;
 pub mod bitops;
 pub mod blocking;
 pub mod client;
+pub mod cluster;
 pub mod config_cmd;
 pub mod debug;
 pub mod digest;

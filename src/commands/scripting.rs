@@ -377,14 +377,6 @@ async fn call(
 ) -> Vec<u8> {
     let proto = fake.proto;
     let Some((idx, spec)) = super::lookup(&argv[0]) else {
-        // CLUSTER is not implemented; Redis refuses its subcommands in scripts.
-        if argv[0].eq_ignore_ascii_case(b"cluster") {
-            return refuse(
-                fake,
-                None,
-                "ERR This Redis command is not allowed from script",
-            );
-        }
         return refuse(fake, None, "ERR Unknown Redis command called from script");
     };
     if spec.has(READONLY) {
@@ -397,7 +389,13 @@ async fn call(
             "ERR Wrong number of args calling Redis command from script",
         );
     }
-    if spec.has(NOSCRIPT) && !scripting::deny_script_disabled() {
+    // A subcommand's own flags decide (CLUSTER RESET is refused, CLUSTER INFO runs).
+    let stat_flags = {
+        let owned = OwnedArgs::new(&argv);
+        let t = super::table();
+        t.stat_flags(t.stat_id(idx, &owned.args()))
+    };
+    if (spec.has(NOSCRIPT) || stat_flags & NOSCRIPT != 0) && !scripting::deny_script_disabled() {
         return refuse(
             fake,
             Some(idx),

@@ -445,6 +445,7 @@ fn build() -> CommandTable {
         super::latency::COMMANDS,
         super::lolwut::COMMANDS,
         super::acl::COMMANDS,
+        super::cluster::COMMANDS,
     ] {
         specs.extend(family.iter());
     }

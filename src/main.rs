@@ -24,6 +24,7 @@ fn main() {
         // The process a BGSAVE spawns to write its file (persistence/writer.rs).
         std::process::exit(tessera::persistence::writer::child_main(&args[1..]));
     }
+    tessera::config::set_user_check(tessera::acl::check_user_directive);
     let config = match tessera::config::Config::load(args.into_iter()) {
         Ok(c) => c,
         Err(e) => {

@@ -334,6 +334,12 @@ fn refused_directives_read_as_redis_server_writes_them() {
         ("", &["--unixsocketperm", "1000"]),
         ("", &["--oom-score-adj-values", "1 x 3"]),
         ("", &["--daemonize", "maybe"]),
+        // ACL users: checked as the file is read (Redis names the word at the
+        // merged rule's index, not the rule: kept).
+        ("user alice on bogus\n", &[]),
+        ("user alice on ~* ~foo >x\n", &[]),
+        ("user alice on >a\nuser alice off\n", &[]),
+        ("user alice on #abc\n", &[]),
     ];
     let mut compared = 0;
     for (i, (conf, args)) in cases.iter().enumerate() {

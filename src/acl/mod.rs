@@ -200,45 +200,45 @@ pub fn set_default_password(password: Option<&[u8]>) {
     bump();
 }
 
-/// A `user <name> rules...` directive of the config file (ACLAppendUserForLoading):
-/// checked now, applied at start. Err is the config error to report.
-pub fn add_configured_user(args: &[Vec<u8>]) -> Result<(), String> {
-    let Some(name) = args.first() else {
-        return Err("wrong number of arguments".into());
+/// Queues a `user` directive (already checked as the config was read) for
+/// `load_configured_users`.
+fn queue_configured_user(args: Vec<Vec<u8>>) {
+    let merged = match user::merge_selector_args(&args[1..]) {
+        Ok(m) => m,
+        Err(_) => return,
     };
-    let merged = user::merge_selector_args(&args[1..])
-        .map_err(|_| "Unmatched parenthesis in acl selector".to_string())?;
-    let mut probe = User::new(name, 0, pubsub_default_all());
-    for op in &merged {
+    let mut entry = vec![args[0].clone()];
+    entry.extend(merged);
+    with_registry(|r| r.configured.push(entry));
+}
+
+/// A `user` directive's check as the config file is read (ACLAppendUserForLoading):
+/// every rule but those naming unknown commands (those fail at start). The error
+/// names `argv[j]` for the j-th merged rule, as Redis 7.0 does (an index into the
+/// merged rules used on the directive's words: `user`, the name, then the rules).
+pub fn check_user_directive(args: &[String]) -> Result<(), String> {
+    let argv: Vec<Vec<u8>> = std::iter::once("user")
+        .chain(args.iter().map(String::as_str))
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+    let word =
+        |j: usize| String::from_utf8_lossy(argv.get(j).map_or(&[][..], Vec::as_slice)).into_owned();
+    let merged = user::merge_selector_args(&argv[2..])
+        .map_err(|j| format!("Error in user declaration '{}': Syntax error", word(j)))?;
+    let mut probe = User::new(&argv[1], 0, pubsub_default_all());
+    for (j, op) in merged.iter().enumerate() {
         match probe.apply(op, pubsub_default_all()) {
             Ok(()) | Err(user::RuleError::UnknownCommand) => {}
             Err(e) => {
                 return Err(format!(
                     "Error in user declaration '{}': {}",
-                    String::from_utf8_lossy(op),
+                    word(j),
                     e.text()
                 ))
             }
         }
     }
-    with_registry(|r| {
-        if r.configured.iter().any(|c| c[0] == *name) {
-            return Err(format!(
-                "Error in user declaration '{}': Duplicate user found. A user can only be \
-                 defined once in config files",
-                String::from_utf8_lossy(name)
-            ));
-        }
-        let mut entry = vec![name.clone()];
-        entry.extend(merged);
-        r.configured.push(entry);
-        Ok(())
-    })
-}
-
-/// Whether the config file declared users.
-pub fn has_configured_users() -> bool {
-    with_registry(|r| !r.configured.is_empty())
+    Ok(())
 }
 
 /// ACLLoadConfiguredUsers: the `user` directives become users. Err is the log line
@@ -510,8 +510,7 @@ pub fn load_at_startup(config: &crate::config::Config) -> Result<(), String> {
     }
     for u in config.acl_users() {
         let args: Vec<Vec<u8>> = u.iter().map(|a| a.as_bytes().to_vec()).collect();
-        add_configured_user(&args)
-            .map_err(|e| format!("{e}\nCritical error while loading ACLs. Exiting."))?;
+        queue_configured_user(args);
     }
     load_configured_users()
         .map_err(|e| format!("{e}\nCritical error while loading ACLs. Exiting."))?;

@@ -13,6 +13,16 @@ const MAX_INCLUDE_DEPTH: usize = 16;
 
 /// Error from one directive: plain errors get the caller's line context,
 /// fatal ones (from an included file) already carry their own.
+/// Checks a `user` directive's rules as it is read (Redis's ACLAppendUserForLoading):
+/// the ACL registers it before the config is loaded, since the config module
+/// imports nothing that knows commands.
+static USER_CHECK: std::sync::OnceLock<fn(&[String]) -> Result<(), String>> =
+    std::sync::OnceLock::new();
+
+pub fn set_user_check(check: fn(&[String]) -> Result<(), String>) {
+    let _ = USER_CHECK.set(check);
+}
+
 enum DirectiveError {
     Plain(String),
     Fatal(String),
@@ -106,7 +116,18 @@ impl Config {
             if args.is_empty() {
                 return Err("wrong number of arguments".to_string().into());
             }
-            // Checked and applied at start, once the command table exists.
+            if self.acl_users.iter().any(|u| u[0] == args[0]) {
+                return Err(format!(
+                    "Error in user declaration '{}': Duplicate user found. A user can only be \
+                     defined once in config files",
+                    args[0]
+                )
+                .into());
+            }
+            if let Some(check) = USER_CHECK.get() {
+                check(args)?;
+            }
+            // Applied at start (a rule naming an unknown command fails there).
             self.acl_users.push(args.to_vec());
             return Ok(());
         }

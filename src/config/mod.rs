@@ -33,6 +33,7 @@ mod rewrite;
 mod values;
 
 pub use cli::{parse_args, Cli, ParsedArgs};
+pub use file::set_user_check;
 pub use params::{
     lookup_param, ConfigParam, ParamFlags, ParamKind, Special, OOM_SCORE_ADJ_NAMES, PARAMS,
 };

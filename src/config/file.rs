@@ -16,10 +16,12 @@ const MAX_INCLUDE_DEPTH: usize = 16;
 /// Checks a `user` directive's rules as it is read (Redis's ACLAppendUserForLoading):
 /// the ACL registers it before the config is loaded, since the config module
 /// imports nothing that knows commands.
-static USER_CHECK: std::sync::OnceLock<fn(&[String]) -> Result<(), String>> =
-    std::sync::OnceLock::new();
+static USER_CHECK: std::sync::OnceLock<UserCheck> = std::sync::OnceLock::new();
 
-pub fn set_user_check(check: fn(&[String]) -> Result<(), String>) {
+/// A `user` directive's words (name, rules) to its error, if any.
+pub type UserCheck = fn(&[String]) -> Result<(), String>;
+
+pub fn set_user_check(check: UserCheck) {
     let _ = USER_CHECK.set(check);
 }
 

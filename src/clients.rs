@@ -100,6 +100,10 @@ pub struct ClientShared {
     pub fd: i32,
     pub created_ms: u64,
     pub name: RefCell<Option<Vec<u8>>>,
+    /// CLIENT SETINFO lib-name / lib-ver (Redis 7.2): what the client library says
+    /// it is, shown in CLIENT LIST; kept by RESET.
+    pub lib_name: RefCell<Option<Vec<u8>>>,
+    pub lib_ver: RefCell<Option<Vec<u8>>>,
     pub db: Cell<usize>,
     pub last_cmd: Cell<&'static str>,
     pub last_interaction_ms: Cell<u64>,
@@ -137,6 +141,9 @@ pub struct ClientShared {
     /// `ACK_ASKED` while the GETACK runs, then the offset before it.
     pub ack_asked: Cell<Option<u64>>,
     pub no_evict: Cell<bool>,
+    /// CLIENT NO-TOUCH (Redis 7.2); every shard also has the id in its
+    /// `no_touch_clients` meanwhile.
+    pub no_touch: Cell<bool>,
     pub multi_count: Cell<i64>,
     /// While the client waits in a blocking command: its wake-up state, which
     /// CLIENT UNBLOCK uses.
@@ -214,6 +221,8 @@ impl ClientShared {
             fd: -1,
             created_ms: now_ms,
             name: Default::default(),
+            lib_name: Default::default(),
+            lib_ver: Default::default(),
             db: Default::default(),
             last_cmd: Cell::new("NULL"),
             last_interaction_ms: Cell::new(now_ms),
@@ -233,6 +242,7 @@ impl ClientShared {
             killed: Default::default(),
             ack_asked: Default::default(),
             no_evict: Default::default(),
+            no_touch: Default::default(),
             multi_count: Cell::new(-1),
             blocked: Default::default(),
             paused: Default::default(),
@@ -366,6 +376,9 @@ impl ClientShared {
         if self.no_evict.get() {
             flags.push('e');
         }
+        if self.no_touch.get() {
+            flags.push('T');
+        }
         if matches!(self.addr, PeerAddr::Unix(_)) {
             flags.push('U');
         }
@@ -376,7 +389,7 @@ impl ClientShared {
         // Redis's tot-mem: the client's buffers (query buffer, output) and its struct.
         let tot_mem = self.query_buf_cap.get() + omem + std::mem::size_of::<ClientShared>();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -402,7 +415,9 @@ impl ClientShared {
             match self.proto.get() {
                 Protocol::Resp2 => 2,
                 Protocol::Resp3 => 3,
-            }
+            },
+            String::from_utf8_lossy(self.lib_name.borrow().as_deref().unwrap_or_default()),
+            String::from_utf8_lossy(self.lib_ver.borrow().as_deref().unwrap_or_default()),
         )
     }
 

@@ -211,3 +211,76 @@ fn replica_links_are_replicas() {
     let receivers: i64 = q(&mut admin, &["PUBLISH", "news", "still"]);
     assert_eq!(receivers, 1);
 }
+
+/// CLIENT SETINFO (Redis 7.2): lib-name / lib-ver shown at the end of CLIENT LIST and
+/// CLIENT INFO, refused with spaces or control characters, cleared by an empty value,
+/// kept by RESET.
+#[test]
+fn client_setinfo_names_the_library() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    q::<String>(&mut c, &["CLIENT", "SETNAME", "lib-user"]);
+    assert_eq!(
+        q::<String>(&mut c, &["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]),
+        "OK"
+    );
+    assert_eq!(
+        q::<String>(&mut c, &["CLIENT", "SETINFO", "lib-ver", "5.2.1"]),
+        "OK"
+    );
+    let line = client_line(&mut c, "lib-user").expect("listed");
+    assert!(
+        line.ends_with(" resp=2 lib-name=redis-py lib-ver=5.2.1"),
+        "{line}"
+    );
+    let info: String = q(&mut c, &["CLIENT", "INFO"]);
+    assert!(
+        info.trim_end().ends_with("lib-name=redis-py lib-ver=5.2.1"),
+        "{info}"
+    );
+    assert!(err(&mut c, &["CLIENT", "SETINFO", "lib-name", "two words"])
+        .contains("lib-name cannot contain spaces, newlines or special characters."));
+    assert!(err(&mut c, &["CLIENT", "SETINFO", "lib-color", "x"])
+        .contains("Unrecognized option 'lib-color'"));
+    assert!(err(&mut c, &["CLIENT", "SETINFO", "lib-name"])
+        .contains("wrong number of arguments for 'client|setinfo' command"));
+    q::<String>(&mut c, &["RESET"]);
+    q::<String>(&mut c, &["CLIENT", "SETNAME", "lib-user"]);
+    q::<String>(&mut c, &["CLIENT", "SETINFO", "lib-ver", ""]);
+    let line = client_line(&mut c, "lib-user").expect("listed");
+    assert!(line.ends_with(" lib-name=redis-py lib-ver="), "{line}");
+}
+
+/// CLIENT NO-TOUCH (Redis 7.2): the client's reads leave the keys' idle time alone,
+/// on both shards, except TOUCH; another client's read still resets it; the mode
+/// shows as flag T and ends with RESET.
+#[test]
+fn client_no_touch_leaves_idle_time_alone() {
+    let server = Server::start(2);
+    let mut quiet = server.client();
+    let mut normal = server.client();
+    let keys = ["{a}k", "{b}k"];
+    for k in keys {
+        q::<String>(&mut normal, &["SET", k, "v"]);
+    }
+    assert_eq!(q::<String>(&mut quiet, &["CLIENT", "NO-TOUCH", "ON"]), "OK");
+    q::<String>(&mut quiet, &["CLIENT", "SETNAME", "quiet"]);
+    let line = client_line(&mut normal, "quiet").expect("listed");
+    assert!(line.contains(" flags=T "), "{line}");
+    std::thread::sleep(Duration::from_millis(2100));
+    let idle = |c: &mut redis::Connection, k: &str| q::<i64>(c, &["OBJECT", "IDLETIME", k]);
+    for k in keys {
+        assert_eq!(q::<String>(&mut quiet, &["GET", k]), "v");
+        q::<i64>(&mut quiet, &["STRLEN", k]);
+        assert!(idle(&mut normal, k) >= 2, "{k} touched by a NO-TOUCH read");
+    }
+    assert_eq!(q::<i64>(&mut quiet, &["TOUCH", keys[0]]), 1);
+    assert_eq!(idle(&mut normal, keys[0]), 0);
+    q::<String>(&mut normal, &["GET", keys[1]]);
+    assert_eq!(idle(&mut normal, keys[1]), 0);
+    assert!(err(&mut quiet, &["CLIENT", "NO-TOUCH", "maybe"]).contains("syntax error"));
+    q::<String>(&mut quiet, &["RESET"]);
+    q::<String>(&mut quiet, &["CLIENT", "SETNAME", "quiet"]);
+    let line = client_line(&mut normal, "quiet").expect("listed");
+    assert!(line.contains(" flags=N "), "{line}");
+}

@@ -203,6 +203,7 @@ fn reset<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         g.session.multi = None;
         g.session.shared.multi_count.set(-1);
         super::multi::unwatch_all(g.session).await;
+        set_no_touch(g.session, false).await;
         reset_connection(g.session);
         g.w().simple("RESET");
     })
@@ -262,6 +263,10 @@ const CLIENT_HELP: &[&str] = &[
     "    Control the replies sent to the current connection.",
     "SETNAME <name>",
     "    Assign the name <name> to the current connection.",
+    "SETINFO <option> <value>",
+    "    Set client meta attr. Options are:",
+    "    * LIB-NAME: the client lib name.",
+    "    * LIB-VER: the client lib version.",
     "UNBLOCK <clientid> [TIMEOUT|ERROR]",
     "    Unblock the specified blocked client.",
     "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
@@ -271,6 +276,8 @@ const CLIENT_HELP: &[&str] = &[
     "    Report tracking status for the current connection.",
     "NO-EVICT (ON|OFF)",
     "    Protect current client connection from eviction.",
+    "NO-TOUCH (ON|OFF)",
+    "    Will not touch LRU/LFU stats when this mode is on.",
     "HELP",
     "    Print this help.",
 ];
@@ -306,6 +313,7 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 *g.session.shared.name.borrow_mut() = if n.is_empty() { None } else { Some(n) };
                 g.w().ok()
             }
+            "setinfo" if argc == 4 => client_setinfo(g),
             "info" if argc == 2 => {
                 let line = g.session.shared.info_line(crate::util::now_ms()) + "\n";
                 g.w().verbatim("txt", line.as_bytes())
@@ -358,6 +366,17 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 }
                 g.w().ok()
             }
+            "no-touch" if argc == 3 => {
+                let on = if g.is(2, "on") {
+                    true
+                } else if g.is(2, "off") {
+                    false
+                } else {
+                    return g.w().error(SYNTAX_ERR);
+                };
+                set_no_touch(g.session, on).await;
+                g.w().ok()
+            }
             "pause" if argc == 3 || argc == 4 => {
                 // Redis checks the mode before the timeout.
                 let writes_only = if argc == 4 {
@@ -397,12 +416,52 @@ fn client<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 g.w().ok()
             }
             "unblock" if argc == 3 || argc == 4 => client_unblock(g).await,
-            "getname" | "setname" | "info" | "kill" | "reply" | "no-evict" | "pause"
-            | "unpause" | "help" | "unblock" | "tracking" | "caching" | "getredir"
-            | "trackinginfo" => arity_err(g, &sub),
+            "getname" | "setname" | "setinfo" | "info" | "kill" | "reply" | "no-evict"
+            | "no-touch" | "pause" | "unpause" | "help" | "unblock" | "tracking" | "caching"
+            | "getredir" | "trackinginfo" => arity_err(g, &sub),
             _ => g.unknown_subcommand("CLIENT"),
         }
     })
+}
+
+/// CLIENT NO-TOUCH ON|OFF (Redis 7.2): every shard learns the client's id, so its
+/// executor leaves the access clock of the keys this client reads alone (a set that
+/// stays empty costs the executor one test while nobody uses it).
+pub async fn set_no_touch(session: &mut crate::clients::Session, on: bool) {
+    if session.shared.no_touch.replace(on) == on {
+        return;
+    }
+    let id = session.id();
+    session
+        .cell
+        .call_all(move |c| {
+            let set = &mut c.data.borrow_mut().no_touch_clients;
+            if on {
+                set.insert(id);
+            } else {
+                set.remove(&id);
+            }
+        })
+        .await;
+}
+
+/// CLIENT SETINFO lib-name|lib-ver value (Redis 7.2): printable ASCII without spaces,
+/// so that CLIENT LIST stays splittable by space; empty clears it.
+fn client_setinfo(g: &mut GlobalCtx<'_>) {
+    let attr = String::from_utf8_lossy(&g.args[2]).into_owned();
+    let value = g.args[3].clone();
+    let slot = match attr.to_ascii_lowercase().as_str() {
+        "lib-name" => &g.session.shared.lib_name,
+        "lib-ver" => &g.session.shared.lib_ver,
+        _ => return g.w().error(&format!("ERR Unrecognized option '{attr}'")),
+    };
+    if value.iter().any(|b| !(b'!'..=b'~').contains(b)) {
+        return g.w().error(&format!(
+            "ERR {attr} cannot contain spaces, newlines or special characters."
+        ));
+    }
+    *slot.borrow_mut() = (!value.is_empty()).then_some(value);
+    g.w().ok()
 }
 
 /// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends a blocking command of another client, as

@@ -169,6 +169,9 @@ pub struct ExecCtx<'a> {
     /// Signals for keys beyond the command's own changed keys, which the executor
     /// sends with theirs (see `ExecCtx::signal_also`).
     pub also: Vec<AlsoSignal>,
+    /// The caller is in CLIENT NO-TOUCH mode (and this is not TOUCH): lookups leave
+    /// the access clock and LFU counter as they were.
+    pub no_touch: bool,
 }
 
 /// A signal the executor sends for a key a handler changed that its own changed keys
@@ -279,7 +282,9 @@ impl<'a> ExecCtx<'a> {
         match self.data.dbs[self.db].get(key, now) {
             Some(e) => {
                 stats.keyspace_hits += 1;
-                e.touch(lru, lfu);
+                if !self.no_touch {
+                    e.touch(lru, lfu);
+                }
                 Some(e)
             }
             None => {
@@ -300,7 +305,9 @@ impl<'a> ExecCtx<'a> {
         let entry = match data.dbs[self.db].get(key, now) {
             Some(e) => {
                 data.stats.keyspace_hits += 1;
-                e.touch(lru, lfu);
+                if !self.no_touch {
+                    e.touch(lru, lfu);
+                }
                 Some(e)
             }
             None => {
@@ -317,8 +324,11 @@ impl<'a> ExecCtx<'a> {
         let now = self.now;
         let lru = self.lru();
         let lfu = self.lfu_touch();
+        let no_touch = self.no_touch;
         let e = self.data.dbs[self.db].get(key, now)?;
-        e.touch(lru, lfu);
+        if !no_touch {
+            e.touch(lru, lfu);
+        }
         Some(e)
     }
 

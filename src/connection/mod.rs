@@ -308,6 +308,7 @@ async fn serve_as(
         crate::observe::monitor_unregister(shared.id);
     }
     commands::multi::unwatch_all(&mut conn.session).await;
+    commands::client::set_no_touch(&mut conn.session, false).await;
     crate::pubsub::unsubscribe_all_silently(&shared);
     crate::tracking::disable(&conn.session);
     cell.clients.borrow_mut().remove(shared.id);

@@ -108,7 +108,11 @@ where
         crate::replication::is_replica()
             && call.client == crate::replication::link::master_client(),
     );
+    let no_touch = !data.no_touch_clients.is_empty()
+        && data.no_touch_clients.contains(&call.client)
+        && spec.name != "touch";
     let mut ctx = ExecCtx {
+        no_touch,
         data,
         db: call.db,
         args: call.args,

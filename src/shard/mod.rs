@@ -44,6 +44,9 @@ pub struct ShardData {
     pub rng: Rng,
     /// Whether the active expiry cycle runs (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: bool,
+    /// Clients in CLIENT NO-TOUCH mode: their commands (but TOUCH) leave the keys'
+    /// access clock and LFU counter alone. Empty unless someone asked.
+    pub no_touch_clients: std::collections::HashSet<u64>,
     /// Clients' WATCHes on this shard's keys.
     pub watches: watch::Watches,
     /// Client tracking: the clients that read each key of this shard, BCAST prefixes.
@@ -276,6 +279,7 @@ pub fn new_shard_data(
                 ^ crate::util::now_ms(),
         ),
         active_expire: true,
+        no_touch_clients: Default::default(),
         client_pause: Default::default(),
         watches: watch::Watches::default(),
         tracking: Default::default(),

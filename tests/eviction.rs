@@ -143,6 +143,54 @@ fn volatile_policies_evict_only_keys_with_a_ttl() {
     }
 }
 
+/// Redis's unit/tracking sets maxmemory 100 KB above used_memory and expects a 200 KB
+/// write to evict. Every shard whose clients ran a script holds a Lua VM (~65 KB),
+/// which Redis 7.0 keeps out of used_memory; while INFO counted the VMs and eviction
+/// did not, four of them put the limit out of reach and nothing was evicted.
+#[test]
+fn limit_set_from_used_memory_holds_with_lua_vms_loaded() {
+    let _cpu = shared_cpu();
+    let s = Server::start(4);
+    // Connections land on shards by the kernel's hash of their ports: 32 of them
+    // leave no shard without a VM but once in ~10^4 runs.
+    for _ in 0..32 {
+        let mut c = s.client();
+        let _: i64 = redis::cmd("EVAL")
+            .arg("return 1")
+            .arg(0)
+            .query(&mut c)
+            .expect("eval");
+    }
+    let mut c = s.client();
+    let lua = info_field(&mut c, "memory", "used_memory_lua");
+    assert!(lua > 150 * 1024, "Lua VMs hold only {lua} bytes");
+    fresh_limit(&mut c, "volatile-random", 100 * 1024);
+    let _: () = redis::cmd("SETEX")
+        .arg("volatile-key")
+        .arg(10_000)
+        .arg("x")
+        .query(&mut c)
+        .expect("setex");
+    // 200 KB, as the Tcl test writes it: over the limit by about 100 KB.
+    let _: i64 = redis::cmd("SETBIT")
+        .arg("big-key")
+        .arg(1_600_000)
+        .arg(0)
+        .query(&mut c)
+        .expect("setbit");
+    let _: i64 = redis::cmd("GETBIT")
+        .arg("big-key")
+        .arg(0)
+        .query(&mut c)
+        .expect("getbit");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("volatile-key")
+        .query(&mut c)
+        .expect("exists");
+    assert!(!exists, "volatile-key survived (Lua VMs: {lua} bytes)");
+    assert_eq!(info_field(&mut c, "stats", "evicted_keys"), 1);
+}
+
 #[test]
 fn noeviction_refuses_writes_but_serves_reads_and_deletes() {
     let _cpu = shared_cpu();

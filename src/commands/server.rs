@@ -444,7 +444,7 @@ fn total_system_memory() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// INFO memory in Redis 7.0's shape. used_memory is jemalloc's allocated bytes; the
+/// INFO memory in Redis 7.0's shape. used_memory is jemalloc's allocated bytes less the Lua VMs; the
 /// dataset is what the shards' keyspaces account for, the overhead the rest.
 fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mut String) {
     let a = memory::alloc_stats();

@@ -124,10 +124,18 @@ pub fn rss_bytes() -> u64 {
 /// Also advances the peak. Objects parked in the shard threads' caches are not in use:
 /// with several threads they add up to hundreds of kilobytes that come and go between
 /// two commands, and maxmemory would chase them.
+///
+/// The Lua VMs are left out: Redis 7.0's Lua allocates with libc's malloc, outside
+/// the figure its used_memory and maxmemory share, and clients (the test suite
+/// among them) set maxmemory relative to used_memory. Counting the VMs here while
+/// eviction does not would put the limit one VM per shard (~65 KB each) above what
+/// eviction measures against it.
 pub fn used_memory() -> u64 {
     let s = alloc_stats();
     let used = if s.allocated > 0 {
-        s.allocated.saturating_sub(s.tcache)
+        s.allocated
+            .saturating_sub(s.tcache)
+            .saturating_sub(crate::scripting::lua_memory())
     } else {
         rss_bytes()
     };
@@ -170,9 +178,8 @@ pub fn refresh_overhead() -> u64 {
     let used = used_memory();
     let n = SHARDS.load(Relaxed) as u64;
     let pending = LAZYFREE_PENDING_BYTES.load(Relaxed);
-    // Lua VMs' memory is not counted toward maxmemory (as in Redis).
-    let lua = crate::scripting::lua_memory();
-    let share = used.saturating_sub(dataset_total() + pending + lua) / n.max(1);
+    // used_memory() already leaves the Lua VMs out, as Redis does.
+    let share = used.saturating_sub(dataset_total() + pending) / n.max(1);
     OVERHEAD_SHARE.store(share, Relaxed);
     used
 }

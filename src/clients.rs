@@ -373,14 +373,15 @@ impl ClientShared {
             flags.push('b');
         }
         self.tracking.list_flags(&mut flags);
+        // Redis 7.2's order: U, e, T.
+        if matches!(self.addr, PeerAddr::Unix(_)) {
+            flags.push('U');
+        }
         if self.no_evict.get() {
             flags.push('e');
         }
         if self.no_touch.get() {
             flags.push('T');
-        }
-        if matches!(self.addr, PeerAddr::Unix(_)) {
-            flags.push('U');
         }
         if flags.is_empty() {
             flags.push('N');

@@ -284,3 +284,101 @@ fn client_no_touch_leaves_idle_time_alone() {
     let line = client_line(&mut normal, "quiet").expect("listed");
     assert!(line.contains(" flags=N "), "{line}");
 }
+
+/// Sends one command as RESP on `s` and returns its one-line reply, bytes as sent.
+fn raw_line(s: &mut TcpStream, args: &[&[u8]]) -> Vec<u8> {
+    let mut req = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        req.extend_from_slice(a);
+        req.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&req).expect("write");
+    read_until_contains(s, b"\r\n")
+}
+
+/// CLIENT SETINFO's and NO-TOUCH's refusals, byte for byte as Redis 7.2.4's
+/// networking.c words them: the option as the client spelled it, any byte outside
+/// '!'..='~' refused (space, newline, DEL, UTF-8), a NUL ending the value (Redis
+/// checks and prints it as a C string), arity errors named by subcommand.
+#[test]
+fn client_setinfo_and_no_touch_refusals_are_exact() {
+    let server = Server::start(2);
+    let mut s = server.raw();
+    let bad = |attr: &str| {
+        format!("-ERR {attr} cannot contain spaces, newlines or special characters.\r\n")
+            .into_bytes()
+    };
+    let cases: &[(&[&[u8]], Vec<u8>)] = &[
+        (
+            &[b"CLIENT", b"SETINFO", b"lib-color", b"x"],
+            b"-ERR Unrecognized option 'lib-color'\r\n".to_vec(),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"LIB-NAME", b"two words"],
+            bad("LIB-NAME"),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"lib-ver", b"1\n2"],
+            bad("lib-ver"),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"lib-name", b"del\x7f"],
+            bad("lib-name"),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"Lib-Name", "é".as_bytes()],
+            bad("Lib-Name"),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"lib-name"],
+            b"-ERR wrong number of arguments for 'client|setinfo' command\r\n".to_vec(),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"lib-name", b"a", b"b"],
+            b"-ERR wrong number of arguments for 'client|setinfo' command\r\n".to_vec(),
+        ),
+        (
+            &[b"CLIENT", b"NO-TOUCH", b"maybe"],
+            b"-ERR syntax error\r\n".to_vec(),
+        ),
+        (
+            &[b"CLIENT", b"NO-TOUCH"],
+            b"-ERR wrong number of arguments for 'client|no-touch' command\r\n".to_vec(),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"lib-name", b"ok\0 after nul"],
+            b"+OK\r\n".to_vec(),
+        ),
+        (
+            &[b"CLIENT", b"SETINFO", b"lib-ver", b"7.2-rc~1!"],
+            b"+OK\r\n".to_vec(),
+        ),
+    ];
+    for (args, want) in cases {
+        let got = raw_line(&mut s, args);
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(want),
+            "{:?}",
+            args.iter()
+                .map(|a| String::from_utf8_lossy(a))
+                .collect::<Vec<_>>()
+        );
+    }
+    // The refusals left nothing behind; the NUL cut the name where Redis's %s does.
+    let info = raw_line(&mut s, &[b"CLIENT", b"INFO"]);
+    let info = String::from_utf8_lossy(&info);
+    let info = read_rest(&mut s, info.into_owned());
+    assert!(info.contains(" lib-name=ok lib-ver=7.2-rc~1!"), "{info}");
+}
+
+/// CLIENT INFO's bulk reply may come in more than one read.
+fn read_rest(s: &mut TcpStream, mut got: String) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !got.ends_with("\n\r\n") && Instant::now() < deadline {
+        let more = read_until_contains(s, b"\r\n");
+        got.push_str(&String::from_utf8_lossy(&more));
+    }
+    got
+}

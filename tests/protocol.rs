@@ -533,7 +533,7 @@ fn client_setname_getname_id_list() {
     assert!(mine.contains(" name=first "), "{mine}");
     assert!(mine.contains(" addr=127.0.0.1:"), "{mine}");
     assert!(mine.contains(" db=0 "), "{mine}");
-    assert!(mine.ends_with(" resp=2"), "{mine}");
+    assert!(mine.ends_with(" resp=2 lib-name= lib-ver="), "{mine}");
     let theirs = lines
         .iter()
         .find(|l| l.starts_with(&format!("id={other_id} ")))

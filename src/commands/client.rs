@@ -449,7 +449,8 @@ pub async fn set_no_touch(session: &mut crate::clients::Session, on: bool) {
 /// so that CLIENT LIST stays splittable by space; empty clears it.
 fn client_setinfo(g: &mut GlobalCtx<'_>) {
     let attr = String::from_utf8_lossy(&g.args[2]).into_owned();
-    let value = g.args[3].clone();
+    // Redis checks and prints the value as a C string: a NUL ends it there.
+    let value: Vec<u8> = g.args[3].iter().copied().take_while(|&b| b != 0).collect();
     let slot = match attr.to_ascii_lowercase().as_str() {
         "lib-name" => &g.session.shared.lib_name,
         "lib-ver" => &g.session.shared.lib_ver,

@@ -382,3 +382,90 @@ fn read_rest(s: &mut TcpStream, mut got: String) -> String {
     }
     got
 }
+
+/// True once the server closed `s` (EOF or reset), past whatever it still had to
+/// read; false if it stays open for 2 s.
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
+    }
+}
+
+/// CLIENT KILL MAXAGE (Redis 7.4): kills the clients connected at least that many
+/// seconds ago, on every shard, ANDed with the other filters; 7.4.1's refusals.
+#[test]
+fn client_kill_maxage_kills_only_old_clients() {
+    let server = Server::start(2);
+    // Old ones: plain clients and subscribers, spread over both shards.
+    let mut old: Vec<TcpStream> = (0..6).map(|_| server.raw()).collect();
+    let mut old_subs: Vec<TcpStream> = (0..4).map(|_| server.raw()).collect();
+    for s in &mut old_subs {
+        let reply = raw_line(s, &[b"SUBSCRIBE", b"news"]);
+        assert!(reply.starts_with(b"*3\r\n"), "{reply:?}");
+    }
+    std::thread::sleep(Duration::from_millis(2100));
+    let mut young: Vec<TcpStream> = (0..6).map(|_| server.raw()).collect();
+    for s in &mut young {
+        assert_eq!(raw_line(s, &[b"PING"]), b"+PONG\r\n");
+    }
+    let mut admin = server.client();
+    let refusals = [
+        ("str", "ERR maxage is not an integer or out of range"),
+        (
+            "9999999999999999999",
+            "ERR maxage is not an integer or out of range",
+        ),
+        ("0", "ERR maxage should be greater than 0"),
+        ("-1", "ERR maxage should be greater than 0"),
+    ];
+    let mut raw_admin = server.raw();
+    for (arg, text) in refusals {
+        let got = raw_line(
+            &mut raw_admin,
+            &[b"CLIENT", b"KILL", b"MAXAGE", arg.as_bytes()],
+        );
+        assert_eq!(String::from_utf8_lossy(&got), format!("-{text}\r\n"));
+    }
+    // A young client's id with MAXAGE: both filters must hold, so nobody goes.
+    let young_id: i64 = {
+        let got = raw_line(&mut young[0], &[b"CLIENT", b"ID"]);
+        let text = String::from_utf8_lossy(&got);
+        text.trim_start_matches(':').trim().parse().expect("id")
+    };
+    let none: i64 = q(
+        &mut admin,
+        &["CLIENT", "KILL", "ID", &young_id.to_string(), "MAXAGE", "2"],
+    );
+    assert_eq!(none, 0);
+    // TYPE pubsub MAXAGE 2: the old subscribers only.
+    let subs: i64 = q(
+        &mut admin,
+        &["CLIENT", "KILL", "TYPE", "pubsub", "MAXAGE", "2"],
+    );
+    assert_eq!(subs, 4);
+    for s in &mut old_subs {
+        assert!(closed_by_server(s), "an old subscriber survived");
+    }
+    // MAXAGE 2 alone: the old plain clients; the young ones and the caller stay.
+    let plain: i64 = q(&mut admin, &["CLIENT", "KILL", "MAXAGE", "2"]);
+    assert_eq!(plain, 6);
+    for s in &mut old {
+        assert!(closed_by_server(s), "an old client survived");
+    }
+    for s in &mut young {
+        assert_eq!(raw_line(s, &[b"PING"]), b"+PONG\r\n");
+    }
+    let n: i64 = q(&mut admin, &["CLIENT", "KILL", "MAXAGE", "1000"]);
+    assert_eq!(n, 0);
+}

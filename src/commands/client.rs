@@ -574,6 +574,22 @@ struct KillFilter {
     user: Option<u64>,
 }
 
+/// CLIENT KILL MAXAGE's value (Redis 7.4): seconds, at least 1, with 7.4.1's texts.
+fn parse_max_age(arg: &[u8]) -> Result<u64, &'static str> {
+    match parse_i64(arg) {
+        None => Err("ERR maxage is not an integer or out of range"),
+        Some(n) if n <= 0 => Err("ERR maxage should be greater than 0"),
+        Some(n) => Ok(n as u64),
+    }
+}
+
+/// A client's age as MAXAGE judges it: whole seconds now minus whole seconds at
+/// connect (Redis keeps ctime in seconds), so a client that connected at x.9 s is a
+/// second old at (x+1).0 s, as in Redis.
+fn age_secs(now_ms: u64, created_ms: u64) -> u64 {
+    (now_ms / 1000).saturating_sub(created_ms / 1000)
+}
+
 async fn client_kill(g: &mut GlobalCtx<'_>) {
     let me = g.session.id();
     let old_style = g.args.len() == 3;
@@ -604,9 +620,9 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
                     _ => return g.w().error(SYNTAX_ERR),
                 }
             } else if g.is(i, "maxage") {
-                match parse_i64(&g.args[i + 1]) {
-                    Some(n) if n >= 0 => f.max_age = Some(n as u64),
-                    _ => return g.w().error(NOT_INT),
+                match parse_max_age(&g.args[i + 1]) {
+                    Ok(secs) => f.max_age = Some(secs),
+                    Err(e) => return g.w().error(e),
                 }
             } else if g.is(i, "user") {
                 match crate::acl::get(&g.args[i + 1]) {
@@ -641,8 +657,7 @@ async fn client_kill(g: &mut GlobalCtx<'_>) {
                     && f.id.is_none_or(|id| id == cl.id)
                     && f.addr.as_deref().is_none_or(|a| a == cl.addr.to_string())
                     && f.laddr.as_deref().is_none_or(|a| a == cl.laddr.to_string())
-                    && f.max_age
-                        .is_none_or(|m| now.saturating_sub(cl.created_ms) / 1000 >= m)
+                    && f.max_age.is_none_or(|m| age_secs(now, cl.created_ms) >= m)
                     && f.user.is_none_or(|uid| cl.user.borrow().uid == uid)
                     && !(f.skip_me && cl.id == me);
                 if matches {

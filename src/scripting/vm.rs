@@ -1016,12 +1016,11 @@ fn load_text(lua: &Lua, src: &[u8], name: &[u8]) -> mlua::Result<(Value, Option<
     }
 }
 
-/// `redis.call` / `redis.pcall`'s transport: (reply as a Lua value, is an error).
-/// `redis.acl_check_cmd`'s transport: true / false, or the error text to raise.
-fn acl_check(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<Value> {
-    let text = |e: &str| Ok(Value::String(lua.create_string(e)?));
+/// A redis lib call's arguments as a command's words (luaArgsToRedisArgv): strings,
+/// integers, and numbers as `%.17g`; the error text otherwise.
+fn lua_argv(args: &MultiValue) -> Result<Vec<Vec<u8>>, &'static str> {
     if args.is_empty() {
-        return text("ERR Please specify at least one argument for this redis lib call");
+        return Err("ERR Please specify at least one argument for this redis lib call");
     }
     let mut argv = Vec::with_capacity(args.len());
     for a in args.iter() {
@@ -1029,9 +1028,19 @@ fn acl_check(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<Val
             Value::String(s) => argv.push(s.as_bytes().to_vec()),
             Value::Integer(i) => argv.push(i.to_string().into_bytes()),
             Value::Number(n) => argv.push(format_g(*n, 17).into_bytes()),
-            _ => return text("ERR Lua redis lib command arguments must be strings or integers"),
+            _ => return Err("ERR Lua redis lib command arguments must be strings or integers"),
         }
     }
+    Ok(argv)
+}
+
+/// `redis.acl_check_cmd`'s transport: true / false, or the error text to raise.
+fn acl_check(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<Value> {
+    let text = |e: &str| Ok(Value::String(lua.create_string(e)?));
+    let argv = match lua_argv(&args) {
+        Ok(argv) => argv,
+        Err(e) => return text(e),
+    };
     let Some(mut handler) = st.link.borrow_mut().take() else {
         return text("ERR redis.acl_check_cmd can only be called inside a script invocation");
     };
@@ -1053,23 +1062,12 @@ fn acl_check(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<Val
     }
 }
 
+/// `redis.call` / `redis.pcall`'s transport: (reply as a Lua value, is an error).
 fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(Value, bool)> {
-    if args.is_empty() {
-        let e = "ERR Please specify at least one argument for this redis lib call";
-        return Ok((err_table(lua, e)?, true));
-    }
-    let mut argv = Vec::with_capacity(args.len());
-    for a in args.iter() {
-        match a {
-            Value::String(s) => argv.push(s.as_bytes().to_vec()),
-            Value::Integer(i) => argv.push(i.to_string().into_bytes()),
-            Value::Number(n) => argv.push(format_g(*n, 17).into_bytes()),
-            _ => {
-                let e = "ERR Lua redis lib command arguments must be strings or integers";
-                return Ok((err_table(lua, e)?, true));
-            }
-        }
-    }
+    let argv = match lua_argv(&args) {
+        Ok(argv) => argv,
+        Err(e) => return Ok((err_table(lua, e)?, true)),
+    };
     serve_if_slow(st);
     let call = Call {
         argv,

@@ -452,6 +452,198 @@ fn scan_returns_keys_present_throughout_under_writes() {
     assert!(keys.is_subset(&seen));
 }
 
+/// Three keys, one per shard where there are several: whatever the shard count, one
+/// `SCAN 0` returns them all with cursor 0, and so does each MATCH / TYPE filter
+/// (with what it selects), as from a single-table Redis.
+#[test]
+fn scan_of_three_keys_is_one_call_on_1_2_and_8_shards() {
+    for shards in [1, 2, 8] {
+        let s = Server::start(shards);
+        let mut c = Raw::connect(s.port);
+        let keys = three_keys_on_distinct_shards(shards);
+        c.cmd(&[b"SET", keys[0].as_bytes(), b"v"]);
+        c.cmd(&[b"SET", keys[1].as_bytes(), b"v"]);
+        c.cmd(&[b"HSET", keys[2].as_bytes(), b"f", b"v"]);
+        let one_call = |c: &mut Raw, extra: &str| -> Vec<String> {
+            let r = c.c(&format!("SCAN 0 {extra}"));
+            let items = r.items();
+            assert_eq!(items[0].text(), "0", "{shards} shards, SCAN 0 {extra}");
+            sorted(items[1].clone())
+        };
+        let mut all = keys.clone();
+        all.sort();
+        assert_eq!(one_call(&mut c, ""), all, "{shards} shards");
+        assert_eq!(
+            one_call(&mut c, "MATCH k:*"),
+            vec![keys[0].clone(), keys[1].clone()]
+        );
+        assert_eq!(one_call(&mut c, "TYPE hash"), vec![keys[2].clone()]);
+        assert_eq!(
+            one_call(&mut c, "MATCH k:* TYPE hash"),
+            Vec::<String>::new()
+        );
+        let mut strings = vec![keys[0].clone(), keys[1].clone()];
+        strings.sort();
+        assert_eq!(one_call(&mut c, "TYPE string"), strings);
+        assert_eq!(one_call(&mut c, "TYPE string MATCH * COUNT 3"), strings);
+    }
+}
+
+/// `k:<i>`, `k:<j>` and `h:<l>`, on as many different shards as there are, up to
+/// three (each new key takes a shard not used yet while there is one).
+fn three_keys_on_distinct_shards(shards: usize) -> Vec<String> {
+    let table = tessera::slot::SlotTable::new(shards);
+    let mut used = BTreeSet::new();
+    let mut keys = Vec::new();
+    for (prefix, want) in [("k", 2), ("h", 3)] {
+        for i in 0..100_000 {
+            let key = format!("{prefix}:{i}");
+            let shard = table.shard_of_key(key.as_bytes());
+            if used.len() >= shards || used.insert(shard) {
+                keys.push(key);
+                if keys.len() == want {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(keys.len(), 3, "no keys found for {shards} shards");
+    keys
+}
+
+/// SCAN's guarantees while another connection writes: on 2 and 8 shards, for
+/// several seeds, every key present for the whole iteration comes back at least once
+/// (also under TYPE and MATCH), each call answers a cursor and a list (no error), and
+/// the iteration ends at cursor 0 in a bounded number of calls. The writer adds,
+/// deletes and expires other keys in the same slots as the stable ones (hash tags),
+/// so their tables grow and shrink between the calls.
+#[test]
+fn scan_guarantees_hold_under_concurrent_writes() {
+    for shards in [2, 8] {
+        for seed in [1u64, 0x9e37_79b9_7f4a_7c15, 0xdead_beef_cafe_f00d] {
+            scan_under_churn(shards, seed);
+        }
+    }
+}
+
+fn xorshift(seed: &mut u64, n: u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed % n
+}
+
+fn scan_under_churn(shards: usize, seed: u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let s = Server::start(shards);
+    let mut c = Raw::connect(s.port);
+    let mut rnd = seed;
+    let tags = 1 + xorshift(&mut rnd, 300);
+    let n = 200 + xorshift(&mut rnd, 1800) as usize;
+    let mut strings = BTreeSet::new();
+    let mut sets = BTreeSet::new();
+    let mut pipe = Vec::new();
+    for i in 0..n {
+        let key = format!("{{t{}}}stable:{i}", xorshift(&mut rnd, tags));
+        if i % 5 == 0 {
+            pipe.extend(encode(&[b"SADD", key.as_bytes(), b"m"]));
+            sets.insert(key);
+        } else {
+            pipe.extend(encode(&[b"SET", key.as_bytes(), b"v"]));
+            strings.insert(key);
+        }
+    }
+    c.send(&pipe);
+    for _ in 0..n {
+        assert!(!c.read().is_err());
+    }
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writes = std::sync::Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, writes, port) = (stop.clone(), writes.clone(), s.port);
+        std::thread::spawn(move || churn(port, tags, seed, &stop, &writes))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while writes.load(Ordering::Relaxed) == 0 {
+        assert!(!writer.is_finished(), "the writer stopped");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never wrote"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let all: BTreeSet<String> = strings.union(&sets).cloned().collect();
+    let sevens: BTreeSet<String> = all
+        .iter()
+        .filter(|k| k.contains("}stable:7"))
+        .cloned()
+        .collect();
+    let modes: [(String, BTreeSet<String>); 4] = [
+        (String::new(), all.clone()),
+        (format!("COUNT {}", 1 + xorshift(&mut rnd, 40)), all.clone()),
+        ("TYPE string COUNT 7".into(), strings.clone()),
+        ("MATCH *stable:7*".into(), sevens),
+    ];
+    for (extra, expected) in &modes {
+        let before = writes.load(Ordering::Relaxed);
+        let seen: BTreeSet<String> = scan_all(&mut c, extra).into_iter().collect();
+        let missing: Vec<&String> = expected.difference(&seen).take(5).collect();
+        assert!(
+            missing.is_empty(),
+            "{shards} shards, seed {seed:#x}, SCAN … {extra}: missed {missing:?}"
+        );
+        assert!(
+            seen.iter()
+                .all(|k| !k.contains("stable:") || all.contains(k)),
+            "an unknown stable key"
+        );
+        // The guarantee was tested against writes, not a quiet server.
+        assert!(
+            writes.load(Ordering::Relaxed) > before,
+            "no writes during the scan"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+}
+
+/// The concurrent writer: pipelines of SET / DEL / SADD / PEXPIRE on `{t<n>}churn:<i>`
+/// keys (the stable keys' slots), until `stop`.
+fn churn(
+    port: u16,
+    tags: u64,
+    seed: u64,
+    stop: &std::sync::atomic::AtomicBool,
+    writes: &std::sync::atomic::AtomicU64,
+) {
+    use std::sync::atomic::Ordering;
+    let mut c = Raw::connect(port);
+    let mut rnd = seed ^ 0x5555_5555_5555_5555;
+    while !stop.load(Ordering::Relaxed) {
+        let mut pipe = Vec::new();
+        for _ in 0..100 {
+            let key = format!(
+                "{{t{}}}churn:{}",
+                xorshift(&mut rnd, tags),
+                xorshift(&mut rnd, 4000)
+            );
+            let k = key.as_bytes();
+            pipe.extend(match xorshift(&mut rnd, 4) {
+                0 => encode(&[b"SET", k, b"x"]),
+                1 => encode(&[b"DEL", k]),
+                2 => encode(&[b"SADD", k, b"m"]),
+                _ => encode(&[b"PEXPIRE", k, b"3"]),
+            });
+        }
+        c.send(&pipe);
+        for _ in 0..100 {
+            // SADD on a string is WRONGTYPE: expected, and still a write attempt.
+            c.read();
+        }
+        writes.fetch_add(100, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn randomkey() {
     let (_s, mut c) = setup();

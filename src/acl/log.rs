@@ -94,6 +94,20 @@ pub fn add_for(
     );
 }
 
+/// What an entry names for a denial: the command's full name, or the key or
+/// channel argument at `pos` (addACLLogEntry's object).
+pub fn object_of(
+    denial: crate::acl::Denial,
+    id: u16,
+    args: &crate::commands::Args,
+    pos: usize,
+) -> Vec<u8> {
+    match denial {
+        crate::acl::Denial::Command => crate::commands::table().stat_name(id).as_bytes().to_vec(),
+        _ => args.get(pos).to_vec(),
+    }
+}
+
 /// Trims to a new `acllog-max-len`.
 pub fn trim(max_len: usize) {
     log().truncate(max_len);

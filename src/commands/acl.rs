@@ -278,12 +278,7 @@ fn dryrun(g: &mut GlobalCtx<'_>) {
     let owned = super::OwnedArgs::new(&argv);
     let args = owned.args();
     let t = table::table();
-    let found = table::lookup(args.get(0)).and_then(|(idx, _)| {
-        let id = t.stat_id(idx, &args);
-        let unknown_sub = t.is_container(idx) && args.len() >= 2 && id == idx;
-        (!unknown_sub).then_some(id)
-    });
-    let Some(id) = found else {
+    let Some(id) = t.lookup_argv(&args) else {
         let name = String::from_utf8_lossy(args.get(0)).into_owned();
         return g.w().error(&format!("ERR Command '{name}' not found"));
     };

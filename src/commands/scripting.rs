@@ -322,10 +322,7 @@ fn acl_refusal(fake: &Session, idx: u16, argv: &[Vec<u8>]) -> Option<String> {
     let stat = super::table().stat_id(idx, &args);
     let user = fake.shared.user.borrow().clone();
     let (denial, pos) = crate::acl::check(&user, stat, &args).err()?;
-    let object = match denial {
-        crate::acl::Denial::Command => super::table().stat_name(stat).as_bytes().to_vec(),
-        _ => args.get(pos).to_vec(),
-    };
+    let object = crate::acl::log::object_of(denial, stat, &args, pos);
     crate::acl::log::add_for(
         fake,
         denial.reason(),
@@ -345,12 +342,7 @@ fn acl_check_cmd(fake: &Session, argv: &[Vec<u8>]) -> Vec<u8> {
     let owned = OwnedArgs::new(argv);
     let args = owned.args();
     let t = super::table();
-    let found = super::lookup(args.get(0)).and_then(|(idx, _)| {
-        let id = t.stat_id(idx, &args);
-        let unknown_sub = t.is_container(idx) && args.len() >= 2 && id == idx;
-        (!unknown_sub).then_some(id)
-    });
-    let Some(id) = found else {
+    let Some(id) = t.lookup_argv(&args) else {
         return error_reply(
             Protocol::Resp2,
             "ERR Invalid command passed to redis.acl_check_cmd()",

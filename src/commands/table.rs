@@ -399,6 +399,15 @@ impl CommandTable {
         }
     }
 
+    /// The stat id of the command an argv names (Redis's lookupCommand): None for an
+    /// unknown command or a container's unknown subcommand.
+    pub fn lookup_argv(&self, args: &super::Args) -> Option<u16> {
+        let (idx, _) = lookup(args.get(0))?;
+        let id = self.stat_id(idx, args);
+        let unknown_sub = self.is_container(idx) && args.len() >= 2 && id == idx;
+        (!unknown_sub).then_some(id)
+    }
+
     /// Finds a command or subcommand by full name (`get`, `CLIENT|LIST`).
     pub fn lookup_full(&self, name: &[u8]) -> Option<u16> {
         match name.iter().position(|&b| b == b'|') {

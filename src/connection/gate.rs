@@ -227,12 +227,7 @@ impl Connection {
     ) -> Result<(), crate::acl::Denial> {
         let user = self.session.shared.user.borrow().clone();
         crate::acl::check(&user, stat, args).map_err(|(denial, pos)| {
-            let object = match denial {
-                crate::acl::Denial::Command => {
-                    commands::table().stat_name(stat).as_bytes().to_vec()
-                }
-                _ => args.get(pos).to_vec(),
-            };
+            let object = crate::acl::log::object_of(denial, stat, args, pos);
             crate::acl::log::add_for(&self.session, denial.reason(), context, object, None);
             denial
         })

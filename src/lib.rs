@@ -19,5 +19,6 @@ pub mod shard;
 pub mod slot;
 pub mod stats;
 pub mod storage;
+pub mod tls;
 pub mod tracking;
 pub mod util;

@@ -16,6 +16,7 @@ mod executor;
 mod mesh;
 mod net;
 mod reactor;
+mod tls;
 
 use std::future::Future;
 use std::io;
@@ -26,6 +27,7 @@ pub use mesh::{build_mesh, MeshEnds, MeshReceiver, MeshSenders};
 pub use net::{
     probe_bind, BindAddr, Listener, PeerAddr, ReadWaker, TcpListener, TcpStream, UnixListener,
 };
+pub use tls::TlsSession;
 
 /// Spawns a task on the current shard's executor; awaiting the handle gives its output.
 pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {

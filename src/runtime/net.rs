@@ -59,6 +59,7 @@ use std::task::Poll;
 
 use super::executor::current;
 use super::reactor::IoState;
+use super::tls::TlsSession;
 
 /// Where a client is connected from: a TCP peer, or the Unix socket's path (Redis
 /// shows those as `path:0` in CLIENT LIST and `unix:path` in MONITOR).
@@ -361,6 +362,9 @@ pub struct TcpStream {
     reg: Registration,
     inner: std::net::TcpStream,
     unix: Option<std::sync::Arc<str>>,
+    /// The TLS session of a connection on a TLS port (or a TLS link this server
+    /// opened); None for plaintext, which then takes the direct syscall paths.
+    tls: Option<Box<TlsSession>>,
 }
 
 impl TcpStream {
@@ -371,7 +375,24 @@ impl TcpStream {
             reg,
             inner: s,
             unix: None,
+            tls: None,
         })
+    }
+
+    /// Runs this stream through `session` from now on (nothing has been read or
+    /// written on it yet).
+    pub fn start_tls(&mut self, session: TlsSession) {
+        self.tls = Some(Box::new(session));
+    }
+
+    /// Whether the stream is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The TLS session, if any (its negotiated protocol and suite).
+    pub fn tls(&self) -> Option<&TlsSession> {
+        self.tls.as_deref()
     }
 
     /// A TCP connection this server opened itself (a replica's link to its master).
@@ -416,6 +437,9 @@ impl TcpStream {
     pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
+        if let Some(tls) = self.tls.as_deref_mut() {
+            return poll_fn(|cx| tls.poll_read(cx, fd, &state, buf)).await;
+        }
         poll_fn(|cx| loop {
             if !state.readable.get() {
                 *state.read_waker.borrow_mut() = Some(cx.waker().clone());
@@ -442,6 +466,9 @@ impl TcpStream {
     ) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
+        if let Some(tls) = self.tls.as_deref_mut() {
+            return read_vec_tls(tls, fd, &state, buf, at, want, idle).await;
+        }
         poll_fn(|cx| loop {
             if !state.readable.get() {
                 idle(buf);
@@ -485,6 +512,9 @@ impl TcpStream {
     /// when its buffer is full (then `writable` waits for room).
     pub fn send_now(&mut self, buf: &[u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
+        if let Some(tls) = self.tls.as_deref_mut() {
+            return tls.send_now(fd, &self.reg.state, buf);
+        }
         let mut sent = 0;
         while sent < buf.len() {
             let n = sys_send(fd, &buf[sent..]);
@@ -509,6 +539,10 @@ impl TcpStream {
     /// failed: the next send then reports the error).
     pub async fn writable(&mut self) {
         let state = self.reg.state.clone();
+        if let Some(tls) = self.tls.as_deref_mut() {
+            let fd = self.inner.as_raw_fd();
+            return poll_fn(|cx| tls.poll_drained(cx, fd, &state)).await;
+        }
         poll_fn(|cx| {
             if state.writable.get() {
                 return Poll::Ready(());
@@ -521,6 +555,23 @@ impl TcpStream {
 
     /// Writes all of `buf`, waiting for the socket to drain when its buffer is full.
     pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        if self.tls.is_some() {
+            while !buf.is_empty() {
+                let n = self.send_now(buf)?;
+                buf = &buf[n..];
+                if n == 0 {
+                    self.writable().await;
+                }
+            }
+            // All of it out, as the plaintext path promises.
+            while self.tls.as_ref().is_some_and(|t| t.has_pending()) {
+                self.send_now(&[])?;
+                if self.tls.as_ref().is_some_and(|t| t.has_pending()) {
+                    self.writable().await;
+                }
+            }
+            return Ok(());
+        }
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
         poll_fn(|cx| {
@@ -547,6 +598,46 @@ impl TcpStream {
     }
 }
 
+/// `TcpStream::read_vec` on a TLS stream: the same contract (the buffer grown only
+/// once input is there, `idle` run while none is), with decrypted input.
+async fn read_vec_tls(
+    tls: &mut TlsSession,
+    fd: RawFd,
+    state: &IoState,
+    buf: &mut Vec<u8>,
+    at: usize,
+    want: usize,
+    mut idle: impl FnMut(&mut Vec<u8>),
+) -> io::Result<usize> {
+    poll_fn(|cx| {
+        let mut first = [0u8; FIRST_READ_BYTES];
+        let use_stack = buf.is_empty();
+        if !use_stack && buf.len() < at + want {
+            buf.resize(at + want, 0);
+        }
+        let dst: &mut [u8] = if use_stack {
+            &mut first
+        } else {
+            &mut buf[at..]
+        };
+        match tls.poll_read(cx, fd, state, dst) {
+            Poll::Ready(Ok(n)) => {
+                if use_stack && n > 0 {
+                    buf.resize(at + want.max(n), 0);
+                    buf[at..at + n].copy_from_slice(&first[..n]);
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                idle(buf);
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
 impl AsRawFd for TcpStream {
     fn as_raw_fd(&self) -> RawFd {
         self.inner.as_raw_fd()
@@ -561,7 +652,11 @@ impl AsRawFd for TcpStream {
 /// One recv into `buf` on a socket the reactor last saw readable: the bytes read (0 =
 /// EOF) or the error, or None when it turned out to have nothing (it is then marked
 /// not readable, so the caller waits for the next edge) or the call was interrupted.
-fn recv_once(state: &IoState, fd: libc::c_int, buf: &mut [u8]) -> Option<io::Result<usize>> {
+pub(super) fn recv_once(
+    state: &IoState,
+    fd: libc::c_int,
+    buf: &mut [u8],
+) -> Option<io::Result<usize>> {
     let n = sys_recv(fd, buf);
     if n >= 0 {
         // A short read drained the socket: wait for the next readiness edge instead of
@@ -604,7 +699,7 @@ fn sys_recv(fd: libc::c_int, buf: &mut [u8]) -> isize {
 
 /// sendto(fd, buf, MSG_NOSIGNAL, NULL, 0): bytes sent, or -1 with errno set.
 /// MSG_NOSIGNAL keeps a closed peer from raising SIGPIPE.
-fn sys_send(fd: libc::c_int, buf: &[u8]) -> isize {
+pub(super) fn sys_send(fd: libc::c_int, buf: &[u8]) -> isize {
     // SAFETY: the kernel only reads buf.len() bytes of a live buffer; no address.
     unsafe {
         libc::syscall(

@@ -366,7 +366,10 @@ fn refused_directives_read_as_redis_server_writes_them() {
     // What Tessera cannot honour yet is refused with a reason, never ignored.
     for (conf, reason) in [
         ("cluster-enabled yes\n", "Redis Cluster mode"),
-        ("tls-port 6380\n", "TLS"),
+        (
+            "tls-dh-params-file /etc/dh.pem\n",
+            "ECDHE key exchange only",
+        ),
         ("daemonize yes\n", "daemonize yes is not supported"),
         (
             "rename-command flushdb badger\n",

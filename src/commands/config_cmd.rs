@@ -86,9 +86,12 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         .iter()
                         .map(|(k, v)| (k.as_slice(), v.as_slice()))
                         .collect();
+                    let before = d.config.clone();
                     // `enable-protected-configs local` lets local clients set
                     // protected parameters (Redis's islocalClient).
-                    d.config.set_many_as(&refs, g.session.shared.is_local())
+                    d.config
+                        .set_many_as(&refs, g.session.shared.is_local())
+                        .and_then(|()| apply_tls(&mut d.config, before, &pairs))
                 };
                 if let Err(e) = result {
                     return g.w().error(&e);
@@ -166,6 +169,30 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             )),
             _ => g.unknown_subcommand("CONFIG"),
         }
+    })
+}
+
+/// CONFIG SET of a `tls-*` setting rebuilds the TLS contexts (Redis's applyTlsCfg);
+/// when that fails the settings go back to `before`, the running contexts stay, and
+/// the reason goes to the log.
+fn apply_tls(
+    config: &mut crate::config::Config,
+    before: crate::config::Config,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), String> {
+    let Some((name, _)) = pairs
+        .iter()
+        .find(|(k, _)| k.len() > 4 && k[..4].eq_ignore_ascii_case(b"tls-"))
+    else {
+        return Ok(());
+    };
+    crate::tls::configure(config).map_err(|e| {
+        tracing::warn!("{e}");
+        *config = before;
+        format!(
+            "ERR CONFIG SET failed (possibly related to argument '{}') - Unable to update TLS configuration. Check server logs.",
+            String::from_utf8_lossy(name)
+        )
     })
 }
 

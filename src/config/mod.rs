@@ -384,7 +384,7 @@ impl Config {
                 if self.render_at(idx).as_bytes() == value {
                     continue;
                 }
-                if entry == "port" {
+                if entry == "port" || entry == "tls-port" {
                     port_available(value).map_err(|e| set_failed(&shown, &e))?;
                 }
             }

@@ -26,8 +26,8 @@ const TLS_AUTH_CLIENTS_NAMES: &[&str] = &["no", "yes", "optional"];
 /// Why parameters of features still to come accept only their defaults.
 const CLUSTER_NOT_YET: &str =
     "Tessera does not run in Redis Cluster mode yet: cluster-* settings other than the defaults are refused";
-const TLS_NOT_YET: &str =
-    "Tessera does not support TLS yet: tls-* settings other than the defaults are refused";
+const TLS_DH_PARAMS: &str =
+    "Tessera's TLS (rustls) offers ECDHE key exchange only: DH parameters would not be used, so tls-dh-params-file is refused";
 const REPLICA_NOT_YET: &str =
     "Tessera's replica side does not support this setting yet: only its default is accepted";
 const DEFRAG_NOT_YET: &str = "Tessera does not do active defragmentation";
@@ -311,27 +311,27 @@ const TABLE: &[ConfigParam] = &[
     string("aclfile", "").flag(IMMUTABLE),
     int("acllog-max-len", 0, LONG_MAX, "128"),
     enumeration("acl-pubsub-default", ACL_PUBSUB_NAMES, "resetchannels"),
-    // TLS.
-    int("tls-port", 0, 65535, "0").flag(IMMUTABLE).only_default(TLS_NOT_YET),
-    string("tls-cert-file", "").only_default(TLS_NOT_YET),
-    string("tls-key-file", "").only_default(TLS_NOT_YET),
-    string("tls-key-file-pass", "").flag(ParamFlags::SENSITIVE).only_default(TLS_NOT_YET),
-    string("tls-client-cert-file", "").only_default(TLS_NOT_YET),
-    string("tls-client-key-file", "").only_default(TLS_NOT_YET),
-    string("tls-client-key-file-pass", "").flag(ParamFlags::SENSITIVE).only_default(TLS_NOT_YET),
-    string("tls-dh-params-file", "").only_default(TLS_NOT_YET),
-    string("tls-ca-cert-file", "").only_default(TLS_NOT_YET),
-    string("tls-ca-cert-dir", "").only_default(TLS_NOT_YET),
-    string("tls-protocols", "").only_default(TLS_NOT_YET),
-    string("tls-ciphers", "").only_default(TLS_NOT_YET),
-    string("tls-ciphersuites", "").only_default(TLS_NOT_YET),
-    boolean("tls-prefer-server-ciphers", "no").only_default(TLS_NOT_YET),
-    boolean("tls-session-caching", "yes").only_default(TLS_NOT_YET),
-    int("tls-session-cache-size", 0, INT_MAX, "20480").only_default(TLS_NOT_YET),
-    int("tls-session-cache-timeout", 0, INT_MAX, "300").only_default(TLS_NOT_YET),
-    boolean("tls-cluster", "no").only_default(TLS_NOT_YET),
-    boolean("tls-replication", "no").only_default(TLS_NOT_YET),
-    enumeration("tls-auth-clients", TLS_AUTH_CLIENTS_NAMES, "yes").only_default(TLS_NOT_YET),
+    // TLS (src/tls): every setting takes effect; CONFIG SET rebuilds the contexts.
+    int("tls-port", 0, 65535, "0").flag(FIXED),
+    string("tls-cert-file", ""),
+    string("tls-key-file", ""),
+    string("tls-key-file-pass", "").flag(ParamFlags::SENSITIVE),
+    string("tls-client-cert-file", ""),
+    string("tls-client-key-file", ""),
+    string("tls-client-key-file-pass", "").flag(ParamFlags::SENSITIVE),
+    string("tls-dh-params-file", "").only_default(TLS_DH_PARAMS),
+    string("tls-ca-cert-file", ""),
+    string("tls-ca-cert-dir", ""),
+    string("tls-protocols", ""),
+    string("tls-ciphers", ""),
+    string("tls-ciphersuites", ""),
+    boolean("tls-prefer-server-ciphers", "no"),
+    boolean("tls-session-caching", "yes"),
+    int("tls-session-cache-size", 0, INT_MAX, "20480"),
+    int("tls-session-cache-timeout", 0, INT_MAX, "300"),
+    boolean("tls-cluster", "no"),
+    boolean("tls-replication", "no"),
+    enumeration("tls-auth-clients", TLS_AUTH_CLIENTS_NAMES, "yes"),
     // Active defragmentation.
     boolean("activedefrag", "no").only_default(DEFRAG_NOT_YET),
     memory("active-defrag-ignore-bytes", 1, LONG_MAX_U, "100mb").only_default(DEFRAG_NOT_YET),

@@ -159,9 +159,28 @@ pub fn run(config: Config) -> i32 {
             .unwrap_or_else(|| "unpinned".into());
         tracing::info!("shard {i} -> cpu {cpu} -> slots {}-{}", r.start, r.end - 1);
     }
-    let Some(listen) = listen_addrs(&config) else {
+    if let Err(e) = crate::tls::configure(&config) {
+        tracing::warn!("{e}");
+        tracing::warn!("Failed to configure TLS. Check logs for more info.");
+        return 1;
+    }
+    let Some(plain) = listen_addrs(&config, config.port(), "TCP") else {
         return 1;
     };
+    let tls_port = config.int_param("tls-port").unwrap_or(0) as u16;
+    let Some(tls) = listen_addrs(&config, tls_port, "TLS") else {
+        return 1;
+    };
+    if plain.is_empty() && tls.is_empty() && config.unixsocket().is_none() {
+        tracing::warn!("Configured to not listen anywhere, exiting.");
+        return 1;
+    }
+    // Each address with whether its connections speak TLS.
+    let listen: Vec<(runtime::BindAddr, bool)> = plain
+        .into_iter()
+        .map(|a| (a, false))
+        .chain(tls.into_iter().map(|a| (a, true)))
+        .collect();
     process::write_pidfile(&config);
     process::set_proc_title(&config);
     let _ = process::apply_oom_score_adj(&config);
@@ -274,9 +293,9 @@ pub fn run(config: Config) -> i32 {
                     runtime::spawn_detached(crate::replication::run_cron(cell.clone()));
                 }
                 let mut listeners = Vec::new();
-                for a in &addrs {
+                for (a, tls) in &addrs {
                     match runtime::bind_reuseport(a.addr) {
-                        Ok(l) => listeners.push(runtime::Listener::Tcp(l)),
+                        Ok(l) => listeners.push((runtime::Listener::Tcp(l), *tls)),
                         Err(e) => {
                             let _ = ready.send(Err(format!(
                                 "Could not create server TCP listening socket {}: {e}",
@@ -288,7 +307,7 @@ pub fn run(config: Config) -> i32 {
                 }
                 if let Some((path, perm)) = &unix {
                     match runtime::UnixListener::bind(path, *perm) {
-                        Ok(l) => listeners.push(runtime::Listener::Unix(l)),
+                        Ok(l) => listeners.push((runtime::Listener::Unix(l), false)),
                         Err(e) => {
                             let _ = ready.send(Err(format!(
                                 "Failed opening Unix socket: unix socket error: {}",
@@ -310,11 +329,14 @@ pub fn run(config: Config) -> i32 {
                     }
                 }
                 let mut accepting = Vec::new();
-                for l in listeners {
+                for (l, tls) in listeners {
                     let cell = cell.clone();
                     accepting.push(runtime::spawn(async move {
                         loop {
-                            let accepted = l.accept().await;
+                            let mut accepted = l.accept().await;
+                            if tls {
+                                accepted = accepted.and_then(start_server_tls);
+                            }
                             if !serve_accepted(&cell, accepted).await {
                                 break;
                             }
@@ -431,6 +453,15 @@ async fn serve_accepted(
     true
 }
 
+/// A connection accepted on the TLS port, its handshake to run in its first reads
+/// with the TLS settings of now.
+fn start_server_tls(mut stream: runtime::TcpStream) -> std::io::Result<runtime::TcpStream> {
+    let config =
+        crate::tls::acceptor().ok_or_else(|| std::io::Error::other("TLS is not configured"))?;
+    stream.start_tls(runtime::TlsSession::server(config)?);
+    Ok(stream)
+}
+
 /// What a CONFIG SET changes outside the shards' copies of the config: the log's
 /// verbosity, the process title, the OOM score (whose failure fails the CONFIG SET,
 /// as in Redis).
@@ -483,8 +514,7 @@ fn log_starting(config: &Config) {
 /// plainly: a taken port fails the way redis-server does, with the line Redis's tools
 /// look for ("Failed listening on port"), and an optional address the host lacks is
 /// left out. None: the server must not start.
-fn listen_addrs(config: &Config) -> Option<Vec<runtime::BindAddr>> {
-    let port = config.port();
+fn listen_addrs(config: &Config, port: u16, kind: &str) -> Option<Vec<runtime::BindAddr>> {
     if port == 0 {
         return Some(Vec::new());
     }
@@ -507,7 +537,7 @@ fn listen_addrs(config: &Config) -> Option<Vec<runtime::BindAddr>> {
             spec.trim_start_matches('-'),
             crate::util::io_error_text(&error)
         );
-        tracing::warn!("Failed listening on port {port} (TCP), aborting.");
+        tracing::warn!("Failed listening on port {port} ({kind}), aborting.");
         return None;
     }
     Some(out)

@@ -235,7 +235,7 @@ pub fn expand_title(config: &Config, template: &str) -> String {
             "listen-addr" => out.push_str(&listen),
             "server-mode" => {}
             "port" => out.push_str(&config.port().to_string()),
-            "tls-port" => out.push('0'),
+            "tls-port" => out.push_str(&config.int_param("tls-port").unwrap_or(0).to_string()),
             "unixsocket" => out.push_str(config.unixsocket().unwrap_or("")),
             "config-file" => out.push_str(&config_file),
             other => {

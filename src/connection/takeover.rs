@@ -6,6 +6,75 @@ use super::*;
 /// How much of an RDB file a disk-based full sync reads and writes at a time.
 const SEND_CHUNK: usize = 1 << 20;
 
+/// The socket a full sync writes to directly: the connection's own, or the input
+/// of a TLS connection's relay.
+struct SyncSocket(std::os::fd::RawFd);
+
+impl std::os::fd::AsRawFd for SyncSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
+}
+
+/// A socket pair between a full sync's direct writes and a TLS connection: what
+/// goes into `input` is read from `output` and sent through the connection's TLS
+/// session.
+struct Relay {
+    input: std::os::unix::net::UnixStream,
+    output: TcpStream,
+}
+
+/// What the relay reads at a time.
+const RELAY_CHUNK: usize = 64 * 1024;
+
+impl Relay {
+    fn new() -> std::io::Result<Relay> {
+        let (input, output) = std::os::unix::net::UnixStream::pair()?;
+        Ok(Relay {
+            input,
+            output: TcpStream::from_unix(output, "relay")?,
+        })
+    }
+
+    /// Sends what arrives until dropped. A failed send shuts the connection's
+    /// socket, which the sync's `gone` then sees; the pump itself never ends.
+    async fn pump(&mut self, stream: &mut TcpStream) -> std::convert::Infallible {
+        let mut buf = vec![0u8; RELAY_CHUNK];
+        loop {
+            let sent = match self.output.read(&mut buf).await {
+                Ok(n) if n > 0 => stream.write_all(&buf[..n]).await,
+                _ => Err(std::io::ErrorKind::BrokenPipe.into()),
+            };
+            if sent.is_err() {
+                // SAFETY: shutdown(2) on the connection's own socket.
+                unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(stream), libc::SHUT_RDWR) };
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Sends what the relay still holds (its writers are done: all of it is in the
+    /// socket pair's buffer now). False when the connection failed.
+    async fn drain(&mut self, stream: &mut TcpStream) -> bool {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.output);
+        let mut buf = vec![0u8; RELAY_CHUNK];
+        loop {
+            // SAFETY: recv(2) into a live buffer of its length, without waiting.
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n <= 0 {
+                return true;
+            }
+            if stream.write_all(&buf[..n as usize]).await.is_err() {
+                // As the pump does: the sync's `gone` sees the replica gone.
+                // SAFETY: shutdown(2) on the connection's own socket.
+                unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(stream), libc::SHUT_RDWR) };
+                return false;
+            }
+        }
+    }
+}
+
 impl Connection {
     /// SYNC / PSYNC (Redis's syncCommand): continue from the backlog when PSYNC names
     /// a history and offset this server still holds (+CONTINUE), else reply with an
@@ -117,28 +186,71 @@ impl Connection {
         let shared = self.session.shared.clone();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stream);
         let gone = || shared.killed.get() || full_sync::peer_closed(fd);
-        let Some(transfer) =
-            full_sync::diskless(cell, peer, &self.stream, delay_s, max_waiting, gone).await
-        else {
-            self.session.close_after_reply = true;
-            return;
+        let sent = self
+            .with_sync_socket(async |socket: &SyncSocket| {
+                let transfer =
+                    full_sync::diskless(cell, peer, socket, delay_s, max_waiting, gone).await?;
+                shared.repl_link.set(transfer.link);
+                let timeout_s = || cell.data.borrow().config.repl_timeout_s();
+                // The stream since the cut waits in the replication buffer meanwhile,
+                // held to the replica's output buffer limit.
+                let gone = || gone() || shared.replica_over_limit();
+                if !transfer.finished(socket, gone, timeout_s, &who).await {
+                    crate::replication::detach(transfer.link);
+                    return None;
+                }
+                Some(transfer.link)
+            })
+            .await;
+        let link = match sent {
+            Some((Some(link), true)) => link,
+            Some((Some(link), false)) => {
+                crate::replication::detach(link);
+                self.session.close_after_reply = true;
+                return;
+            }
+            Some((None, _)) | None => {
+                self.session.close_after_reply = true;
+                return;
+            }
         };
-        shared.repl_link.set(transfer.link);
-        let timeout_s = || cell.data.borrow().config.repl_timeout_s();
-        // The stream since the cut waits in the replication buffer meanwhile, held
-        // to the replica's output buffer limit.
-        let gone = || gone() || shared.replica_over_limit();
-        if !transfer.finished(&self.stream, gone, timeout_s, &who).await {
-            crate::replication::detach(transfer.link);
-            self.session.close_after_reply = true;
-            return;
-        }
         tracing::info!("Streamed RDB transfer with replica {who} succeeded (socket). Waiting for REPLCONF ACK from slave to enable streaming");
         // The replica loads now; its timeout counts from here (replicaPutOnline).
         shared.last_interaction_ms.set(crate::util::now_ms());
         self.stream_on_ack = true;
         self.link_timeout = true;
-        self.become_replica_link(transfer.link, "full sync");
+        self.become_replica_link(link, "full sync");
+    }
+
+    /// Runs `work`, which writes to the replica's socket directly (keep-alive
+    /// newlines; a diskless transfer's writer child). For a TLS connection that
+    /// socket is a relay whose bytes are encrypted onto the connection meanwhile,
+    /// and the last of them once `work` is done: bytes written past TLS would break
+    /// the session. What `work` returned and whether all it wrote reached the
+    /// replica; None when no relay could be made (`work` did not run).
+    async fn with_sync_socket<T>(
+        &mut self,
+        work: impl AsyncFnOnce(&SyncSocket) -> T,
+    ) -> Option<(T, bool)> {
+        use std::os::fd::AsRawFd;
+        if !self.stream.is_tls() {
+            let socket = SyncSocket(self.stream.as_raw_fd());
+            return Some((work(&socket).await, true));
+        }
+        let mut relay = match Relay::new() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("Can't relay the full sync to a TLS replica: {e}");
+                return None;
+            }
+        };
+        let socket = SyncSocket(relay.input.as_raw_fd());
+        let done = match crate::runtime::first(work(&socket), relay.pump(&mut self.stream)).await {
+            crate::runtime::First::A(done) => done,
+            crate::runtime::First::B(never) => match never {},
+        };
+        let delivered = relay.drain(&mut self.stream).await;
+        Some((done, delivered))
     }
 
     /// A full sync through a BGSAVE of dbfilename (Redis's disk target), the file
@@ -153,10 +265,23 @@ impl Connection {
         let shared = self.session.shared.clone();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stream);
         let gone = || shared.killed.get() || full_sync::peer_closed(fd);
-        let Some((job, link, offset)) = full_sync::to_disk(cell, peer, &self.stream, gone).await
-        else {
-            self.session.close_after_reply = true;
-            return;
+        let started = self
+            .with_sync_socket(async |socket: &SyncSocket| {
+                full_sync::to_disk(cell, peer, socket, gone).await
+            })
+            .await;
+        let (job, link, offset) = match started {
+            Some((Some(started), true)) => started,
+            Some((Some((job, link, _)), false)) => {
+                full_sync::left_disk_save(cell, &job, link);
+                crate::replication::detach(link);
+                self.session.close_after_reply = true;
+                return;
+            }
+            Some((None, _)) | None => {
+                self.session.close_after_reply = true;
+                return;
+            }
         };
         shared.repl_link.set(link);
         // The stream since the cut waits in the replication buffer meanwhile, held
@@ -171,7 +296,12 @@ impl Connection {
                 return;
             }
         }
-        if !full_sync::saved(&job, &self.stream, gone).await {
+        let saved = self
+            .with_sync_socket(async |socket: &SyncSocket| {
+                full_sync::saved(&job, socket, &gone).await
+            })
+            .await;
+        if saved != Some((true, true)) {
             if gone() {
                 // The replica left while its snapshot was saved.
                 full_sync::left_disk_save(cell, &job, link);
@@ -384,6 +514,12 @@ impl Connection {
                     let quiet = args.len() >= 2
                         && args.is(0, "replconf")
                         && (args.is(1, "ack") || args.is(1, "getack"));
+                    if args.is_empty() {
+                        // A newline: what a replica sends to keep its link alive
+                        // while it loads (Redis skips empty inline commands).
+                        pos += consumed;
+                        continue;
+                    }
                     if !quiet {
                         // Anything else would be answered, and a replica link carries
                         // no replies (Redis disconnects such a replica).

@@ -546,9 +546,18 @@ async fn sync_with_master(
         return Ok(None);
     }
     let timeout = repl_timeout(cell);
-    let stream = connect(host, port, timeout)
+    let mut stream = connect(host, port, timeout)
         .await
         .map_err(|e| format!("Unable to connect to MASTER: {e}"))?;
+    if cell
+        .data
+        .borrow()
+        .config
+        .bool_param("tls-replication")
+        .unwrap_or(false)
+    {
+        start_tls(&mut stream, host).map_err(|e| format!("Unable to connect to MASTER: {e}"))?;
+    }
     if !current(generation) {
         return Ok(None);
     }
@@ -643,6 +652,16 @@ async fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, 
     TcpStream::from_tcp(s).map_err(|e| e.to_string())
 }
 
+/// `tls-replication yes`: the link speaks TLS with the client context of now (the
+/// handshake runs in the link's first exchange).
+fn start_tls(stream: &mut TcpStream, host: &str) -> Result<(), String> {
+    let config = crate::tls::connector().ok_or("TLS is not configured")?;
+    let session = crate::runtime::TlsSession::client(config, crate::tls::server_name(host)?)
+        .map_err(|e| e.to_string())?;
+    stream.start_tls(session);
+    Ok(())
+}
+
 /// PING, AUTH (masterauth / masteruser), REPLCONF listening-port, ip-address and
 /// capa, each answered before the next, as Redis's syncWithMaster.
 async fn handshake(cell: &Rc<ShardCell>, link: &mut Lines) -> Result<(), String> {
@@ -659,8 +678,13 @@ async fn handshake(cell: &Rc<ShardCell>, link: &mut Lines) -> Result<(), String>
         let data = cell.data.borrow();
         let c = &data.config;
         let announced = c.int_param("replica-announce-port").unwrap_or(0);
+        let tls_port = c.int_param("tls-port").unwrap_or(0);
+        // Redis's order: the announced port, the TLS port when the link is TLS,
+        // else the plaintext port.
         let port = if announced != 0 {
             announced
+        } else if tls_port != 0 && c.bool_param("tls-replication").unwrap_or(false) {
+            tls_port
         } else {
             i64::from(c.port())
         };

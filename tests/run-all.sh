@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as README.md and .ci/run invoke it:
 #   1. installs what the tests need (redis-tools, redis-server, redis-sentinel, tcl,
-#      python3-redis) when missing;
+#      python3-redis, openssl for tests/tls.rs's certificates) when missing;
 #   2. cargo fmt --check, cargo clippy -D warnings;
 #   3. cargo test (unit, property and black-box tests against the real binary, built
 #      with the ci-test profile);
@@ -19,10 +19,10 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need() { command -v "$1" >/dev/null 2>&1; }
 # redis-py (Debian's python3-redis, for the system python) drives tests/sentinel.rs.
 py_redis() { /usr/bin/python3 -c 'import redis.sentinel' >/dev/null 2>&1; }
-if ! need redis-cli || ! need redis-server || ! need tclsh || ! need redis-benchmark || ! need redis-sentinel || ! py_redis; then
-    echo "== installing redis-tools, redis-server, redis-sentinel, tcl, python3-redis"
+if ! need redis-cli || ! need redis-server || ! need tclsh || ! need redis-benchmark || ! need redis-sentinel || ! need openssl || ! py_redis; then
+    echo "== installing redis-tools, redis-server, redis-sentinel, tcl, python3-redis, openssl"
     as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-tools redis-server redis-sentinel tcl python3-redis >/dev/null
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-tools redis-server redis-sentinel tcl python3-redis openssl >/dev/null
 fi
 # Debian's package may start a redis-server service; the tests need none.
 (as_root systemctl stop redis-server redis-sentinel 2>/dev/null || true) >/dev/null

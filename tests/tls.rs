@@ -231,7 +231,12 @@ fn start_tls(certs: &Certs, extra: &[&str]) -> (Server, u16) {
     let mut args: Vec<String> = certs.server_args(tls_port);
     args.extend(extra.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    (Server::start_with(2, &refs), tls_port)
+    let log = certs.dir.join("server.log");
+    (Server::start_logged_with(2, &refs, &log), tls_port)
+}
+
+fn server_log(certs: &Certs) -> String {
+    std::fs::read_to_string(certs.dir.join("server.log")).unwrap_or_default()
 }
 
 #[test]
@@ -245,6 +250,12 @@ fn tls_clients_mutual_auth_and_plaintext_side_by_side() {
     assert!(
         !pong(tls_port, &without_cert),
         "a client without a certificate got in"
+    );
+    // Redis's log line for the refused handshake.
+    let log = server_log(&certs);
+    assert!(
+        log.contains("# Error accepting a client connection: "),
+        "{log}"
     );
     // Plaintext on the plaintext port; not on the TLS port.
     assert!(pong(server.port, &[]));

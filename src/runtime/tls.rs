@@ -147,6 +147,13 @@ impl TlsSession {
                     if let Err(e) = self.conn.process_new_packets() {
                         // The alert rustls queued tells the peer why, if it still listens.
                         let _ = self.flush(fd, state);
+                        if self.conn.is_handshaking()
+                            && matches!(self.conn, rustls::Connection::Server(_))
+                        {
+                            // Redis's line for a TLS client that failed its handshake
+                            // (a missing or untrusted certificate, no common protocol).
+                            tracing::warn!("Error accepting a client connection: {e}");
+                        }
                         return Poll::Ready(Err(io::Error::new(ErrorKind::InvalidData, e)));
                     }
                 }

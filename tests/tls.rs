@@ -538,6 +538,59 @@ fn start_up_refuses_what_cannot_work() {
         .expect("run tessera");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ECDHE key exchange only"));
+    // A key that is not the certificate's: OpenSSL's words.
+    let (ok, log) = run(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &certs.path("client.key"),
+        "--tls-auth-clients",
+        "no",
+    ]);
+    assert!(!ok);
+    assert!(log.contains("key values mismatch"), "{log}");
+    // An X.509 v1 server certificate (what `openssl x509 -req` makes without
+    // extensions, as Redis's gen-test-certs.sh does for redis.crt) serves.
+    openssl(&certs.dir, &["genrsa", "-out", "v1.key", "2048"]);
+    openssl(
+        &certs.dir,
+        &[
+            "req", "-new", "-subj", "/CN=v1", "-key", "v1.key", "-out", "v1.csr",
+        ],
+    );
+    openssl(
+        &certs.dir,
+        &[
+            "x509", "-req", "-in", "v1.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-days", "30",
+            "-out", "v1.crt",
+        ],
+    );
+    let tls_port = free_port();
+    let (v1_cert, v1_key) = (certs.path("v1.crt"), certs.path("v1.key"));
+    let server = Server::start_with(
+        1,
+        &[
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &v1_cert,
+            "--tls-key-file",
+            &v1_key,
+            "--tls-auth-clients",
+            "no",
+        ],
+    );
+    assert!(pong(tls_port, &certs.cli_args()[..3]));
+    // Plaintext on the TLS port gets the connection closed, no bytes (an alert
+    // would read as a reply): redis-cli reports the closed connection.
+    let (ok, text) = cli(tls_port, &[], &["PING"]);
+    assert!(
+        !ok && text.contains("Server closed the connection"),
+        "{text}"
+    );
+    drop(server);
     // CA from a directory (OpenSSL's hashed-directory layout holds plain PEM files).
     let ca_dir = certs.dir.join("cadir");
     std::fs::create_dir_all(&ca_dir).expect("ca dir");

@@ -145,8 +145,12 @@ impl TlsSession {
                 Ok(0) => return Poll::Ready(Ok(0)),
                 Ok(_) => {
                     if let Err(e) = self.conn.process_new_packets() {
-                        // The alert rustls queued tells the peer why, if it still listens.
-                        let _ = self.flush(fd, state);
+                        // The alert rustls queued tells a TLS peer why. A peer that does
+                        // not speak TLS at all (plaintext on the TLS port) gets nothing,
+                        // as from OpenSSL: the alert's bytes would read as a reply.
+                        if !matches!(e, rustls::Error::InvalidMessage(_)) {
+                            let _ = self.flush(fd, state);
+                        }
                         if self.conn.is_handshaking()
                             && matches!(self.conn, rustls::Connection::Server(_))
                         {

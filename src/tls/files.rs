@@ -87,3 +87,88 @@ pub fn ca_roots(file: &str, dir: &str) -> Result<rustls::RootCertStore, String> 
     }
     Ok(roots)
 }
+
+/// One DER element read from the front of a byte string.
+struct DerElement<'a> {
+    /// Tag, length and contents.
+    whole: &'a [u8],
+    contents: &'a [u8],
+    /// What follows the element.
+    rest: &'a [u8],
+}
+
+fn der_element(der: &[u8]) -> Option<DerElement<'_>> {
+    let (_tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    if rest.len() < len {
+        return None;
+    }
+    let header = der.len() - rest.len();
+    Some(DerElement {
+        whole: &der[..header + len],
+        contents: &rest[..len],
+        rest: &rest[len..],
+    })
+}
+
+/// The SubjectPublicKeyInfo of a certificate, of any version: X.509 v1
+/// certificates (what `openssl x509 -req` makes without extensions, as Redis's
+/// gen-test-certs.sh does for redis.crt) work with OpenSSL, but webpki does not
+/// parse them, so rustls's own key check cannot be used on them.
+pub fn subject_public_key_info(cert: &[u8]) -> Option<&[u8]> {
+    let certificate = der_element(cert)?.contents;
+    let mut tbs = der_element(certificate)?.contents;
+    // The explicit [0] version is absent in v1.
+    if tbs.first() == Some(&0xa0) {
+        tbs = der_element(tbs)?.rest;
+    }
+    // serialNumber, signature, issuer, validity, subject.
+    for _ in 0..5 {
+        tbs = der_element(tbs)?.rest;
+    }
+    Some(der_element(tbs)?.whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn der_walk_finds_the_key_in_v1_and_v3_layouts() {
+        // SEQ { SEQ { [0]{INT 2}?, INT, SEQ, SEQ, SEQ, SEQ, SEQ(spki) }, ... }
+        let spki = [0x30, 0x03, 0x02, 0x01, 0x07];
+        let body: Vec<u8> = [
+            &[0x02, 0x01, 0x01][..],
+            &[0x30, 0x00],
+            &[0x30, 0x00],
+            &[0x30, 0x00],
+            &[0x30, 0x00],
+            &spki,
+        ]
+        .concat();
+        let wrap = |tag: u8, inner: &[u8]| [&[tag, inner.len() as u8][..], inner].concat();
+        let v1 = wrap(0x30, &wrap(0x30, &body));
+        assert_eq!(subject_public_key_info(&v1), Some(&spki[..]));
+        let v3_body = [&wrap(0xa0, &[0x02, 0x01, 0x02])[..], &body].concat();
+        let v3 = wrap(0x30, &wrap(0x30, &v3_body));
+        assert_eq!(subject_public_key_info(&v3), Some(&spki[..]));
+        assert_eq!(subject_public_key_info(&v3[..10]), None);
+        // A long-form length.
+        assert_eq!(
+            der_element(&[0x04, 0x81, 0x01, 0xff]).map(|e| e.contents),
+            Some(&[0xff][..])
+        );
+    }
+}

@@ -27,6 +27,7 @@ use std::time::Duration;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ServerConfig};
 
 use crate::config::Config;
@@ -141,12 +142,12 @@ fn build(config: &Config) -> Result<Contexts, String> {
                 .map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?
         }
     };
+    let own = certified_key(&provider, certs, key, key_file)?;
     let mut server = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| format!("Failed to configure TLS protocols: {e}"))?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("Failed to load private key: {key_file}: {e}"))?;
+        .with_cert_resolver(Arc::new(OneCertificate(own)));
     server.ignore_client_order = config
         .bool_param("tls-prefer-server-ciphers")
         .unwrap_or(false);
@@ -239,13 +240,64 @@ fn client_config(
         rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
             .build()
             .map_err(|e| format!("Failed to configure CA certificate(s) file/directory: {e}"))?;
-    ClientConfig::builder_with_provider(provider)
+    let own = certified_key(&provider, certs, key, key_file)?;
+    Ok(ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .map_err(|e| format!("Failed to configure TLS protocols: {e}"))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(ChainOnly(chain)))
-        .with_client_auth_cert(certs, key)
-        .map_err(|e| format!("Failed to load private key: {key_file}: {e}"))
+        .with_client_cert_resolver(Arc::new(OneCertificate(own))))
+}
+
+/// A certificate chain with its key, checked to belong together as OpenSSL's
+/// SSL_CTX_use_PrivateKey_file checks (and with its error text) but for any
+/// certificate version: rustls's own check parses the certificate with webpki,
+/// which refuses the X.509 v1 certificates OpenSSL serves.
+fn certified_key(
+    provider: &CryptoProvider,
+    certs: Vec<CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+    key_file: &str,
+) -> Result<Arc<CertifiedKey>, String> {
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("Failed to load private key: {key_file}: {e}"))?;
+    let cert_key = certs
+        .first()
+        .and_then(|c| files::subject_public_key_info(c.as_ref()));
+    if let (Some(cert_key), Some(public)) = (cert_key, signing.public_key()) {
+        if cert_key != public.as_ref() {
+            return Err(format!(
+                "Failed to load private key: {key_file}: key values mismatch"
+            ));
+        }
+    }
+    Ok(Arc::new(CertifiedKey::new(certs, signing)))
+}
+
+/// This server's one certificate, whatever the peer asks for (Redis has one).
+#[derive(Debug)]
+struct OneCertificate(Arc<CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for OneCertificate {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+impl rustls::client::ResolvesClientCert for OneCertificate {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 /// Checks a server's certificate chain and signatures but not its name: Redis

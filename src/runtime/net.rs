@@ -610,30 +610,27 @@ async fn read_vec_tls(
     mut idle: impl FnMut(&mut Vec<u8>),
 ) -> io::Result<usize> {
     poll_fn(|cx| {
-        let mut first = [0u8; FIRST_READ_BYTES];
-        let use_stack = buf.is_empty();
-        if !use_stack && buf.len() < at + want {
-            buf.resize(at + want, 0);
-        }
-        let dst: &mut [u8] = if use_stack {
-            &mut first
-        } else {
-            &mut buf[at..]
-        };
-        match tls.poll_read(cx, fd, state, dst) {
-            Poll::Ready(Ok(n)) => {
-                if use_stack && n > 0 {
+        let polled = if buf.is_empty() {
+            // As the plaintext path: no buffer until input came.
+            let mut first = [0u8; FIRST_READ_BYTES];
+            let polled = tls.poll_read(cx, fd, state, &mut first);
+            if let Poll::Ready(Ok(n)) = polled {
+                if n > 0 {
                     buf.resize(at + want.max(n), 0);
                     buf[at..at + n].copy_from_slice(&first[..n]);
                 }
-                Poll::Ready(Ok(n))
             }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                idle(buf);
-                Poll::Pending
+            polled
+        } else {
+            if buf.len() < at + want {
+                buf.resize(at + want, 0);
             }
+            tls.poll_read(cx, fd, state, &mut buf[at..])
+        };
+        if polled.is_pending() {
+            idle(buf);
         }
+        polled
     })
     .await
 }

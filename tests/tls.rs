@@ -811,3 +811,58 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+#[test]
+fn switch_between_plaintext_and_tls_ports_at_run_time() {
+    let certs = make_certs("switch");
+    let server = Server::start_with(2, &[]);
+    let plain = server.port;
+    let mut c = server.client();
+    let tls_port = free_port().to_string();
+    // TLS configured and its port opened in one CONFIG SET (Redis's applyTLSPort).
+    let (cert, key, ca) = (
+        certs.path("server.crt"),
+        certs.path("server.key"),
+        certs.path("ca.crt"),
+    );
+    assert_eq!(
+        q::<String>(
+            &mut c,
+            &[
+                "CONFIG",
+                "SET",
+                "tls-cert-file",
+                &cert,
+                "tls-key-file",
+                &key,
+                "tls-ca-cert-file",
+                &ca,
+                "tls-port",
+                &tls_port
+            ]
+        ),
+        "OK"
+    );
+    let tls_port: u16 = tls_port.parse().expect("port");
+    assert!(pong(tls_port, &certs.cli_args()));
+    // Redis's test, on a connection that outlives the listeners: the plaintext
+    // port closed, TLS moved onto it, then back.
+    assert_eq!(q::<String>(&mut c, &["CONFIG", "SET", "port", "0"]), "OK");
+    assert!(!pong(plain, &[]));
+    let plain_text = plain.to_string();
+    assert_eq!(
+        q::<String>(&mut c, &["CONFIG", "SET", "tls-port", &plain_text]),
+        "OK"
+    );
+    assert!(pong(plain, &certs.cli_args()));
+    assert!(!pong(tls_port, &certs.cli_args()));
+    assert_eq!(
+        q::<String>(&mut c, &["CONFIG", "SET", "tls-port", "0"]),
+        "OK"
+    );
+    assert_eq!(
+        q::<String>(&mut c, &["CONFIG", "SET", "port", &plain_text]),
+        "OK"
+    );
+    assert!(pong(plain, &[]));
+}

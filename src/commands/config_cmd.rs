@@ -91,11 +91,15 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     // protected parameters (Redis's islocalClient).
                     d.config
                         .set_many_as(&refs, g.session.shared.is_local())
-                        .and_then(|()| apply_tls(&mut d.config, before, &pairs))
+                        .and_then(|()| apply_tls(&mut d.config, before.clone(), &pairs))
+                        .and_then(|()| {
+                            move_listeners(&g.session.cell, &mut d.config, before, &pairs)
+                        })
                 };
-                if let Err(e) = result {
-                    return g.w().error(&e);
-                }
+                let moves = match result {
+                    Ok(moves) => moves,
+                    Err(e) => return g.w().error(&e),
+                };
                 let applied = {
                     let mut d = g.session.cell.data.borrow_mut();
                     d.refresh_config();
@@ -107,18 +111,20 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     return g.w().error(&format!("ERR CONFIG SET failed - {e}"));
                 }
                 let me = g.session.cell.id;
+                // The other shards take the settings as set here: checked once (a
+                // second check could not pass: the new port is ours by now).
+                let settled = g.session.cell.data.borrow().config.clone();
                 g.session
                     .cell
                     .call_all(move |c| {
                         if c.id != me {
-                            let refs: Vec<(&[u8], &[u8])> = pairs
-                                .iter()
-                                .map(|(k, v)| (k.as_slice(), v.as_slice()))
-                                .collect();
-                            // Already validated at home, so this cannot fail here.
                             let mut d = c.data.borrow_mut();
-                            let _ = d.config.set_many(&refs);
+                            d.config = settled.clone();
                             d.refresh_config();
+                            drop(d);
+                            // Bound at home, so binding here fails only if the
+                            // host changed meanwhile (the reason is logged).
+                            let _ = crate::server::listeners::apply_here(c, &moves);
                         }
                     })
                     .await;
@@ -194,6 +200,35 @@ fn apply_tls(
             String::from_utf8_lossy(name)
         )
     })
+}
+
+/// CONFIG SET port / tls-port / bind: this shard's listeners move first (Redis's
+/// changeListenPort / changeBindAddr, with their errors); on failure the settings
+/// go back and nothing moved. The moves the other shards then make.
+fn move_listeners(
+    cell: &std::rc::Rc<crate::shard::ShardCell>,
+    config: &mut crate::config::Config,
+    before: crate::config::Config,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+) -> Result<Vec<crate::server::listeners::Move>, String> {
+    use crate::server::listeners;
+    let failed = |config: &mut crate::config::Config, before, e: String| {
+        *config = before;
+        let name = pairs
+            .iter()
+            .map(|(k, _)| String::from_utf8_lossy(k).to_ascii_lowercase())
+            .find(|k| k == "port" || k == "tls-port" || k == "bind")
+            .unwrap_or_default();
+        format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
+    };
+    let moves = match listeners::moves(&before, config) {
+        Ok(moves) => moves,
+        Err(e) => return Err(failed(config, before, e)),
+    };
+    if let Err(e) = listeners::apply_here(cell, &moves) {
+        return Err(failed(config, before, e));
+    }
+    Ok(moves)
 }
 
 /// CONFIG SET appendonly: the AOF turned on (a rewrite first, as Redis's

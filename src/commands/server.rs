@@ -392,7 +392,7 @@ fn info_server(cell: &crate::shard::ShardCell, out: &mut String) {
         std::env::consts::ARCH,
         i.pid,
         i.run_id,
-        i.port,
+        cell.data.borrow().config.port(),
         crate::util::now_us(),
         uptime,
         uptime / 86400,

@@ -230,8 +230,8 @@ impl Default for Config {
     }
 }
 
-/// CONFIG SET port: Redis rebinds, and fails with this when the port is taken.
-/// Tessera cannot move its listeners, so a free port still ends as immutable.
+/// CONFIG SET port / tls-port: fails with Redis's text when another process has
+/// the new port (the move itself is server/listeners.rs's).
 fn port_available(value: &[u8]) -> Result<(), String> {
     let port: u16 = std::str::from_utf8(value)
         .ok()
@@ -380,13 +380,15 @@ impl Config {
                 ));
             };
             let flags = PARAMS.get(idx).map_or(ParamFlags::NONE, |p| p.flags);
-            if flags.contains(ParamFlags::FIXED_AT_START) {
-                if self.render_at(idx).as_bytes() == value {
-                    continue;
-                }
-                if entry == "port" || entry == "tls-port" {
-                    port_available(value).map_err(|e| set_failed(&shown, &e))?;
-                }
+            if flags.contains(ParamFlags::FIXED_AT_START) && self.render_at(idx).as_bytes() == value
+            {
+                continue;
+            }
+            if flags.contains(ParamFlags::LISTENER)
+                && (entry == "port" || entry == "tls-port")
+                && self.render_at(idx).as_bytes() != value
+            {
+                port_available(value).map_err(|e| set_failed(&shown, &e))?;
             }
             if flags.contains(ParamFlags::IMMUTABLE) {
                 return Err(set_failed(&shown, "can't set immutable config"));

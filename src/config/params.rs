@@ -49,9 +49,12 @@ impl ParamFlags {
     /// Left out of CONFIG GET globs; only an exact name finds it (Redis's
     /// HIDDEN_CONFIG: debugging knobs).
     pub const HIDDEN: ParamFlags = ParamFlags(8);
-    /// Immutable in Tessera although Redis can change it at run time (listeners
-    /// are created once per shard): CONFIG SET to the current value is a no-op.
+    /// Fixed once the shards run (their number and CPUs): CONFIG SET to the
+    /// current value is a no-op, any other value is refused as immutable.
     pub const FIXED_AT_START: ParamFlags = ParamFlags(16);
+    /// Moves the listeners when changed (server/listeners.rs): `port`, `tls-port`,
+    /// `bind`. A new port is tried before anything is set, as Redis's error wants.
+    pub const LISTENER: ParamFlags = ParamFlags(32);
 
     pub const fn contains(self, other: ParamFlags) -> bool {
         self.0 & other.0 == other.0
@@ -248,8 +251,8 @@ const TABLE: &[ConfigParam] = &[
     // Redis's default: every IPv4 address and, where the host has IPv6, every IPv6
     // one; protected mode keeps clients that are not local out until a password is
     // set.
-    special("bind", Special::Bind, "* -::*").flag(FIXED),
-    int("port", 0, 65535, "6379").flag(FIXED),
+    special("bind", Special::Bind, "* -::*").flag(ParamFlags::LISTENER),
+    int("port", 0, 65535, "6379").flag(ParamFlags::LISTENER),
     int("tcp-backlog", 0, INT_MAX, "511").flag(IMMUTABLE),
     string("unixsocket", "").flag(IMMUTABLE),
     int("timeout", 0, INT_MAX, "0"),
@@ -312,7 +315,7 @@ const TABLE: &[ConfigParam] = &[
     int("acllog-max-len", 0, LONG_MAX, "128"),
     enumeration("acl-pubsub-default", ACL_PUBSUB_NAMES, "resetchannels"),
     // TLS (src/tls): every setting takes effect; CONFIG SET rebuilds the contexts.
-    int("tls-port", 0, 65535, "0").flag(FIXED),
+    int("tls-port", 0, 65535, "0").flag(ParamFlags::LISTENER),
     string("tls-cert-file", ""),
     string("tls-key-file", ""),
     string("tls-key-file-pass", "").flag(ParamFlags::SENSITIVE),

@@ -516,8 +516,8 @@ fn config_set_error_strings() {
             "ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction",
         ),
         (
-            &[("PORT", "1")],
-            "ERR CONFIG SET failed (possibly related to argument 'PORT') - can't set immutable config",
+            &[("THREADS", "3")],
+            "ERR CONFIG SET failed (possibly related to argument 'THREADS') - can't set immutable config",
         ),
         (
             &[("timeout", "1"), ("TIMEOUT", "2")],

@@ -13,6 +13,7 @@ use crate::shard::{self, fabric::Job};
 use crate::slot::SlotTable;
 
 pub mod crash;
+pub mod listeners;
 pub mod log;
 pub mod process;
 pub mod shutdown;
@@ -25,7 +26,6 @@ pub const REDIS_VERSION: &str = "7.0.15";
 pub struct ServerInfo {
     pub run_id: String,
     pub pid: u32,
-    pub port: u16,
     pub started: Instant,
     pub started_unix_ms: u64,
     pub executable: String,
@@ -139,7 +139,6 @@ pub fn run(config: Config) -> i32 {
     let info = Arc::new(ServerInfo {
         run_id: random_run_id(),
         pid: std::process::id(),
-        port: config.port(),
         started: Instant::now(),
         started_unix_ms: crate::util::now_ms(),
         executable: std::env::current_exe()
@@ -294,8 +293,13 @@ pub fn run(config: Config) -> i32 {
                 }
                 let mut listeners = Vec::new();
                 for (a, tls) in &addrs {
+                    let kind = if *tls {
+                        listeners::Kind::Tls
+                    } else {
+                        listeners::Kind::Plain
+                    };
                     match runtime::bind_reuseport(a.addr) {
-                        Ok(l) => listeners.push((runtime::Listener::Tcp(l), *tls)),
+                        Ok(l) => listeners.push((runtime::Listener::Tcp(l), kind)),
                         Err(e) => {
                             let _ = ready.send(Err(format!(
                                 "Could not create server TCP listening socket {}: {e}",
@@ -307,7 +311,9 @@ pub fn run(config: Config) -> i32 {
                 }
                 if let Some((path, perm)) = &unix {
                     match runtime::UnixListener::bind(path, *perm) {
-                        Ok(l) => listeners.push((runtime::Listener::Unix(l), false)),
+                        Ok(l) => {
+                            listeners.push((runtime::Listener::Unix(l), listeners::Kind::Unix))
+                        }
                         Err(e) => {
                             let _ = ready.send(Err(format!(
                                 "Failed opening Unix socket: unix socket error: {}",
@@ -328,23 +334,8 @@ pub fn run(config: Config) -> i32 {
                         Err(e) => tracing::warn!("Can't start the AOF loader's connection: {e}"),
                     }
                 }
-                let mut accepting = Vec::new();
-                for (l, tls) in listeners {
-                    let cell = cell.clone();
-                    accepting.push(runtime::spawn(async move {
-                        loop {
-                            let mut accepted = l.accept().await;
-                            if tls {
-                                accepted = accepted.and_then(start_server_tls);
-                            }
-                            if !serve_accepted(&cell, accepted).await {
-                                break;
-                            }
-                        }
-                    }));
-                }
-                for a in accepting {
-                    a.await;
+                for (l, kind) in listeners {
+                    listeners::serve(&cell, l, kind);
                 }
             });
         match spawned {
@@ -474,7 +465,7 @@ pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
             .any(|n| n.len() >= prefix.len() && n[..prefix.len()].eq_ignore_ascii_case(prefix))
     };
     // The title is rewritten, and /proc written, only when their settings changed.
-    if named(b"proc-title-template") {
+    if named(b"proc-title-template") || named(b"port") || named(b"tls-port") || named(b"bind") {
         process::set_proc_title(config);
     }
     if named(b"oom-score-adj") {

@@ -241,7 +241,7 @@ impl UnixListener {
         // wrapper, which is its only owner from here on.
         let s = unsafe { std::net::TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(s)) };
         let mut stream = TcpStream::from_std(s)?;
-        stream.unix = Some(self.path.clone());
+        stream.unix = Some(Box::new(self.path.clone()));
         Ok(stream)
     }
 }
@@ -361,7 +361,9 @@ const FIRST_READ_BYTES: usize = 16 * 1024;
 pub struct TcpStream {
     reg: Registration,
     inner: std::net::TcpStream,
-    unix: Option<std::sync::Arc<str>>,
+    /// Boxed so that the field is one word: with `tls` beside it, every connection's
+    /// task (which holds its stream) stays within its allocation size class.
+    unix: Option<Box<std::sync::Arc<str>>>,
     /// The TLS session of a connection on a TLS port (or a TLS link this server
     /// opened); None for plaintext, which then takes the direct syscall paths.
     tls: Option<Box<TlsSession>>,
@@ -390,11 +392,6 @@ impl TcpStream {
         self.tls.is_some()
     }
 
-    /// The TLS session, if any (its negotiated protocol and suite).
-    pub fn tls(&self) -> Option<&TlsSession> {
-        self.tls.as_deref()
-    }
-
     /// A TCP connection this server opened itself (a replica's link to its master).
     pub fn from_tcp(s: std::net::TcpStream) -> io::Result<TcpStream> {
         TcpStream::from_std(s)
@@ -406,13 +403,14 @@ impl TcpStream {
         // SAFETY: the fd moves from the Unix stream into the wrapper, its only owner.
         let s = unsafe { std::net::TcpStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(s)) };
         let mut stream = TcpStream::from_std(s)?;
-        stream.unix = Some(label.into());
+        stream.unix = Some(Box::new(label.into()));
         Ok(stream)
     }
 
     /// The peer and local address as CLIENT LIST shows them.
     pub fn addresses(&self) -> io::Result<(PeerAddr, PeerAddr)> {
         if let Some(path) = &self.unix {
+            let path: &std::sync::Arc<str> = path;
             return Ok((PeerAddr::Unix(path.clone()), PeerAddr::Unix(path.clone())));
         }
         Ok((
@@ -437,10 +435,13 @@ impl TcpStream {
     pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
-        if let Some(tls) = self.tls.as_deref_mut() {
-            return poll_fn(|cx| tls.poll_read(cx, fd, &state, buf)).await;
-        }
+        // One poll_fn for both kinds of stream: a second future type here would
+        // grow every connection's task by its size.
+        let mut tls = self.tls.as_deref_mut();
         poll_fn(|cx| loop {
+            if let Some(tls) = tls.as_deref_mut() {
+                return tls.poll_read(cx, fd, &state, buf);
+            }
             if !state.readable.get() {
                 *state.read_waker.borrow_mut() = Some(cx.waker().clone());
                 return Poll::Pending;
@@ -466,10 +467,11 @@ impl TcpStream {
     ) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
-        if let Some(tls) = self.tls.as_deref_mut() {
-            return read_vec_tls(tls, fd, &state, buf, at, want, idle).await;
-        }
+        let mut tls = self.tls.as_deref_mut();
         poll_fn(|cx| loop {
+            if let Some(tls) = tls.as_deref_mut() {
+                return poll_read_vec_tls(tls, cx, fd, &state, buf, at, want, &mut idle);
+            }
             if !state.readable.get() {
                 idle(buf);
                 *state.read_waker.borrow_mut() = Some(cx.waker().clone());
@@ -539,11 +541,12 @@ impl TcpStream {
     /// failed: the next send then reports the error).
     pub async fn writable(&mut self) {
         let state = self.reg.state.clone();
-        if let Some(tls) = self.tls.as_deref_mut() {
-            let fd = self.inner.as_raw_fd();
-            return poll_fn(|cx| tls.poll_drained(cx, fd, &state)).await;
-        }
+        let fd = self.inner.as_raw_fd();
+        let mut tls = self.tls.as_deref_mut();
         poll_fn(|cx| {
+            if let Some(tls) = tls.as_deref_mut() {
+                return tls.poll_drained(cx, fd, &state);
+            }
             if state.writable.get() {
                 return Poll::Ready(());
             }
@@ -555,26 +558,13 @@ impl TcpStream {
 
     /// Writes all of `buf`, waiting for the socket to drain when its buffer is full.
     pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        if self.tls.is_some() {
-            while !buf.is_empty() {
-                let n = self.send_now(buf)?;
-                buf = &buf[n..];
-                if n == 0 {
-                    self.writable().await;
-                }
-            }
-            // All of it out, as the plaintext path promises.
-            while self.tls.as_ref().is_some_and(|t| t.has_pending()) {
-                self.send_now(&[])?;
-                if self.tls.as_ref().is_some_and(|t| t.has_pending()) {
-                    self.writable().await;
-                }
-            }
-            return Ok(());
-        }
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
+        let mut tls = self.tls.as_deref_mut();
         poll_fn(|cx| {
+            if let Some(tls) = tls.as_deref_mut() {
+                return tls.poll_write_all(cx, fd, &state, &mut buf);
+            }
             while !buf.is_empty() {
                 let n = sys_send(fd, buf);
                 if n >= 0 {
@@ -598,41 +588,40 @@ impl TcpStream {
     }
 }
 
-/// `TcpStream::read_vec` on a TLS stream: the same contract (the buffer grown only
-/// once input is there, `idle` run while none is), with decrypted input.
-async fn read_vec_tls(
+/// `TcpStream::read_vec`'s poll on a TLS stream: the same contract (the buffer
+/// grown only once input is there, `idle` run while none is), with decrypted input.
+#[allow(clippy::too_many_arguments)]
+fn poll_read_vec_tls(
     tls: &mut TlsSession,
+    cx: &mut std::task::Context<'_>,
     fd: RawFd,
     state: &IoState,
     buf: &mut Vec<u8>,
     at: usize,
     want: usize,
-    mut idle: impl FnMut(&mut Vec<u8>),
-) -> io::Result<usize> {
-    poll_fn(|cx| {
-        let polled = if buf.is_empty() {
-            // As the plaintext path: no buffer until input came.
-            let mut first = [0u8; FIRST_READ_BYTES];
-            let polled = tls.poll_read(cx, fd, state, &mut first);
-            if let Poll::Ready(Ok(n)) = polled {
-                if n > 0 {
-                    buf.resize(at + want.max(n), 0);
-                    buf[at..at + n].copy_from_slice(&first[..n]);
-                }
+    idle: &mut impl FnMut(&mut Vec<u8>),
+) -> Poll<io::Result<usize>> {
+    let polled = if buf.is_empty() {
+        // As the plaintext path: no buffer until input came.
+        let mut first = [0u8; FIRST_READ_BYTES];
+        let polled = tls.poll_read(cx, fd, state, &mut first);
+        if let Poll::Ready(Ok(n)) = polled {
+            if n > 0 {
+                buf.resize(at + want.max(n), 0);
+                buf[at..at + n].copy_from_slice(&first[..n]);
             }
-            polled
-        } else {
-            if buf.len() < at + want {
-                buf.resize(at + want, 0);
-            }
-            tls.poll_read(cx, fd, state, &mut buf[at..])
-        };
-        if polled.is_pending() {
-            idle(buf);
         }
         polled
-    })
-    .await
+    } else {
+        if buf.len() < at + want {
+            buf.resize(at + want, 0);
+        }
+        tls.poll_read(cx, fd, state, &mut buf[at..])
+    };
+    if polled.is_pending() {
+        idle(buf);
+    }
+    polled
 }
 
 impl AsRawFd for TcpStream {

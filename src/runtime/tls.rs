@@ -185,6 +185,33 @@ impl TlsSession {
         Ok(taken)
     }
 
+    /// All of `buf` taken and sent (`buf` advanced as it goes), waiting for the
+    /// socket to drain as needed: `write_all` on a TLS stream.
+    pub(super) fn poll_write_all(
+        &mut self,
+        cx: &mut Context<'_>,
+        fd: libc::c_int,
+        state: &IoState,
+        buf: &mut &[u8],
+    ) -> Poll<io::Result<()>> {
+        loop {
+            match self.flush(fd, state) {
+                Ok(Flushed::Blocked) => {
+                    *state.write_waker.borrow_mut() = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+                Ok(Flushed::All) if buf.is_empty() => return Poll::Ready(Ok(())),
+                Ok(Flushed::All) => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            let take = buf.len().min(SEND_CHUNK);
+            match self.conn.writer().write(&buf[..take]) {
+                Ok(n) => *buf = &buf[n..],
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
     /// Ready once no records wait to be sent (or sending them failed: the next send
     /// reports the error).
     pub(super) fn poll_drained(
@@ -200,18 +227,5 @@ impl TlsSession {
             }
             Ok(Flushed::All) | Err(_) => Poll::Ready(()),
         }
-    }
-
-    /// Whether records still wait to be sent.
-    pub(super) fn has_pending(&self) -> bool {
-        self.conn.wants_write()
-    }
-
-    /// The negotiated protocol and cipher suite, once the handshake is done.
-    pub fn negotiated(&self) -> Option<(rustls::ProtocolVersion, rustls::SupportedCipherSuite)> {
-        Some((
-            self.conn.protocol_version()?,
-            self.conn.negotiated_cipher_suite()?,
-        ))
     }
 }

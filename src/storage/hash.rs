@@ -27,6 +27,7 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::{self, Entry};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use super::field_ttl::FieldTtls;
 use super::keyspace::Rng;
 use super::limits::EncodingLimits;
 
@@ -428,6 +429,11 @@ pub struct HashValue {
     enc: Enc,
     /// Heap bytes of the field and value strings, kept current so `heap_size` is cheap.
     str_heap: usize,
+    /// Field deadlines, from the first HEXPIRE on (None for a hash that never had
+    /// one, so TTL bookkeeping costs plain hashes nothing). A listpack keeps it even
+    /// when empty: it stays `listpackex`, as in Redis, and orders its fields by
+    /// deadline (earliest first, fields without one after, in insertion order).
+    ttls: Option<Box<FieldTtls>>,
 }
 
 impl std::fmt::Debug for HashValue {
@@ -475,9 +481,10 @@ impl HashValue {
 
     /// OBJECT ENCODING's name for the current representation.
     pub fn encoding(&self) -> &'static str {
-        match self.enc {
-            Enc::Listpack(_) => "listpack",
-            Enc::Table(_) => "hashtable",
+        match (&self.enc, &self.ttls) {
+            (Enc::Listpack(_), None) => "listpack",
+            (Enc::Listpack(_), Some(_)) => "listpackex",
+            (Enc::Table(_), _) => "hashtable",
         }
     }
 
@@ -503,7 +510,10 @@ impl HashValue {
             Enc::Listpack(v) => v.capacity() * std::mem::size_of::<Pair>(),
             Enc::Table(t) => t.heap_size(),
         };
-        structure + self.str_heap
+        let ttls = self.ttls.as_ref().map_or(0, |t| {
+            super::memory::alloc_size(std::mem::size_of::<FieldTtls>()) + t.heap_size()
+        });
+        structure + self.str_heap + ttls
     }
 
     pub fn len(&self) -> usize {
@@ -531,7 +541,21 @@ impl HashValue {
 
     /// Sets `field` to `value`, converting to a hashtable when `limits` say so (before
     /// adding a too-long string, after passing the entry count). True if the field is new.
+    /// An overwritten field loses its deadline (Redis 7.4's HSET).
     pub fn set(&mut self, field: &[u8], value: &[u8], limits: &EncodingLimits) -> bool {
+        let new = self.store(field, value, limits);
+        if !new && self.ttls.is_some() {
+            self.persist_field(field);
+        }
+        new
+    }
+
+    /// `set`, but an overwritten field keeps its deadline (HINCRBY, HINCRBYFLOAT).
+    pub fn set_keep_ttl(&mut self, field: &[u8], value: &[u8], limits: &EncodingLimits) -> bool {
+        self.store(field, value, limits)
+    }
+
+    fn store(&mut self, field: &[u8], value: &[u8], limits: &EncodingLimits) -> bool {
         if matches!(self.enc, Enc::Listpack(_))
             && (too_long(field, limits) || too_long(value, limits))
         {
@@ -572,10 +596,110 @@ impl HashValue {
         match removed {
             Some(p) => {
                 self.str_heap -= pair_heap(&p);
+                if let Some(t) = self.ttls.as_deref_mut() {
+                    t.remove(field);
+                }
                 true
             }
             None => false,
         }
+    }
+
+    /// Whether some field has a deadline.
+    #[inline]
+    pub fn has_field_ttls(&self) -> bool {
+        self.ttls.as_ref().is_some_and(|t| !t.is_empty())
+    }
+
+    /// The earliest field deadline (unix ms).
+    #[inline]
+    pub fn min_field_expire(&self) -> Option<u64> {
+        self.ttls.as_ref()?.min()
+    }
+
+    /// Whether some field's deadline is `<= now`.
+    #[inline]
+    pub fn fields_due(&self, now: u64) -> bool {
+        self.min_field_expire().is_some_and(|at| at <= now)
+    }
+
+    /// The field's deadline; None when it has none (or does not exist).
+    pub fn field_expire(&self, field: &[u8]) -> Option<u64> {
+        self.ttls.as_ref()?.get(field)
+    }
+
+    /// The fields that have a deadline, with it, earliest first.
+    pub fn field_deadlines(&self) -> impl Iterator<Item = (&[u8], u64)> {
+        self.ttls.iter().flat_map(|t| t.iter())
+    }
+
+    /// Gives an existing field the deadline `at` (unix ms). False if no such field.
+    pub fn set_field_expire(&mut self, field: &[u8], at: u64) -> bool {
+        if !self.contains(field) {
+            return false;
+        }
+        self.ttls.get_or_insert_with(Box::default).set(field, at);
+        self.place_by_deadline(field, Some(at));
+        true
+    }
+
+    /// Drops a field's deadline; true if it had one.
+    pub fn persist_field(&mut self, field: &[u8]) -> bool {
+        let Some(t) = self.ttls.as_deref_mut() else {
+            return false;
+        };
+        if t.remove(field).is_none() {
+            return false;
+        }
+        if t.is_empty() && matches!(self.enc, Enc::Table(_)) {
+            self.ttls = None;
+        }
+        self.place_by_deadline(field, None);
+        true
+    }
+
+    /// Deletes up to `max` fields whose deadline is `<= now`, earliest first, calling
+    /// `gone` with each. Returns how many went.
+    pub fn expire_due_fields(
+        &mut self,
+        now: u64,
+        max: usize,
+        mut gone: impl FnMut(&[u8]),
+    ) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(field) = self.ttls.as_deref_mut().and_then(|t| t.pop_due(now)) else {
+                break;
+            };
+            self.remove(&field);
+            gone(&field);
+            n += 1;
+        }
+        if n > 0 && matches!(self.enc, Enc::Table(_)) && !self.has_field_ttls() {
+            self.ttls = None;
+        }
+        n
+    }
+
+    /// Moves a listpack's field to where Redis's listpackex keeps it: fields with a
+    /// deadline first, earliest first (after those with the same one); the others
+    /// after them, the field last of all. A table has no order to keep.
+    fn place_by_deadline(&mut self, field: &[u8], at: Option<u64>) {
+        let (Enc::Listpack(v), Some(ttls)) = (&mut self.enc, self.ttls.as_deref()) else {
+            return;
+        };
+        let Some(i) = v.iter().position(|p| p.0.as_bytes() == field) else {
+            return;
+        };
+        let pair = v.remove(i);
+        let to = match at {
+            None => v.len(),
+            Some(at) => v
+                .iter()
+                .position(|p| ttls.get(p.0.as_bytes()).is_none_or(|t| t > at))
+                .unwrap_or(v.len()),
+        };
+        v.insert(to, pair);
     }
 
     /// Switches a listpack to the hashtable encoding.
@@ -922,6 +1046,65 @@ mod tests {
         .collect();
         assert!(total > 1000);
         assert!((0..1000).all(|i| seen.contains(&field(i))));
+    }
+
+    #[test]
+    fn field_deadlines_follow_writes() {
+        for entries in [128, 0] {
+            let l = limits(entries, 64);
+            let mut h = HashValue::new();
+            for i in 0..5 {
+                h.set(&field(i), b"v", &l);
+            }
+            assert!(!h.has_field_ttls() && h.ttls.is_none());
+            assert!(!h.set_field_expire(b"nope", 10));
+            assert!(h.set_field_expire(&field(1), 30));
+            assert!(h.set_field_expire(&field(2), 20));
+            assert!(h.set_field_expire(&field(3), 40));
+            assert_eq!(h.min_field_expire(), Some(20));
+            // Overwriting drops the deadline, keep-TTL writes and HDEL as Redis 7.4.
+            h.set(&field(3), b"w", &l);
+            assert_eq!(h.field_expire(&field(3)), None);
+            h.set_keep_ttl(&field(1), b"w", &l);
+            assert_eq!(h.field_expire(&field(1)), Some(30));
+            assert!(h.persist_field(&field(1)));
+            assert!(!h.persist_field(&field(1)));
+            assert!(h.set_field_expire(&field(4), 25));
+            // Due fields go earliest first, up to the limit.
+            let mut gone = Vec::new();
+            assert_eq!(h.expire_due_fields(30, 1, |f| gone.push(f.to_vec())), 1);
+            assert_eq!(h.expire_due_fields(30, 9, |f| gone.push(f.to_vec())), 1);
+            assert_eq!(gone, vec![field(2), field(4)]);
+            assert_eq!(h.len(), 3);
+            assert!(!h.fields_due(u64::MAX));
+            if entries == 0 {
+                assert!(h.ttls.is_none(), "a table drops empty bookkeeping");
+            } else {
+                assert_eq!(h.encoding(), "listpackex");
+            }
+        }
+    }
+
+    #[test]
+    fn listpackex_orders_by_deadline_and_survives_conversion() {
+        let l = limits(4, 64);
+        let mut h = HashValue::new();
+        for i in 0..4 {
+            h.set(&field(i), b"v", &l);
+        }
+        h.set_field_expire(&field(2), 50);
+        h.set_field_expire(&field(0), 60);
+        h.set_field_expire(&field(3), 50);
+        let order: Vec<Vec<u8>> = h.iter().map(|(f, _)| f.to_vec()).collect();
+        assert_eq!(order, vec![field(2), field(3), field(0), field(1)]);
+        let with_ttls = h.heap_size();
+        h.set(&field(9), b"v", &l);
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!(h.field_expire(&field(0)), Some(60));
+        assert!(with_ttls > 0);
+        h.remove(&field(0));
+        assert_eq!(h.field_expire(&field(0)), None);
+        assert_eq!(h.min_field_expire(), Some(50));
     }
 
     #[derive(Debug, Clone)]

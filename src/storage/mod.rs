@@ -3,6 +3,7 @@
 pub mod entry;
 pub mod events;
 pub mod evict;
+pub mod field_ttl;
 pub mod hash;
 pub mod hll;
 pub mod keyspace;

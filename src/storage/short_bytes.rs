@@ -53,6 +53,32 @@ impl std::ops::Deref for ShortBytes {
     }
 }
 
+// Ordered and hashed as the bytes they hold (consistent with the derived `Eq`: the
+// inline padding is always zero), so field-keyed maps can be searched with `&[u8]`.
+impl std::hash::Hash for ShortBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state)
+    }
+}
+
+impl PartialOrd for ShortBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ShortBytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for ShortBytes {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
 impl std::fmt::Debug for ShortBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))

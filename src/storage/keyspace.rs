@@ -38,6 +38,15 @@ pub fn entry_cost(block: usize, value: &Value) -> usize {
         }
 }
 
+/// The earliest field deadline of a hash value (None for other types).
+#[inline]
+fn hash_field_deadline(v: &Value) -> Option<u64> {
+    match v {
+        Value::Hash(h) => h.min_field_expire(),
+        _ => None,
+    }
+}
+
 /// Re-derives an entry's charge from its block and value, keeping its LFU counter.
 /// Returns the charges before and after.
 fn remeasure(e: &mut Entry) -> (usize, usize) {
@@ -275,6 +284,24 @@ pub struct Db {
     mark: bool,
     /// The running snapshot's state here, while one runs.
     cut: Option<Box<Cut>>,
+    /// Hashes whose fields have deadlines, by the earliest one: hints for the active
+    /// expiry of fields. An entry may be stale (its key gone, its deadline moved);
+    /// its turn comes, the hash is looked at and the entry dropped or renewed, so
+    /// nothing but the writes that set deadlines needs to keep it exact.
+    field_deadlines: std::collections::BTreeSet<(u64, Vec<u8>)>,
+    /// (key, field) of hash fields deleted because their deadline passed, while a
+    /// replica or the AOF reads the stream: their HDELs (drained with `expired_log`).
+    pub expired_fields_log: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Hash fields removed because their deadline passed (INFO expired_subkeys).
+    pub expired_fields_count: u64,
+}
+
+/// What expiring the due fields of one hash did.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldsExpired {
+    pub fields: usize,
+    /// The hash lost its last field and the key is gone.
+    pub key_deleted: bool,
 }
 
 /// Most keys `ExactCharges` remembers: MSET's ten keys in redis-benchmark fit.
@@ -393,6 +420,9 @@ impl Db {
             exact: ExactCharges::default(),
             mark: false,
             cut: None,
+            field_deadlines: Default::default(),
+            expired_fields_log: Vec::new(),
+            expired_fields_count: 0,
         }
     }
 
@@ -642,6 +672,9 @@ impl Db {
             self.add(key, value, expire_at, lru);
             return None;
         };
+        if let Some(at) = hash_field_deadline(&value) {
+            self.field_deadlines.insert((at, key.to_vec()));
+        }
         save_before_change(&mut self.cut, e, self.mark);
         let ttl_delta = (expire_at != NO_EXPIRE) as i64 - (e.expire_at() != NO_EXPIRE) as i64;
         let old = e.replace_value(value);
@@ -717,6 +750,9 @@ impl Db {
     }
 
     fn add(&mut self, key: &[u8], value: Value, expire_at: u64, lru: u32) {
+        if let Some(at) = hash_field_deadline(&value) {
+            self.field_deadlines.insert((at, key.to_vec()));
+        }
         let (idx, hash) = self.locate(key);
         let block = block_size(key.len(), expire_at != NO_EXPIRE);
         let meta = memory::encode_charge(entry_cost(block, &value))
@@ -795,6 +831,7 @@ impl Db {
     pub fn clear(&mut self) {
         self.save_rest_of_snapshot(false);
         self.replica_local_expires = Default::default();
+        self.field_deadlines = Default::default();
         self.slots = SlotTables::default();
         self.keys = 0;
         self.expires = 0;
@@ -1035,6 +1072,108 @@ impl Db {
         stats
     }
 
+    /// Whether hash fields whose deadline passed may be deleted here: not while the
+    /// dataset loads, clients are paused or on a replica (which waits for its
+    /// master's HDELs and only hides them from its own clients).
+    pub fn fields_expire_here(&self) -> bool {
+        !self.holds_expired() && !super::entry::expiry_paused()
+    }
+
+    /// A hash at `key` has a field deadline at `at`: the active expiry will look at
+    /// it then (call when a write gives a hash an earlier deadline than it had).
+    pub fn note_field_deadline(&mut self, key: &[u8], at: u64) {
+        self.field_deadlines.insert((at, key.to_vec()));
+    }
+
+    /// Lazy expiry of fields: deletes every field of the hash at `key` whose deadline
+    /// is `<= now` (the key too if none is left), as Redis deletes the expired fields
+    /// a command meets. Callers check `fields_expire_here` first.
+    pub fn expire_due_fields(&mut self, key: &[u8], now_ms: u64) -> FieldsExpired {
+        self.expire_fields_of(key, now_ms, usize::MAX)
+    }
+
+    /// One slice of the active expiry of hash fields (Redis's
+    /// activeExpireHashFieldCycle): the hashes whose earliest deadline passed, earliest
+    /// first, until `max` fields went; `touched` hears of each hash changed. Returns
+    /// how many fields went.
+    pub fn expire_fields_some(
+        &mut self,
+        now_ms: u64,
+        max: usize,
+        mut touched: impl FnMut(&[u8]),
+    ) -> usize {
+        let mut done = 0;
+        while done < max {
+            let Some((at, _)) = self.field_deadlines.first() else {
+                break;
+            };
+            if *at > now_ms {
+                break;
+            }
+            let Some((_, key)) = self.field_deadlines.pop_first() else {
+                break;
+            };
+            let gone = self.expire_fields_of(&key, now_ms, max - done);
+            if gone.fields > 0 {
+                touched(&key);
+            }
+            done += gone.fields;
+        }
+        done
+    }
+
+    /// Deletes up to `max` due fields of the hash at `key` and renews its hint; a key
+    /// whose own TTL passed is left to the expiry of keys.
+    fn expire_fields_of(&mut self, key: &[u8], now_ms: u64, max: usize) -> FieldsExpired {
+        let (idx, hash) = self.locate(key);
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return FieldsExpired::default();
+        };
+        let Some(e) = slot.table.find_mut(hash, |e| key_eq(e.key(), key)) else {
+            return FieldsExpired::default();
+        };
+        if e.is_expired(now_ms) {
+            return FieldsExpired::default();
+        }
+        let Value::Hash(h) = e.value() else {
+            return FieldsExpired::default();
+        };
+        if !h.fields_due(now_ms) {
+            if let Some(at) = h.min_field_expire() {
+                self.field_deadlines.insert((at, key.to_vec()));
+            }
+            return FieldsExpired::default();
+        }
+        save_before_change(&mut self.cut, e, self.mark);
+        let Value::Hash(h) = e.value_mut() else {
+            return FieldsExpired::default();
+        };
+        let log = STREAM_READERS.any();
+        let log_to = &mut self.expired_fields_log;
+        let fields = h.expire_due_fields(now_ms, max, |f| {
+            if log {
+                log_to.push((key.to_vec(), f.to_vec()));
+            }
+        });
+        let (empty, next) = (h.is_empty(), h.min_field_expire());
+        self.expired_fields_count += fields as u64;
+        notify(class::HASH, "hexpired", key, self.index);
+        if empty {
+            self.remove_at(idx, hash, key);
+            notify(class::GENERIC, "del", key, self.index);
+        } else {
+            let (old, new) = remeasure(e);
+            self.used = self.used - old + new;
+            if let Some(at) = next {
+                self.field_deadlines.insert((at, key.to_vec()));
+            }
+        }
+        FieldsExpired {
+            fields,
+            key_deleted: empty,
+        }
+    }
+
     /// Cuts a snapshot here (see `storage::snapshot`): from this instant on, the walk
     /// and the writes save every entry as it is now. No snapshot may be running.
     pub fn begin_snapshot(&mut self) {
@@ -1156,6 +1295,7 @@ impl Db {
         std::mem::swap(&mut self.keys, &mut other.keys);
         std::mem::swap(&mut self.expires, &mut other.expires);
         std::mem::swap(&mut self.used, &mut other.used);
+        std::mem::swap(&mut self.field_deadlines, &mut other.field_deadlines);
         self.exact.forget();
         other.exact.forget();
         // The hashers differ per Db only if created with different seeds; Tessera

@@ -1,5 +1,9 @@
 //! Hash commands (Redis's t_hash.c): HSET and friends, counters, whole-hash reads,
 //! HRANDFIELD and HSCAN. Every command has one key, so all run on its owning shard.
+//!
+//! Fields may have deadlines (Redis 7.4, see `hash_expire`): every command here deletes
+//! the due fields of the hash it looks up before using it, so none of them ever shows
+//! an expired field. A hash without field TTLs pays one branch for that check.
 
 use super::table::K1;
 use super::table::{flags::*, CommandSpec, Cross, Kind};
@@ -51,7 +55,7 @@ pub static COMMANDS: &[CommandSpec] = &[
 ];
 
 /// The hash at a looked-up entry: `Ok(None)` if missing, `Err` if another type.
-fn as_hash(entry: Option<&mut Entry>) -> Result<Option<&mut HashValue>, ()> {
+pub(super) fn as_hash(entry: Option<&mut Entry>) -> Result<Option<&mut HashValue>, ()> {
     match entry {
         None => Ok(None),
         Some(e) => match e.value_mut() {
@@ -59,6 +63,61 @@ fn as_hash(entry: Option<&mut Entry>) -> Result<Option<&mut HashValue>, ()> {
             _ => Err(()),
         },
     }
+}
+
+/// What `modify_hash` found at the key.
+pub(super) enum Found<R, F> {
+    /// The hash, and what `f` returned for it.
+    Hash(R),
+    /// No such key: `f` comes back unused.
+    Missing(F),
+}
+
+/// Runs `f` on the hash at `key` for writing, its due fields deleted first. Err for
+/// another type.
+pub(super) fn modify_hash<R, F: FnOnce(&mut HashValue) -> R>(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    f: F,
+) -> Result<Found<R, F>, ()> {
+    let now = ctx.now;
+    match as_hash(ctx.lookup_write(key))? {
+        None => return Ok(Found::Missing(f)),
+        Some(h) if !h.fields_due(now) => return Ok(Found::Hash(f(h))),
+        Some(_) => {}
+    }
+    drop_due_fields(ctx, key);
+    let db = ctx.db;
+    Ok(match as_hash(ctx.data.dbs[db].get(key, now))? {
+        Some(h) => Found::Hash(f(h)),
+        None => Found::Missing(f),
+    })
+}
+
+/// Deletes the due fields of the hash at `key` (and the key if none is left), as the
+/// server's write: replicas get their HDELs, WATCH and tracking hear of it. Where
+/// fields do not expire (a replica, a client pause, loading) they stay: returns true.
+pub(super) fn drop_due_fields(ctx: &mut ExecCtx, key: &[u8]) -> bool {
+    let now = ctx.now;
+    let db = ctx.db();
+    if !db.fields_expire_here() {
+        return true;
+    }
+    db.expire_due_fields(key, now);
+    ctx.signal_also(ctx.db, key, true, false);
+    false
+}
+
+/// The hash as a reader sees it where due fields are kept (a replica's own clients):
+/// a copy without them. The master's own commands see the hash as it is.
+fn without_due_fields(h: &HashValue, now: u64) -> Option<std::borrow::Cow<'_, HashValue>> {
+    use std::borrow::Cow;
+    if crate::storage::entry::replaying() {
+        return Some(Cow::Borrowed(h));
+    }
+    let mut copy = h.clone();
+    copy.expire_due_fields(now, usize::MAX, |_| {});
+    (!copy.is_empty()).then_some(Cow::Owned(copy))
 }
 
 /// Runs `f` on the hash at `key` for writing, on a fresh empty hash if the key is
@@ -70,15 +129,15 @@ fn write_hash<R>(
     f: impl FnOnce(&mut HashValue, &EncodingLimits) -> R,
 ) -> Option<R> {
     let limits = ctx.data.limits;
-    match as_hash(ctx.lookup_write(key)) {
+    match modify_hash(ctx, key, |h| f(h, &limits)) {
         Err(()) => {
             ctx.error(WRONGTYPE);
             None
         }
-        Ok(Some(h)) => Some(f(h, &limits)),
-        Ok(None) => {
+        Ok(Found::Hash(r)) => Some(r),
+        Ok(Found::Missing(f)) => {
             let mut h = HashValue::new();
-            let r = f(&mut h, &limits);
+            let r = f(&mut h);
             if !h.is_empty() {
                 let lru = crate::util::lru_clock();
                 ctx.db()
@@ -91,17 +150,30 @@ fn write_hash<R>(
 
 /// Looks a hash up for reading and replies from it with `f`; a missing key gets
 /// `missing`, another type WRONGTYPE.
-fn read_hash(
+pub(super) fn read_hash(
     ctx: &mut ExecCtx,
     missing: impl FnOnce(&mut ReplyWriter),
     f: impl FnOnce(&HashValue, &mut ReplyWriter),
 ) {
     let key = ctx.args.get(1);
+    let now = ctx.now;
     let (entry, out) = ctx.read_with_out(key);
     match as_hash(entry) {
+        Ok(Some(h)) if !h.fields_due(now) => return f(h, out),
+        Ok(Some(_)) => {}
+        Ok(None) => return missing(out),
+        Err(()) => return out.error(WRONGTYPE),
+    }
+    let kept = drop_due_fields(ctx, key);
+    let db = ctx.db;
+    let (entry, out) = (ctx.data.dbs[db].get(key, now), &mut ctx.out);
+    match as_hash(entry) {
+        Ok(Some(h)) if kept => match without_due_fields(h, now) {
+            Some(live) => f(&live, out),
+            None => missing(out),
+        },
         Ok(Some(h)) => f(h, out),
-        Ok(None) => missing(out),
-        Err(()) => out.error(WRONGTYPE),
+        _ => missing(out),
     }
 }
 
@@ -235,13 +307,14 @@ fn hvals(ctx: &mut ExecCtx) {
 fn hdel(ctx: &mut ExecCtx) {
     let args = ctx.args;
     let key = args.get(1);
-    let (deleted, emptied) = match as_hash(ctx.lookup_write(key)) {
+    let removed = modify_hash(ctx, key, |h| {
+        let n = (2..args.len()).filter(|&i| h.remove(args.get(i))).count();
+        (n, h.is_empty())
+    });
+    let (deleted, emptied) = match removed {
         Err(()) => return ctx.error(WRONGTYPE),
-        Ok(None) => (0, false),
-        Ok(Some(h)) => {
-            let n = (2..args.len()).filter(|&i| h.remove(args.get(i))).count();
-            (n, h.is_empty())
-        }
+        Ok(Found::Missing(_)) => (0, false),
+        Ok(Found::Hash(r)) => r,
     };
     if emptied {
         ctx.db().remove(key);
@@ -297,7 +370,7 @@ fn hincrby(ctx: &mut ExecCtx) {
         };
         let n = cur.checked_add(incr).ok_or(OVERFLOW)?;
         let mut buf = [0u8; 24];
-        h.set(
+        h.set_keep_ttl(
             field,
             crate::storage::value::format_i64(n, &mut buf),
             limits,
@@ -334,7 +407,7 @@ fn hincrbyfloat(ctx: &mut ExecCtx) {
         }
         let mut text = Vec::with_capacity(32);
         n.format_human(&mut text);
-        h.set(field, &text, limits);
+        h.set_keep_ttl(field, &text, limits);
         Ok(text)
     });
     match result {
@@ -387,6 +460,15 @@ fn hash_and_rng<'c, 'a>(
 ) {
     let key = ctx.args.get(1);
     let now = ctx.now;
+    let due = ctx.data.dbs[ctx.db]
+        .peek(key)
+        .is_some_and(|e| match e.value() {
+            Value::Hash(h) => h.fields_due(now),
+            _ => false,
+        });
+    if due {
+        drop_due_fields(ctx, key);
+    }
     let lru = crate::util::lru_clock();
     let data = &mut *ctx.data;
     let entry = match data.dbs[ctx.db].get(key, now) {

@@ -19,6 +19,7 @@ pub mod config_cmd;
 pub mod debug;
 pub mod digest;
 pub mod geo;
+pub mod hash_expire;
 pub mod hashes;
 pub mod hll;
 pub mod keys;

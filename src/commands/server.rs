@@ -194,6 +194,8 @@ struct ShardReport {
     stats: ShardStats,
     keyspace: Vec<(usize, usize, usize)>,
     expired: u64,
+    /// Hash fields expired (Redis 7.4's expired_subkeys).
+    expired_subkeys: u64,
     /// Keys a writable replica expires itself.
     replica_local_expires: usize,
     clients: usize,
@@ -263,6 +265,7 @@ fn info<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         .map(|(i, db)| (i, db.len(), db.expires_len()))
                         .collect(),
                     expired: d.dbs.iter().map(|db| db.expired_count).sum(),
+                    expired_subkeys: d.dbs.iter().map(|db| db.expired_fields_count).sum(),
                     replica_local_expires: d
                         .dbs
                         .iter()
@@ -503,6 +506,7 @@ fn info_memory(cell: &crate::shard::ShardCell, reports: &[ShardReport], out: &mu
 
 fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
     let expired: u64 = reports.iter().map(|r| r.expired).sum();
+    let expired_subkeys: u64 = reports.iter().map(|r| r.expired_subkeys).sum();
     let tracked_expires: usize = reports.iter().map(|r| r.replica_local_expires).sum();
     let evicted: u64 = reports.iter().map(|r| r.evicted).sum();
     let eviction_ms: u64 = reports.iter().map(|r| r.eviction_us).sum::<u64>() / 1000;
@@ -512,7 +516,7 @@ fn info_stats(s: &ShardStats, reports: &[ShardReport], out: &mut String) {
     let unexpected = crate::replication::link::unexpected_error_replies();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:{sync_full}\r\nsync_partial_ok:{sync_partial_ok}\r\nsync_partial_err:{sync_partial_err}\r\nexpired_keys:{expired}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:{fork_usec}\r\ntotal_forks:{forks}\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:{tracked_expires}\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:{tk}\r\ntracking_total_items:{ti}\r\ntracking_total_prefixes:{tp}\r\nunexpected_error_replies:{unexpected}\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_kbps:0.00\r\ninstantaneous_output_kbps:0.00\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\nrejected_connections:{}\r\nsync_full:{sync_full}\r\nsync_partial_ok:{sync_partial_ok}\r\nsync_partial_err:{sync_partial_err}\r\nexpired_keys:{expired}\r\nexpired_subkeys:{expired_subkeys}\r\nexpired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{eviction_ms}\r\ncurrent_eviction_exceeded_time:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:0\r\npubsub_patterns:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:{fork_usec}\r\ntotal_forks:{forks}\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:{tracked_expires}\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:{tk}\r\ntracking_total_items:{ti}\r\ntracking_total_prefixes:{tp}\r\nunexpected_error_replies:{unexpected}\r\ntotal_error_replies:{}\r\ndump_payload_sanitizations:0\r\ntotal_reads_processed:0\r\ntotal_writes_processed:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\n",
         s.total_connections,
         s.total_commands,
         s.net_input_bytes,

@@ -160,8 +160,14 @@ fn self_propagating(name: &str) -> bool {
 }
 
 /// DELs (or UNLINKs, with lazyfree-lazy-expire) for the keys found expired on this
-/// shard since the last call.
+/// shard since the last call, and an HDEL for each hash field that expired (Redis
+/// 7.4's propagateHashFieldDeletion: one field per HDEL).
 pub fn drain_expired(data: &mut ShardData, txn: Option<u64>) {
+    for (i, db) in data.dbs.iter_mut().enumerate() {
+        for (key, field) in std::mem::take(&mut db.expired_fields_log) {
+            propagate(txn, i, vec![b"HDEL".to_vec(), key, field]);
+        }
+    }
     if data.dbs.iter().all(|d| d.expired_log.is_empty()) {
         return;
     }

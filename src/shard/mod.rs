@@ -316,6 +316,8 @@ pub fn new_cell(
 /// expired, within a time budget so a burst of expiries never stalls the shard.
 pub async fn run_active_expiry(cell: Rc<ShardCell>) {
     const SAMPLES: usize = 20;
+    // Redis's HFE_DB_BASE_ACTIVE_EXPIRE_FIELDS_PER_SEC.
+    const FIELDS_PER_SECOND: usize = 10_000;
     loop {
         let hz = cell.data.borrow().config.hz().clamp(1, 500);
         runtime::sleep(Duration::from_millis(1000 / hz as u64)).await;
@@ -352,6 +354,14 @@ pub async fn run_active_expiry(cell: Rc<ShardCell>) {
                 data.tracking.writer = 0;
                 let lazy = data.mem.lazy_expire;
                 for (i, db) in data.dbs.iter_mut().enumerate() {
+                    // Hash fields first, as Redis interleaves them before the keys:
+                    // up to 10000 a second per database, more steps while that is
+                    // not enough (within the same time budget).
+                    let field_budget = (FIELDS_PER_SECOND / hz as usize).max(1);
+                    let fields = db.expire_fields_some(now, field_budget, |key| {
+                        signal_fields(&mut data.watches, &mut data.tracking, i, key);
+                    });
+                    more |= fields == field_budget;
                     for _ in 0..16 {
                         // Expiry is a write: WATCHers of the key must fail (Redis's
                         // signalModifiedKey), and big values may go to lazy free.

@@ -372,7 +372,7 @@ pub fn set_replaying(on: bool) {
 }
 
 #[inline]
-pub(super) fn replaying() -> bool {
+pub fn replaying() -> bool {
     REPLAYING.with(|r| r.get())
 }
 

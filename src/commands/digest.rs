@@ -103,7 +103,12 @@ pub fn mix_value(digest: &mut Digest, v: &Value, expire_at: u64) {
         }
         Value::Hash(h) => {
             for (f, val) in h.iter() {
-                xor(digest, &element(&[f, val]));
+                let mut e = element(&[f, val]);
+                // Redis 7.4 marks a field with a deadline (not the deadline itself).
+                if h.field_expire(f).is_some() {
+                    xor(&mut e, b"!!hexpire!!");
+                }
+                xor(digest, &e);
             }
         }
         Value::Stream(s) => {

@@ -67,6 +67,17 @@ pub fn key_commands(out: &mut Vec<u8>, key: &[u8], value: &DumpValue, expire_at:
             key,
             pairs.iter().map(|(f, v)| vec![f.as_slice(), v.as_slice()]),
         ),
+        DumpValue::HashEx(fields) => {
+            batched(
+                out,
+                b"HMSET",
+                key,
+                fields
+                    .iter()
+                    .map(|(f, v, _)| vec![f.as_slice(), v.as_slice()]),
+            );
+            field_deadlines(out, key, fields);
+        }
         DumpValue::ZSet(members) => {
             let scores: Vec<Vec<u8>> = members
                 .iter()
@@ -86,6 +97,18 @@ pub fn key_commands(out: &mut Vec<u8>, key: &[u8], value: &DumpValue, expire_at:
     }
     if let Some(at) = expire_at {
         command(out, &[b"PEXPIREAT", key, at.to_string().as_bytes()]);
+    }
+}
+
+/// `HPEXPIREAT key at FIELDS 1 field` for each field with a deadline (Redis 7.4's
+/// rewriteHashObject).
+fn field_deadlines(out: &mut Vec<u8>, key: &[u8], fields: &[(Vec<u8>, Vec<u8>, u64)]) {
+    for (field, _, at) in fields.iter().filter(|(_, _, at)| *at != 0) {
+        let at = at.to_string();
+        command(
+            out,
+            &[b"HPEXPIREAT", key, at.as_bytes(), b"FIELDS", b"1", field],
+        );
     }
 }
 

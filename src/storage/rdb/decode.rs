@@ -7,11 +7,12 @@ use std::collections::HashSet;
 use super::elem::{int_to_bytes, parse_score, Elem};
 use super::{
     intset, listpack, lzf, stream, ziplist, DumpValue, Res, RestoreError, ENC_INT16, ENC_INT32,
-    ENC_INT8, ENC_LZF, QUICKLIST_NODE_PACKED, QUICKLIST_NODE_PLAIN, TYPE_HASH, TYPE_HASH_LISTPACK,
-    TYPE_HASH_ZIPLIST, TYPE_HASH_ZIPMAP, TYPE_LIST, TYPE_LIST_QUICKLIST, TYPE_LIST_QUICKLIST_2,
-    TYPE_LIST_ZIPLIST, TYPE_SET, TYPE_SET_INTSET, TYPE_STREAM_LISTPACKS, TYPE_STREAM_LISTPACKS_2,
-    TYPE_STREAM_LISTPACKS_3, TYPE_STRING, TYPE_ZSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK,
-    TYPE_ZSET_ZIPLIST,
+    ENC_INT8, ENC_LZF, FIELD_DEADLINE_MAX, QUICKLIST_NODE_PACKED, QUICKLIST_NODE_PLAIN, TYPE_HASH,
+    TYPE_HASH_LISTPACK, TYPE_HASH_LISTPACK_EX, TYPE_HASH_LISTPACK_EX_PRE_GA, TYPE_HASH_METADATA,
+    TYPE_HASH_METADATA_PRE_GA, TYPE_HASH_ZIPLIST, TYPE_HASH_ZIPMAP, TYPE_LIST, TYPE_LIST_QUICKLIST,
+    TYPE_LIST_QUICKLIST_2, TYPE_LIST_ZIPLIST, TYPE_SET, TYPE_SET_INTSET, TYPE_STREAM_LISTPACKS,
+    TYPE_STREAM_LISTPACKS_2, TYPE_STREAM_LISTPACKS_3, TYPE_STRING, TYPE_ZSET, TYPE_ZSET_2,
+    TYPE_ZSET_LISTPACK, TYPE_ZSET_ZIPLIST,
 };
 
 pub(super) struct Reader<'a> {
@@ -183,6 +184,14 @@ pub(super) fn read_value(ty: u8, r: &mut Reader<'_>) -> Res<DumpValue> {
             stream::read(r, ty).map(|s| DumpValue::Stream(Box::new(s)))
         }
         TYPE_HASH_ZIPMAP => read_zipmap(&r.string()?),
+        TYPE_HASH_METADATA | TYPE_HASH_METADATA_PRE_GA => read_hash_metadata(r, ty),
+        TYPE_HASH_LISTPACK_EX | TYPE_HASH_LISTPACK_EX_PRE_GA => {
+            if ty == TYPE_HASH_LISTPACK_EX {
+                // The earliest deadline: the fields carry their own.
+                r.take(8)?;
+            }
+            read_hash_packed_ex(&listpack::decode(&r.string()?)?)
+        }
         _ => Err(RestoreError::Corrupt),
     }
 }
@@ -290,6 +299,57 @@ fn read_hash(r: &mut Reader<'_>) -> Res<DumpValue> {
     }
     ensure_unique(pairs.iter().map(|(f, _)| f.as_slice()), pairs.len())?;
     Ok(DumpValue::Hash(pairs))
+}
+
+/// Types 24 and 22: per field its deadline (relative to the leading earliest one
+/// plus one in 24, absolute in 22; 0 for none), the field and the value.
+fn read_hash_metadata(r: &mut Reader<'_>, ty: u8) -> Res<DumpValue> {
+    let min = if ty == TYPE_HASH_METADATA {
+        let min = u64::from_le_bytes(r.array()?);
+        if min > FIELD_DEADLINE_MAX + 1 {
+            return Err(RestoreError::Corrupt);
+        }
+        Some(min)
+    } else {
+        None
+    };
+    let (n, cap) = r.count()?;
+    ensure_non_empty(n)?;
+    let mut fields = Vec::with_capacity(cap);
+    for _ in 0..n {
+        let ttl = r.len()? as u64;
+        let at = match (ttl, min) {
+            (0, _) => 0,
+            (ttl, Some(min)) => (ttl - 1).checked_add(min).ok_or(RestoreError::Corrupt)?,
+            (ttl, None) => ttl,
+        };
+        if at > FIELD_DEADLINE_MAX {
+            return Err(RestoreError::Corrupt);
+        }
+        let field = r.string()?;
+        let value = r.string()?;
+        fields.push((field, value, at));
+    }
+    ensure_unique(fields.iter().map(|(f, _, _)| f.as_slice()), fields.len())?;
+    Ok(DumpValue::HashEx(fields))
+}
+
+/// Types 25 and 23: a listpack of (field, value, deadline or 0) triplets.
+fn read_hash_packed_ex(elems: &[Elem<'_>]) -> Res<DumpValue> {
+    ensure_non_empty(elems.len())?;
+    if !elems.len().is_multiple_of(3) {
+        return Err(RestoreError::Corrupt);
+    }
+    let mut fields = Vec::with_capacity(elems.len() / 3);
+    for t in elems.chunks_exact(3) {
+        let at = match t[2] {
+            Elem::Int(at) if (0..=FIELD_DEADLINE_MAX as i64).contains(&at) => at as u64,
+            _ => return Err(RestoreError::Corrupt),
+        };
+        fields.push((t[0].to_vec(), t[1].to_vec(), at));
+    }
+    ensure_unique(fields.iter().map(|(f, _, _)| f.as_slice()), fields.len())?;
+    Ok(DumpValue::HashEx(fields))
 }
 
 fn read_zset_generic<'a>(

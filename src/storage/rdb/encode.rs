@@ -3,8 +3,8 @@
 
 use super::{
     intset, listpack, lzf, ENC_INT16, ENC_INT32, ENC_INT8, ENC_LZF, QUICKLIST_NODE_PACKED,
-    QUICKLIST_NODE_PLAIN, TYPE_HASH, TYPE_HASH_LISTPACK, TYPE_LIST_QUICKLIST_2, TYPE_SET,
-    TYPE_SET_INTSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK,
+    QUICKLIST_NODE_PLAIN, TYPE_HASH, TYPE_HASH_LISTPACK, TYPE_HASH_LISTPACK_EX, TYPE_HASH_METADATA,
+    TYPE_LIST_QUICKLIST_2, TYPE_SET, TYPE_SET_INTSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK,
 };
 use crate::util::string2ll;
 
@@ -144,11 +144,19 @@ pub(super) fn write_set(out: &mut Vec<u8>, members: &[Vec<u8>]) {
     }
 }
 
-pub(super) fn write_hash(out: &mut Vec<u8>, pairs: &[(Vec<u8>, Vec<u8>)]) {
-    let small = pairs.len() <= HASH_MAX_LISTPACK_ENTRIES
+/// Whether a hash of `len` pairs whose fields and values are `pairs` is written as a
+/// listpack.
+fn hash_fits_listpack<'a>(
+    len: usize,
+    mut pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+) -> bool {
+    len <= HASH_MAX_LISTPACK_ENTRIES
         && pairs
-            .iter()
-            .all(|(f, v)| f.len() <= HASH_MAX_LISTPACK_VALUE && v.len() <= HASH_MAX_LISTPACK_VALUE);
+            .all(|(f, v)| f.len() <= HASH_MAX_LISTPACK_VALUE && v.len() <= HASH_MAX_LISTPACK_VALUE)
+}
+
+pub(super) fn write_hash(out: &mut Vec<u8>, pairs: &[(Vec<u8>, Vec<u8>)]) {
+    let small = hash_fits_listpack(pairs.len(), pairs.iter().map(|(f, v)| (&f[..], &v[..])));
     if small {
         let mut lp = listpack::Builder::new();
         for (field, value) in pairs {
@@ -162,6 +170,41 @@ pub(super) fn write_hash(out: &mut Vec<u8>, pairs: &[(Vec<u8>, Vec<u8>)]) {
     out.push(TYPE_HASH);
     write_len(out, pairs.len());
     for (field, value) in pairs {
+        write_string(out, field);
+        write_string(out, value);
+    }
+}
+
+/// A hash with field deadlines (`DumpValue::HashEx`), as Redis 7.4 writes it: both
+/// types start with the earliest deadline (8 bytes, little endian).
+pub(super) fn write_hash_ex(out: &mut Vec<u8>, fields: &[(Vec<u8>, Vec<u8>, u64)]) {
+    // Redis's listpackex keeps fields by deadline, those without one last, and its
+    // expiry relies on that order: a loaded listpack is used as it is.
+    let mut sorted: Vec<&(Vec<u8>, Vec<u8>, u64)> = fields.iter().collect();
+    sorted.sort_by_key(|(_, _, at)| if *at == 0 { u64::MAX } else { *at });
+    let min = sorted.first().map_or(0, |(_, _, at)| *at);
+    let small = hash_fits_listpack(
+        fields.len(),
+        fields.iter().map(|(f, v, _)| (&f[..], &v[..])),
+    );
+    if small {
+        let mut lp = listpack::Builder::new();
+        for (field, value, at) in sorted {
+            lp.push(&listpack::Entry::from_bytes(field));
+            lp.push(&listpack::Entry::from_bytes(value));
+            lp.push(&listpack::Entry::Int(*at as i64));
+        }
+        out.push(TYPE_HASH_LISTPACK_EX);
+        out.extend_from_slice(&min.to_le_bytes());
+        write_string(out, &lp.finish());
+        return;
+    }
+    out.push(TYPE_HASH_METADATA);
+    out.extend_from_slice(&min.to_le_bytes());
+    write_len(out, fields.len());
+    for (field, value, at) in fields {
+        // Relative to the earliest, plus one: 0 stays "no deadline" and small.
+        write_len64(out, if *at == 0 { 0 } else { at - min + 1 });
         write_string(out, field);
         write_string(out, value);
     }

@@ -74,7 +74,7 @@ mod value;
 mod ziplist;
 
 use decode::{read_value, Reader};
-use encode::{write_hash, write_list, write_set, write_string, write_zset};
+use encode::{write_hash, write_hash_ex, write_list, write_set, write_string, write_zset};
 pub use value::dump_value;
 
 /// The RDB version written in (and the highest accepted from) payload footers.
@@ -105,6 +105,18 @@ const TYPE_STREAM_LISTPACKS: u8 = 15;
 const TYPE_STREAM_LISTPACKS_2: u8 = 19;
 /// Redis 7.2 streams: consumers also carry an active-time.
 const TYPE_STREAM_LISTPACKS_3: u8 = 21;
+/// Redis 7.4 release candidates' hashes with field TTLs: absolute deadlines, no
+/// leading earliest deadline (read only).
+const TYPE_HASH_METADATA_PRE_GA: u8 = 22;
+const TYPE_HASH_LISTPACK_EX_PRE_GA: u8 = 23;
+/// Redis 7.4's hashes with field TTLs: the earliest deadline, then per field its
+/// deadline relative to it (+1; 0 for none), the field and the value.
+const TYPE_HASH_METADATA: u8 = 24;
+/// Redis 7.4's listpack hash with field TTLs: the earliest deadline, then a listpack
+/// of (field, value, deadline or 0) triplets, earliest deadline first.
+const TYPE_HASH_LISTPACK_EX: u8 = 25;
+/// Latest deadline a field may carry (Redis's EB_EXPIRE_TIME_MAX, 48 bits).
+const FIELD_DEADLINE_MAX: u64 = 0xFFFF_FFFF_FFFF;
 
 const ENC_INT8: u8 = 0;
 const ENC_INT16: u8 = 1;
@@ -124,6 +136,9 @@ pub enum DumpValue {
     List(Vec<Vec<u8>>),
     Set(Vec<Vec<u8>>),
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A hash some of whose fields have deadlines: (field, value, deadline in unix
+    /// ms, 0 for none), written in Redis 7.4's types (24, 25).
+    HashEx(Vec<(Vec<u8>, Vec<u8>, u64)>),
     ZSet(Vec<(Vec<u8>, f64)>),
     Stream(Box<StreamValue>),
 }
@@ -183,6 +198,7 @@ fn write_dump_value(out: &mut Vec<u8>, value: &DumpValue) {
         DumpValue::List(items) => write_list(out, items),
         DumpValue::Set(members) => write_set(out, members),
         DumpValue::Hash(pairs) => write_hash(out, pairs),
+        DumpValue::HashEx(fields) => write_hash_ex(out, fields),
         DumpValue::ZSet(entries) => write_zset(out, entries),
         DumpValue::Stream(s) => {
             out.push(TYPE_STREAM_LISTPACKS_2);

@@ -302,7 +302,8 @@ impl<'a> RdbReader<'a> {
 
 /// Whether `t` is a value type Redis 7.0 can load (module types are refused apart).
 fn is_value_type(t: u8) -> bool {
-    matches!(t, 0..=5 | 9..=19)
+    // 22..=25: Redis 7.4's hashes with field TTLs.
+    matches!(t, 0..=5 | 9..=19 | 22..=25)
 }
 
 /// A module type's 9-character name, from the top 54 bits of its id (6 bits a

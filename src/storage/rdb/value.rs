@@ -21,6 +21,11 @@ impl DumpValue {
         match v {
             Value::Str(s) => DumpValue::Str(s.to_vec()),
             Value::List(l) => DumpValue::List(l.iter().map(|e| e.to_vec()).collect()),
+            Value::Hash(h) if h.has_field_ttls() => DumpValue::HashEx(
+                h.iter()
+                    .map(|(f, v)| (f.to_vec(), v.to_vec(), h.field_expire(f).unwrap_or(0)))
+                    .collect(),
+            ),
             Value::Hash(h) => {
                 DumpValue::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
             }
@@ -62,6 +67,20 @@ impl DumpValue {
                 }
                 // `restore` rejected duplicate fields, as `from_pairs` requires.
                 Value::Hash(Box::new(HashValue::from_pairs(&pairs, limits)))
+            }
+            DumpValue::HashEx(fields) => {
+                if fields.is_empty() {
+                    return None;
+                }
+                let pairs: Vec<(Vec<u8>, Vec<u8>)> = fields
+                    .iter()
+                    .map(|(f, v, _)| (f.clone(), v.clone()))
+                    .collect();
+                let mut h = HashValue::from_pairs(&pairs, limits);
+                for (f, _, at) in fields.iter().filter(|(_, _, at)| *at != 0) {
+                    h.set_field_expire(f, *at);
+                }
+                Value::Hash(Box::new(h))
             }
             DumpValue::Set(members) => {
                 let mut s = SetValue::default();
@@ -134,7 +153,17 @@ mod tests {
             max_bytes: 4096,
         };
         stream.append(StreamId::new(1, 1), &[&b"f"[..], b"v"], nodes);
+        // Field deadlines: a big hash (type 24) and a small one (type 25).
+        let mut big_ex = hash.clone();
+        big_ex.set_field_expire(b"m7", 1_700_000_000_000);
+        big_ex.set_field_expire(b"m9", 1_700_000_000_500);
+        let mut small_ex = HashValue::new();
+        small_ex.set(b"a", b"1", &lim);
+        small_ex.set(b"b", b"x", &lim);
+        small_ex.set_field_expire(b"b", 0xFFFF_FFFF_FFFF);
         vec![
+            Value::Hash(Box::new(big_ex)),
+            Value::Hash(Box::new(small_ex)),
             Value::Str(StrValue::from_bytes(b"12345")),
             Value::Str(StrValue::from_bytes(&[b'a'; 100])),
             Value::List(Box::new(list)),
@@ -156,6 +185,10 @@ mod tests {
                 m.sort();
                 DumpValue::Set(m)
             }
+            DumpValue::HashEx(mut p) => {
+                p.sort();
+                DumpValue::HashEx(p)
+            }
             other => other,
         }
     }
@@ -169,8 +202,12 @@ mod tests {
             dump_value(&v, &mut payload);
             let copy = DumpValue::from_value(&v);
             assert_eq!(payload[6..], dump(&copy));
+            if let DumpValue::HashEx(_) = copy {
+                assert!([24, 25].contains(&payload[6]), "type {}", payload[6]);
+            }
             let back = restore(&payload[6..]).expect("restores");
-            assert_eq!(back, copy);
+            // A listpackex payload lists fields by deadline, whatever the table's order.
+            assert_eq!(unordered(back.clone()), unordered(copy.clone()));
             let back = back.into_value(&limits()).expect("a value");
             assert_eq!(unordered(DumpValue::from_value(&back)), unordered(copy));
         }

@@ -280,3 +280,56 @@ fn copy_and_move_between_databases_and_claims_propagate() {
         "set end 1",
     ]);
 }
+
+/// Hash field expiration as Redis 7.4 propagates it: every HEXPIRE form as HPEXPIREAT
+/// with the absolute time and only the fields it set, fields deleted by a past time
+/// and fields that expired as one HDEL each, HPERSIST as it came.
+#[test]
+fn hash_field_ttls_propagate_as_hpexpireat_and_hdel() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, true);
+    let (bar, foo) = (KEY_SHARD0, KEY_SHARD1);
+    let writes: &[&[&str]] = &[
+        &["HSET", bar, "f1", "v1"],
+        &["HEXPIRE", bar, "100", "NX", "FIELDS", "1", "f1"],
+        &["HSET", foo, "f3", "v3", "f4", "v4", "f5", "v5"],
+        &["HPEXPIRE", foo, "100000", "FIELDS", "3", "f3", "nope", "f4"],
+        &["HPERSIST", foo, "FIELDS", "1", "f3"],
+        // Nothing set, nothing propagated.
+        &["HEXPIRE", foo, "100", "XX", "FIELDS", "1", "f5"],
+        &["HPERSIST", foo, "FIELDS", "1", "f5"],
+        &["HPEXPIREAT", foo, "1", "FIELDS", "2", "f5", "f4"],
+        &["HPEXPIREAT", foo, "9999999999999", "FIELDS", "1", "f3"],
+        &["HPEXPIRE", bar, "20", "FIELDS", "1", "f1"],
+    ];
+    for w in writes {
+        cmd(&mut c, w);
+    }
+    repl.expect(&[
+        "select 0",
+        "hset bar f1 v1",
+        "hpexpireat bar * NX FIELDS 1 f1",
+        "hset foo f3 v3 f4 v4 f5 v5",
+        "hpexpireat foo * FIELDS 2 f3 f4",
+        "hpersist foo FIELDS 1 f3",
+        "hdel foo f5",
+        "hdel foo f4",
+        "hpexpireat foo 9999999999999 FIELDS 1 f3",
+    ]);
+    let got = repl.next();
+    assert_eq!(got[..2], ["hpexpireat", "bar"]);
+    let at: i64 = got[2].parse().unwrap();
+    let on_master: Vec<i64> = redis::cmd("HPEXPIRETIME")
+        .arg(KEY_SHARD0)
+        .arg("FIELDS")
+        .arg(1)
+        .arg("f1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(on_master, vec![at], "the absolute time the master set");
+    // The field expires (lazily or actively): its HDEL, the key with it.
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(cmd(&mut c, &["HGET", KEY_SHARD0, "f1"]), redis::Value::Nil);
+    repl.expect(&["hdel bar f1"]);
+}

@@ -592,3 +592,37 @@ fn restore_rejects_bad_field_ttl_payloads() {
     assert!(e.is_err());
     assert_eq!(q::<i64>(&mut c, &["EXISTS", "bad"]), 0);
 }
+
+/// A field expiring is a change of its key: an EXEC watching it fails, whether the
+/// field went by the active cycle or by a read that found it due.
+#[test]
+fn field_expiry_aborts_watchers() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    for active in [true, false] {
+        let _: () = q(
+            &mut c,
+            &["DEBUG", "SET-ACTIVE-EXPIRE", if active { "1" } else { "0" }],
+        );
+        let _: i64 = q(&mut c, &["HSET", "w", "a", "1", "b", "2"]);
+        let _: Vec<i64> = q(&mut c, &["HPEXPIRE", "w", "30", "FIELDS", "1", "a"]);
+        let _: () = q(&mut c, &["WATCH", "w"]);
+        if active {
+            assert!(eventually(Duration::from_secs(3), || {
+                info_field(&mut c, "stats", "expired_subkeys") == "1"
+            }));
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut other = s.client();
+            assert_eq!(q::<i64>(&mut other, &["HLEN", "w"]), 1);
+        }
+        let _: () = q(&mut c, &["MULTI"]);
+        let _: String = q(&mut c, &["SET", "x", "1"]);
+        assert_eq!(
+            q::<redis::Value>(&mut c, &["EXEC"]),
+            redis::Value::Nil,
+            "active: {active}"
+        );
+        let _: i64 = q(&mut c, &["DEL", "w"]);
+    }
+}

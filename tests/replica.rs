@@ -1431,3 +1431,43 @@ fn wait_counts_from_the_clients_own_last_write() {
     let n: i64 = q(&mut b, &["WAIT", "1", "0"]);
     assert_eq!(n, 1);
 }
+
+/// Hash field TTLs on a Tessera replica: the full sync carries them (RDB types 24 and
+/// 25), and a field past its deadline is hidden from the replica's clients but left
+/// for the master's HDEL, as Redis 7.4 replicas do.
+#[test]
+fn a_replica_keeps_field_ttls_and_waits_for_the_masters_hdel() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let _: () = q(&mut m, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    let _: i64 = q(&mut m, &["HSET", "small", "a", "1", "b", "2", "c", "3"]);
+    let mut big = redis::cmd("HSET");
+    big.arg("big");
+    for i in 0..600 {
+        big.arg(format!("f{i}")).arg(i);
+    }
+    let _: i64 = big.query(&mut m).unwrap();
+    let _: Vec<i64> = q(&mut m, &["HEXPIRE", "small", "1000", "FIELDS", "1", "b"]);
+    let _: Vec<i64> = q(&mut m, &["HEXPIRE", "big", "1000", "FIELDS", "1", "f1"]);
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    for (key, field) in [("small", "b"), ("big", "f1")] {
+        let on_master: Vec<i64> = q(&mut m, &["HPEXPIRETIME", key, "FIELDS", "1", field]);
+        let on_replica: Vec<i64> = q(&mut r, &["HPEXPIRETIME", key, "FIELDS", "1", field]);
+        assert_eq!(on_master, on_replica, "{key}");
+    }
+    // Past its deadline on both, deleted on neither (no active expiry on the master).
+    let _: Vec<i64> = q(&mut m, &["HPEXPIRE", "small", "30", "FIELDS", "1", "a"]);
+    wait_in_sync(&mut m, &mut r);
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(q::<Option<String>>(&mut r, &["HGET", "small", "a"]), None);
+    assert_eq!(q::<i64>(&mut r, &["HLEN", "small"]), 2);
+    assert_eq!(info_field(&mut r, "stats", "expired_subkeys"), "0");
+    // The master's read deletes it and sends the HDEL.
+    assert_eq!(q::<i64>(&mut m, &["HLEN", "small"]), 2);
+    wait_in_sync(&mut m, &mut r);
+    let fields: Vec<String> = q(&mut r, &["HKEYS", "small"]);
+    assert_eq!(fields, vec!["b", "c"]);
+    let _: () = q(&mut m, &["DEBUG", "SET-ACTIVE-EXPIRE", "1"]);
+}

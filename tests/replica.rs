@@ -1463,6 +1463,8 @@ fn a_replica_keeps_field_ttls_and_waits_for_the_masters_hdel() {
     std::thread::sleep(Duration::from_millis(60));
     assert_eq!(q::<Option<String>>(&mut r, &["HGET", "small", "a"]), None);
     assert_eq!(q::<i64>(&mut r, &["HLEN", "small"]), 2);
+    let picks: Vec<String> = q(&mut r, &["HRANDFIELD", "small", "-50"]);
+    assert!(picks.iter().all(|f| f != "a"), "{picks:?}");
     assert_eq!(info_field(&mut r, "stats", "expired_subkeys"), "0");
     // The master's read deletes it and sends the HDEL.
     assert_eq!(q::<i64>(&mut m, &["HLEN", "small"]), 2);

@@ -449,15 +449,10 @@ fn hrandfield(ctx: &mut ExecCtx) {
     hrandfield_count(ctx, count, withvalues);
 }
 
-/// The hash at argument 1 for reading (counting a hit or miss), with the shard's
-/// random generator and the reply writer beside it.
-fn hash_and_rng<'c, 'a>(
-    ctx: &'c mut ExecCtx<'a>,
-) -> (
-    Result<Option<&'c mut HashValue>, ()>,
-    &'c mut Rng,
-    &'c mut ReplyWriter<'a>,
-) {
+/// HRANDFIELD's view of a hash with due fields: they are dropped first (None: read
+/// the hash itself), or where they are kept (a replica), it reads a copy without them
+/// (Some(None) when nothing is left).
+fn random_view(ctx: &mut ExecCtx) -> Option<Option<HashValue>> {
     let key = ctx.args.get(1);
     let now = ctx.now;
     let due = ctx.data.dbs[ctx.db]
@@ -466,9 +461,28 @@ fn hash_and_rng<'c, 'a>(
             Value::Hash(h) => h.fields_due(now),
             _ => false,
         });
-    if due {
-        drop_due_fields(ctx, key);
+    if !due || !drop_due_fields(ctx, key) {
+        return None;
     }
+    let Value::Hash(h) = ctx.data.dbs[ctx.db].peek(key)?.value() else {
+        return None;
+    };
+    Some(without_due_fields(h, now).map(std::borrow::Cow::into_owned))
+}
+
+/// The hash at argument 1 for reading (counting a hit or miss), or `view` in its
+/// place (see `random_view`), with the shard's random generator and the reply writer
+/// beside it.
+fn hash_and_rng<'c, 'a>(
+    ctx: &'c mut ExecCtx<'a>,
+    view: &'c Option<Option<HashValue>>,
+) -> (
+    Result<Option<&'c HashValue>, ()>,
+    &'c mut Rng,
+    &'c mut ReplyWriter<'a>,
+) {
+    let key = ctx.args.get(1);
+    let now = ctx.now;
     let lru = crate::util::lru_clock();
     let data = &mut *ctx.data;
     let entry = match data.dbs[ctx.db].get(key, now) {
@@ -482,12 +496,17 @@ fn hash_and_rng<'c, 'a>(
             None
         }
     };
-    (as_hash(entry), &mut data.rng, &mut ctx.out)
+    let hash = match (as_hash(entry), view) {
+        (Ok(Some(_)), Some(copy)) => Ok(copy.as_ref()),
+        (found, _) => found.map(|h| h.map(|h| &*h)),
+    };
+    (hash, &mut data.rng, &mut ctx.out)
 }
 
 /// HRANDFIELD key: one random field, or nil.
 fn hrandfield_one(ctx: &mut ExecCtx) {
-    let (hash, rng, out) = hash_and_rng(ctx);
+    let view = random_view(ctx);
+    let (hash, rng, out) = hash_and_rng(ctx, &view);
     match hash {
         Err(()) => out.error(WRONGTYPE),
         Ok(None) => out.null(),
@@ -506,7 +525,8 @@ const MAX_RANDOM_REPLY: u64 = 1 << 24;
 /// the whole hash), a negative one that many independent picks, repeats allowed.
 /// WITHVALUES pairs are nested arrays in RESP3 and flat in RESP2, as in Redis.
 fn hrandfield_count(ctx: &mut ExecCtx, count: i64, withvalues: bool) {
-    let (hash, rng, out) = hash_and_rng(ctx);
+    let view = random_view(ctx);
+    let (hash, rng, out) = hash_and_rng(ctx, &view);
     let h = match hash {
         Err(()) => return out.error(WRONGTYPE),
         Ok(None) => return out.array_len(0),

@@ -427,14 +427,6 @@ fn active_expiry_deletes_fields_nobody_touches_and_frees_memory() {
     assert_eq!(q::<i64>(&mut c, &["HLEN", KEY_SHARD0]), 1);
 }
 
-/// The next keyspace event on a `psubscribe`d connection: (channel, message).
-fn event(sub: &mut Raw) -> (String, String) {
-    let r = sub.read();
-    let items = r.items();
-    let n = items.len();
-    (items[n - 2].text(), items[n - 1].text())
-}
-
 #[test]
 fn keyspace_events() {
     let s = Server::start(2);
@@ -466,20 +458,17 @@ fn keyspace_events() {
     ];
     for (ev, key) in want {
         assert_eq!(
-            event(&mut sub),
+            sub.event(),
             (format!("__keyevent@0__:{ev}"), key.to_string())
         );
     }
     // Active expiry: hexpired, and del with the last field.
     let _: i64 = q(&mut c, &["HSET", "h2", "a", "1"]);
     let _: Vec<i64> = q(&mut c, &["HPEXPIRE", "h2", "10", "FIELDS", "1", "a"]);
-    assert_eq!(event(&mut sub).0, "__keyevent@0__:hset");
-    assert_eq!(event(&mut sub).0, "__keyevent@0__:hexpire");
-    assert_eq!(
-        event(&mut sub),
-        ("__keyevent@0__:hexpired".into(), "h2".into())
-    );
-    assert_eq!(event(&mut sub), ("__keyevent@0__:del".into(), "h2".into()));
+    assert_eq!(sub.event().0, "__keyevent@0__:hset");
+    assert_eq!(sub.event().0, "__keyevent@0__:hexpire");
+    assert_eq!(sub.event(), ("__keyevent@0__:hexpired".into(), "h2".into()));
+    assert_eq!(sub.event(), ("__keyevent@0__:del".into(), "h2".into()));
 }
 
 /// The payload's RDB type byte.

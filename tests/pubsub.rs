@@ -180,14 +180,6 @@ fn pubsub_help_and_errors() {
     );
 }
 
-/// Reads the next message and returns its last two elements (channel, payload).
-fn event(c: &mut Raw) -> (String, String) {
-    let r = c.read();
-    let items = r.items();
-    let n = items.len();
-    (items[n - 2].text(), items[n - 1].text())
-}
-
 #[test]
 fn keyspace_events_from_both_shards() {
     let (s, mut p) = setup();
@@ -209,10 +201,10 @@ fn keyspace_events_from_both_shards() {
             ("__keyevent@0__:lpush".into(), KEY_SHARD1.into()),
         ];
         for w in want {
-            assert_eq!(event(c), w);
+            assert_eq!(c.event(), w);
         }
         // DEL over two shards: one del event per key, from each key's shard.
-        let dels = [event(c), event(c), event(c), event(c)];
+        let dels = [c.event(), c.event(), c.event(), c.event()];
         assert_eq!(
             dels.iter().filter(|(ch, _)| ch.ends_with(":del")).count(),
             2
@@ -228,21 +220,21 @@ fn keyspace_events_of_cross_shard_commands_and_expiry() {
     p.c(&format!("set {KEY_SHARD0} v"));
     p.c(&format!("rename {KEY_SHARD0} {KEY_SHARD1}"));
     assert_eq!(
-        event(&mut sub),
+        sub.event(),
         ("__keyevent@0__:rename_from".into(), KEY_SHARD0.into())
     );
     assert_eq!(
-        event(&mut sub),
+        sub.event(),
         ("__keyevent@0__:rename_to".into(), KEY_SHARD1.into())
     );
     p.c(&format!("pexpire {KEY_SHARD1} 50"));
     assert_eq!(
-        event(&mut sub),
+        sub.event(),
         ("__keyevent@0__:expire".into(), KEY_SHARD1.into())
     );
     // Nobody touches the key: the active expiry cycle finds it.
     assert_eq!(
-        event(&mut sub),
+        sub.event(),
         ("__keyevent@0__:expired".into(), KEY_SHARD1.into())
     );
 }
@@ -256,9 +248,9 @@ fn no_events_when_disabled_or_masked() {
     p.c("set a 2");
     p.c("rpush l x");
     // The first thing the subscriber sees is the list event, then a marker.
-    assert_eq!(event(&mut sub), ("__keyspace@0__:l".into(), "rpush".into()));
+    assert_eq!(sub.event(), ("__keyspace@0__:l".into(), "rpush".into()));
     p.c("publish marker m");
-    assert_eq!(event(&mut sub), ("marker".into(), "m".into()));
+    assert_eq!(sub.event(), ("marker".into(), "m".into()));
 }
 
 #[test]
@@ -302,7 +294,7 @@ fn stream_keyspace_events() {
         "xgroup-createconsumer",
         "xgroup-delconsumer",
     ] {
-        assert_eq!(event(&mut sub), ("__keyspace@0__:st".into(), ev.into()));
+        assert_eq!(sub.event(), ("__keyspace@0__:st".into(), ev.into()));
     }
 }
 
@@ -359,12 +351,9 @@ fn hll_and_geo_keyspace_events() {
     ];
     for (ev, key) in want {
         assert_eq!(
-            event(&mut sub),
+            sub.event(),
             (format!("__keyevent@0__:{ev}"), key.to_string())
         );
     }
-    assert_eq!(
-        event(&mut sub),
-        ("__keyevent@0__:marker".into(), "m".into())
-    );
+    assert_eq!(sub.event(), ("__keyevent@0__:marker".into(), "m".into()));
 }

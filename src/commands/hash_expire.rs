@@ -1,47 +1,14 @@
-//! Hash field expiration (Redis 7.4's t_hash.c HFE commands): HEXPIRE, HPEXPIRE,
+//! Hash field expiration (Redis 7.4's t_hash.c HFE commands; their rows are in the
+//! hash family's table, `hashes::COMMANDS`): HEXPIRE, HPEXPIRE,
 //! HEXPIREAT, HPEXPIREAT set field deadlines, HTTL, HPTTL, HEXPIRETIME, HPEXPIRETIME
 //! read them and HPERSIST drops them. Each replies one code per field given. The
 //! deadlines live in the hash (`storage::field_ttl`); the hash commands delete due
 //! fields as they meet them (`hashes::modify_hash`), the shard's active expiry the rest.
 
 use super::hashes::{modify_hash, read_hash, Found};
-use super::table::K1;
-use super::table::{flags::*, CommandSpec, Cross, Kind};
 use super::{notify, parse_i64, ExecCtx, WRONGTYPE};
 use crate::storage::hash::HashValue;
 use crate::storage::Value;
-
-const HASH: &[&str] = &["@hash"];
-
-macro_rules! cmd {
-    ($name:expr, $arity:expr, $flags:expr, $handler:expr, $summary:expr) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: K1,
-            kind: Kind::Keyed($handler, Cross::Never),
-            group: "hash",
-            since: "7.4.0",
-            summary: $summary,
-            acl: HASH,
-        }
-    };
-}
-
-/// The field-expiration rows, as Redis 7.4's command table has them.
-#[rustfmt::skip]
-pub static COMMANDS: &[CommandSpec] = &[
-    cmd!("hexpire", -6, WRITE | DENYOOM | FAST, hexpire, "Set expiry for hash field using relative time to expire (seconds)"),
-    cmd!("hpexpire", -6, WRITE | DENYOOM | FAST, hpexpire, "Set expiry for hash field using relative time to expire (milliseconds)"),
-    cmd!("hexpireat", -6, WRITE | DENYOOM | FAST, hexpireat, "Set expiry for hash field using an absolute Unix timestamp (seconds)"),
-    cmd!("hpexpireat", -6, WRITE | DENYOOM | FAST, hpexpireat, "Set expiry for hash field using an absolute Unix timestamp (milliseconds)"),
-    cmd!("httl", -5, READONLY | FAST, httl, "Returns the TTL in seconds of a hash field."),
-    cmd!("hpttl", -5, READONLY | FAST, hpttl, "Returns the TTL in milliseconds of a hash field."),
-    cmd!("hexpiretime", -5, READONLY | FAST, hexpiretime, "Returns the expiration time of a hash field as a Unix timestamp, in seconds."),
-    cmd!("hpexpiretime", -5, READONLY | FAST, hpexpiretime, "Returns the expiration time of a hash field as a Unix timestamp, in msec."),
-    cmd!("hpersist", -5, WRITE | FAST, hpersist, "Removes the expiration time for each specified field"),
-];
 
 /// Latest deadline a command may give a field (Redis's HFE_MAX_ABS_TIME_MSEC: 48-bit
 /// times with two bits reserved).
@@ -118,6 +85,22 @@ fn other_type(ctx: &ExecCtx, key: &[u8]) -> bool {
             .is_some_and(|e| !matches!(e.value(), Value::Hash(_)))
 }
 
+/// HTTL's and HPERSIST's `key FIELDS n field...`: the index of the first field, or
+/// None after replying the error (WRONGTYPE first: Redis looks the key up first).
+fn key_and_fields(ctx: &mut ExecCtx, key: &[u8]) -> Option<usize> {
+    if other_type(ctx, key) {
+        ctx.error(WRONGTYPE);
+        return None;
+    }
+    match parse_fields(ctx, 2, "ERR Number of fields must be a positive integer") {
+        Ok(i) => Some(i),
+        Err(e) => {
+            ctx.error(e);
+            None
+        }
+    }
+}
+
 /// Replies `n` times `code` (a key that does not exist: every field is missing).
 fn reply_all(ctx: &mut ExecCtx, n: usize, code: i64) {
     ctx.out.array_len(n);
@@ -126,21 +109,21 @@ fn reply_all(ctx: &mut ExecCtx, n: usize, code: i64) {
     }
 }
 
-fn hexpire(ctx: &mut ExecCtx) {
+pub(super) fn hexpire(ctx: &mut ExecCtx) {
     let now = ctx.now as i64;
     set_deadlines(ctx, now, 1000);
 }
 
-fn hpexpire(ctx: &mut ExecCtx) {
+pub(super) fn hpexpire(ctx: &mut ExecCtx) {
     let now = ctx.now as i64;
     set_deadlines(ctx, now, 1);
 }
 
-fn hexpireat(ctx: &mut ExecCtx) {
+pub(super) fn hexpireat(ctx: &mut ExecCtx) {
     set_deadlines(ctx, 0, 1000);
 }
 
-fn hpexpireat(ctx: &mut ExecCtx) {
+pub(super) fn hpexpireat(ctx: &mut ExecCtx) {
     set_deadlines(ctx, 0, 1);
 }
 
@@ -306,21 +289,21 @@ fn after_deadlines_set(ctx: &mut ExecCtx, o: &Outcome, at: u64, first: usize) {
     });
 }
 
-fn httl(ctx: &mut ExecCtx) {
+pub(super) fn httl(ctx: &mut ExecCtx) {
     let now = ctx.now;
     read_deadlines(ctx, |at| ((at + 999).saturating_sub(now) / 1000) as i64);
 }
 
-fn hpttl(ctx: &mut ExecCtx) {
+pub(super) fn hpttl(ctx: &mut ExecCtx) {
     let now = ctx.now;
     read_deadlines(ctx, |at| at.saturating_sub(now) as i64);
 }
 
-fn hexpiretime(ctx: &mut ExecCtx) {
+pub(super) fn hexpiretime(ctx: &mut ExecCtx) {
     read_deadlines(ctx, |at| (at.div_ceil(1000)) as i64);
 }
 
-fn hpexpiretime(ctx: &mut ExecCtx) {
+pub(super) fn hpexpiretime(ctx: &mut ExecCtx) {
     read_deadlines(ctx, |at| at as i64);
 }
 
@@ -328,12 +311,8 @@ fn hpexpiretime(ctx: &mut ExecCtx) {
 /// deadline as `show` puts it, -1 for none, -2 for no such field.
 fn read_deadlines(ctx: &mut ExecCtx, show: impl Fn(u64) -> i64) {
     let key = ctx.args.get(1);
-    if other_type(ctx, key) {
-        return ctx.error(WRONGTYPE);
-    }
-    let first = match parse_fields(ctx, 2, "ERR Number of fields must be a positive integer") {
-        Ok(i) => i,
-        Err(e) => return ctx.error(e),
+    let Some(first) = key_and_fields(ctx, key) else {
+        return;
     };
     let args = ctx.args;
     let now = ctx.now;
@@ -364,14 +343,10 @@ fn read_deadlines(ctx: &mut ExecCtx, show: impl Fn(u64) -> i64) {
 
 /// HPERSIST key FIELDS n field...: 1 for each deadline dropped, -1 for a field
 /// without one, -2 for no such field.
-fn hpersist(ctx: &mut ExecCtx) {
+pub(super) fn hpersist(ctx: &mut ExecCtx) {
     let key = ctx.args.get(1);
-    if other_type(ctx, key) {
-        return ctx.error(WRONGTYPE);
-    }
-    let first = match parse_fields(ctx, 2, "ERR Number of fields must be a positive integer") {
-        Ok(i) => i,
-        Err(e) => return ctx.error(e),
+    let Some(first) = key_and_fields(ctx, key) else {
+        return;
     };
     let args = ctx.args;
     let now = ctx.now;

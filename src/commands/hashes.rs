@@ -5,6 +5,7 @@
 //! the due fields of the hash it looks up before using it, so none of them ever shows
 //! an expired field. A hash without field TTLs pays one branch for that check.
 
+use super::hash_expire;
 use super::table::K1;
 use super::table::{flags::*, CommandSpec, Cross, Kind};
 use super::{notify, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE};
@@ -52,6 +53,16 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("hincrbyfloat", 4, WRITE | DENYOOM | FAST, hincrbyfloat, "2.6.0", "Increment the float value of a hash field by the given amount"),
     cmd!("hrandfield", -2, READONLY, hrandfield, "6.2.0", "Get one or multiple random fields from a hash"),
     cmd!("hscan", -3, READONLY, hscan, "2.8.0", "Incrementally iterate hash fields and associated values"),
+    // Field expiration (hash_expire.rs), as Redis 7.4's table has it.
+    cmd!("hexpire", -6, WRITE | DENYOOM | FAST, hash_expire::hexpire, "7.4.0", "Set expiry for hash field using relative time to expire (seconds)"),
+    cmd!("hpexpire", -6, WRITE | DENYOOM | FAST, hash_expire::hpexpire, "7.4.0", "Set expiry for hash field using relative time to expire (milliseconds)"),
+    cmd!("hexpireat", -6, WRITE | DENYOOM | FAST, hash_expire::hexpireat, "7.4.0", "Set expiry for hash field using an absolute Unix timestamp (seconds)"),
+    cmd!("hpexpireat", -6, WRITE | DENYOOM | FAST, hash_expire::hpexpireat, "7.4.0", "Set expiry for hash field using an absolute Unix timestamp (milliseconds)"),
+    cmd!("httl", -5, READONLY | FAST, hash_expire::httl, "7.4.0", "Returns the TTL in seconds of a hash field."),
+    cmd!("hpttl", -5, READONLY | FAST, hash_expire::hpttl, "7.4.0", "Returns the TTL in milliseconds of a hash field."),
+    cmd!("hexpiretime", -5, READONLY | FAST, hash_expire::hexpiretime, "7.4.0", "Returns the expiration time of a hash field as a Unix timestamp, in seconds."),
+    cmd!("hpexpiretime", -5, READONLY | FAST, hash_expire::hpexpiretime, "7.4.0", "Returns the expiration time of a hash field as a Unix timestamp, in msec."),
+    cmd!("hpersist", -5, WRITE | FAST, hash_expire::hpersist, "7.4.0", "Removes the expiration time for each specified field"),
 ];
 
 /// The hash at a looked-up entry: `Ok(None)` if missing, `Err` if another type.

@@ -438,7 +438,6 @@ fn build() -> CommandTable {
         super::config_cmd::COMMANDS,
         super::lists::COMMANDS,
         super::hashes::COMMANDS,
-        super::hash_expire::COMMANDS,
         super::sets::COMMANDS,
         super::zsets::COMMANDS,
         super::bitops::COMMANDS,

@@ -219,6 +219,15 @@ impl Raw {
         parse(&raw, 0).expect("complete").0
     }
 
+    /// Reads the next pub/sub message and returns its last two elements (channel,
+    /// payload): a keyspace event's channel and key, or event name.
+    pub fn event(&mut self) -> (String, String) {
+        let r = self.read();
+        let items = r.items();
+        let n = items.len();
+        (items[n - 2].text(), items[n - 1].text())
+    }
+
     /// Sends a command given as separate arguments and reads its reply.
     pub fn cmd(&mut self, args: &[&[u8]]) -> R {
         self.send(&encode(args));

@@ -100,7 +100,9 @@ struct Table {
     dir: Vec<u32>,
     global: u32,
     segs: Vec<Seg>,
-    at_global: usize,
+    /// u32 (a directory never holds 2^32 segments) so that `HashValue`, field TTL
+    /// pointer included, stays in the allocator's 96-byte class.
+    at_global: u32,
     len: usize,
     /// An upper bound of every segment's length, for fair random picks.
     max_seg: usize,
@@ -122,7 +124,7 @@ impl Table {
             dir: (0..n as u32).collect(),
             global: depth,
             segs,
-            at_global: n,
+            at_global: n as u32,
             len: 0,
             max_seg: 0,
             hasher: DefaultHashBuilder::default(),
@@ -297,7 +299,7 @@ impl Table {
             self.dir = self.dir.iter().step_by(2).copied().collect();
             self.global -= 1;
             let global = self.global;
-            self.at_global = self.segs.iter().filter(|s| s.depth == global).count();
+            self.at_global = self.segs.iter().filter(|s| s.depth == global).count() as u32;
         }
         Some(if lo == last { hi } else { lo })
     }
@@ -391,7 +393,7 @@ impl Table {
             self.segs.iter().map(|s| s.table.len()).sum::<usize>()
         );
         let at_global = self.segs.iter().filter(|s| s.depth == self.global).count();
-        assert_eq!(self.at_global, at_global);
+        assert_eq!(self.at_global as usize, at_global);
         assert!(self.global == 0 || at_global > 0, "directory could shrink");
         let mut slots = 0;
         for (i, seg) in self.segs.iter().enumerate() {
@@ -1046,6 +1048,13 @@ mod tests {
         .collect();
         assert!(total > 1000);
         assert!((0..1000).all(|i| seen.contains(&field(i))));
+    }
+
+    /// Every hash value is boxed: adding field TTLs must not move the box to a bigger
+    /// size class (jemalloc's classes run 80, 96, 112).
+    #[test]
+    fn a_hash_stays_in_its_size_class() {
+        assert!(std::mem::size_of::<HashValue>() <= 96);
     }
 
     #[test]

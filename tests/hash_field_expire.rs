@@ -615,3 +615,18 @@ fn field_expiry_aborts_watchers() {
         let _: i64 = q(&mut c, &["DEL", "w"]);
     }
 }
+
+/// SORT's `key->field` lookups do not see a field past its deadline.
+#[test]
+fn sort_lookups_skip_expired_fields() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let _: () = q(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    let _: i64 = q(&mut c, &["RPUSH", "l", "1", "2"]);
+    let _: i64 = q(&mut c, &["HSET", "o_1", "v", "a"]);
+    let _: i64 = q(&mut c, &["HSET", "o_2", "v", "b", "w", "c"]);
+    let _: Vec<i64> = q(&mut c, &["HPEXPIRE", "o_2", "20", "FIELDS", "1", "v"]);
+    std::thread::sleep(Duration::from_millis(50));
+    let got: Vec<Option<String>> = q(&mut c, &["SORT", "l", "GET", "o_*->v"]);
+    assert_eq!(got, vec![Some("a".to_string()), None]);
+}

@@ -193,6 +193,9 @@ fn read_lookup(
     }
     match (found?.value(), field) {
         (Value::Str(s), None) => Some(s.to_vec()),
+        // A field past its deadline is not there (Redis 7.4); deleting it is left to
+        // the hash's own commands and the expiry cycle, which propagate the HDEL.
+        (Value::Hash(h), Some(f)) if h.field_expire(f).is_some_and(|at| at <= now) => None,
         (Value::Hash(h), Some(f)) => h.get(f).map(|v| v.to_vec()),
         _ => None,
     }

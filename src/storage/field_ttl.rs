@@ -69,11 +69,6 @@ impl FieldTtls {
         Some(field)
     }
 
-    /// The (field, deadline) pairs, earliest first.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> {
-        self.by_time.iter().map(|(at, f)| (f.as_bytes(), *at))
-    }
-
     /// Heap bytes held (each field is stored twice, once per view).
     pub fn heap_size(&self) -> usize {
         let strings: usize = self.by_field.keys().map(|f| f.heap_size()).sum();

@@ -630,11 +630,6 @@ impl HashValue {
         self.ttls.as_ref()?.get(field)
     }
 
-    /// The fields that have a deadline, with it, earliest first.
-    pub fn field_deadlines(&self) -> impl Iterator<Item = (&[u8], u64)> {
-        self.ttls.iter().flat_map(|t| t.iter())
-    }
-
     /// Gives an existing field the deadline `at` (unix ms). False if no such field.
     pub fn set_field_expire(&mut self, field: &[u8], at: u64) -> bool {
         if !self.contains(field) {

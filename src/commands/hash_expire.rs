@@ -69,7 +69,8 @@ fn parse_fields(ctx: &ExecCtx, at: usize, range_err: &'static str) -> Result<usi
     }
     let n = ctx.args.get(at + 1);
     let n = parse_i64(n).filter(|&n| n >= 1).ok_or(range_err)?;
-    if n as u64 != (ctx.args.len() - at - 2) as u64 {
+    let given = ctx.args.len().saturating_sub(at + 2);
+    if n as u64 != given as u64 {
         return Err(NUMFIELDS_MISMATCH);
     }
     Ok(at + 2)

@@ -655,6 +655,21 @@ impl HashValue {
         true
     }
 
+    /// Gives the fields the deadlines a payload or file carries (0: none), keeping the
+    /// fields in the order they came in, as Redis uses a loaded listpackex as it is
+    /// (a listpack is only sorted by deadline, stably, in case the source was not).
+    pub fn load_field_deadlines<'a>(&mut self, deadlines: impl Iterator<Item = (&'a [u8], u64)>) {
+        let ttls = self.ttls.get_or_insert_with(Box::default);
+        for (field, at) in deadlines.filter(|(_, at)| *at != 0) {
+            ttls.set(field, at);
+        }
+        match &mut self.enc {
+            Enc::Listpack(v) => v.sort_by_key(|p| ttls.get(p.0.as_bytes()).unwrap_or(u64::MAX)),
+            Enc::Table(_) if ttls.is_empty() => self.ttls = None,
+            Enc::Table(_) => {}
+        }
+    }
+
     /// Deletes up to `max` fields whose deadline is `<= now`, earliest first, calling
     /// `gone` with each. Returns how many went.
     pub fn expire_due_fields(
@@ -679,8 +694,9 @@ impl HashValue {
     }
 
     /// Moves a listpack's field to where Redis's listpackex keeps it: fields with a
-    /// deadline first, earliest first (after those with the same one); the others
-    /// after them, the field last of all. A table has no order to keep.
+    /// deadline first, earliest first (before those with the same one, as Redis's
+    /// listpackExAddInternal inserts); the others after them, the field last of all.
+    /// A table has no order to keep.
     fn place_by_deadline(&mut self, field: &[u8], at: Option<u64>) {
         let (Enc::Listpack(v), Some(ttls)) = (&mut self.enc, self.ttls.as_deref()) else {
             return;
@@ -693,7 +709,7 @@ impl HashValue {
             None => v.len(),
             Some(at) => v
                 .iter()
-                .position(|p| ttls.get(p.0.as_bytes()).is_none_or(|t| t > at))
+                .position(|p| ttls.get(p.0.as_bytes()).is_none_or(|t| t >= at))
                 .unwrap_or(v.len()),
         };
         v.insert(to, pair);
@@ -1100,7 +1116,23 @@ mod tests {
         h.set_field_expire(&field(0), 60);
         h.set_field_expire(&field(3), 50);
         let order: Vec<Vec<u8>> = h.iter().map(|(f, _)| f.to_vec()).collect();
-        assert_eq!(order, vec![field(2), field(3), field(0), field(1)]);
+        // Equal deadlines: the later one goes first, as in Redis.
+        assert_eq!(order, vec![field(3), field(2), field(0), field(1)]);
+        // A loaded listpack keeps its order.
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+            order.iter().map(|f| (f.clone(), b"v".to_vec())).collect();
+        let mut loaded = HashValue::from_pairs(&pairs, &l);
+        let deadlines = [
+            (field(3), 50),
+            (field(2), 50),
+            (field(0), 60),
+            (field(1), 0),
+        ];
+        loaded.load_field_deadlines(deadlines.iter().map(|(f, at)| (&f[..], *at)));
+        let again: Vec<Vec<u8>> = loaded.iter().map(|(f, _)| f.to_vec()).collect();
+        assert_eq!(again, order);
+        assert_eq!(loaded.field_expire(&field(0)), Some(60));
+        assert_eq!(loaded.encoding(), "listpackex");
         let with_ttls = h.heap_size();
         h.set(&field(9), b"v", &l);
         assert_eq!(h.encoding(), "hashtable");

@@ -77,9 +77,7 @@ impl DumpValue {
                     .map(|(f, v, _)| (f.clone(), v.clone()))
                     .collect();
                 let mut h = HashValue::from_pairs(&pairs, limits);
-                for (f, _, at) in fields.iter().filter(|(_, _, at)| *at != 0) {
-                    h.set_field_expire(f, *at);
-                }
+                h.load_field_deadlines(fields.iter().map(|(f, _, at)| (&f[..], *at)));
                 Value::Hash(Box::new(h))
             }
             DumpValue::Set(members) => {

@@ -711,31 +711,19 @@ fn replication_over_tls_with_redis_server_both_ways() {
             "OK"
         );
         let port = free_port();
-        let rdir = scratch_dir("tls", &format!("replica-{diskless}"));
-        let mut args = vec![
-            "--port".to_string(),
-            "0".into(),
-            "--dir".into(),
-            rdir.display().to_string(),
-            "--save".into(),
-            "".into(),
-            "--enable-debug-command".into(),
-            "yes".into(),
-            "--tls-replication".into(),
-            "yes".into(),
-            "--repl-diskless-sync-delay".into(),
-            "0".into(),
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            master_tls.to_string(),
-        ];
-        args.extend(certs.server_args(port));
-        let child = Command::new("redis-server")
-            .args(&args)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        replicas.push(Killed(child));
+        let child = redis_server_tls(
+            &certs,
+            port,
+            &format!("replica-{diskless}"),
+            &[
+                "--repl-diskless-sync-delay",
+                "0",
+                "--replicaof",
+                "127.0.0.1",
+                &master_tls.to_string(),
+            ],
+        );
+        replicas.push(child);
         wait_for("the redis-server replica's sync", || {
             cli(port, &certs.cli_args(), &["INFO", "replication"])
                 .1
@@ -759,27 +747,7 @@ fn replication_over_tls_with_redis_server_both_ways() {
     }
     // A Tessera replica of a redis-server TLS master.
     let rport = free_port();
-    let rdir = scratch_dir("tls", "redis-master");
-    let mut args = vec![
-        "--port".to_string(),
-        "0".into(),
-        "--dir".into(),
-        rdir.display().to_string(),
-        "--save".into(),
-        "".into(),
-        "--enable-debug-command".into(),
-        "yes".into(),
-        "--tls-replication".into(),
-        "yes".into(),
-    ];
-    args.extend(certs.server_args(rport));
-    let redis_master = Killed(
-        Command::new("redis-server")
-            .args(&args)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server"),
-    );
+    let redis_master = redis_server_tls(&certs, rport, "redis-master", &[]);
     wait_for("redis-server over TLS", || pong(rport, &certs.cli_args()));
     cli(
         rport,
@@ -800,6 +768,27 @@ fn replication_over_tls_with_redis_server_both_ways() {
         q::<Option<String>>(&mut r, &["GET", "later"]).as_deref() == Some("v")
     });
     drop(redis_master);
+}
+
+/// redis-server with TLS only (port 0, `tls-port`), tls-replication on, DEBUG on,
+/// in a scratch directory named `name`, plus `extra` arguments.
+fn redis_server_tls(certs: &Certs, tls_port: u16, name: &str, extra: &[&str]) -> Killed {
+    let dir = scratch_dir("tls", name);
+    let mut args: Vec<String> = ["--port", "0", "--save", "", "--enable-debug-command", "yes"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["--dir".to_string(), dir.display().to_string()]);
+    args.extend(["--tls-replication".to_string(), "yes".into()]);
+    args.extend(certs.server_args(tls_port));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Killed(
+        Command::new("redis-server")
+            .args(&args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    )
 }
 
 /// A child process killed when the test lets go of it.

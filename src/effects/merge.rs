@@ -7,7 +7,9 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
-use super::{lock, Effect, LOGS, NEW_LOG_WAITING, READERS};
+use crate::protocol::reply::{write_number_line, NUMBER_LINE_MAX};
+
+use super::{lock, Effect, ShardLog, LOGS, NEW_LOG_WAITING, READERS};
 
 /// A log's (the AOF's) part of the stream not yet taken: its own copy, because a
 /// log also gets what replicas do not (a replica's own effects) and none of what
@@ -284,7 +286,7 @@ struct Merger {
     /// Entries taken from each log (in `LOGS` order), not yet emitted: each queue is
     /// in number order (a thread numbers its appends in turn), so the next entry is
     /// at the head of one of them — or still being appended on another thread.
-    queues: Vec<VecDeque<(u64, Effect)>>,
+    queues: Vec<Queue>,
     /// Reused for encoding one entry.
     scratch: Vec<u8>,
     /// master_repl_offset: bytes of stream produced so far, SELECTs and PINGs
@@ -304,6 +306,47 @@ struct Merger {
 /// Merges remembered for WAIT: an older write is looked up at the oldest, which is
 /// later than it (WAIT then waits for a little more of the stream, never less).
 const CHECKPOINTS: usize = 4096;
+
+/// A log's entries taken by the merge and not yet emitted, with their bytes.
+#[derive(Default)]
+struct Queue {
+    entries: VecDeque<(u64, Effect)>,
+    bytes: Vec<u8>,
+}
+
+/// A buffer emptied by the merge keeps its capacity for the log it goes back to,
+/// up to this much (a burst of big writes does not pin its memory for good).
+const KEEP_CAPACITY: usize = 1 << 20;
+
+impl Queue {
+    /// Takes what `log` holds. Most often everything before was emitted: then the
+    /// log's buffers become the queue's and the queue's emptied ones go back to the
+    /// log, so neither side allocates or frees per entry.
+    fn take_from(&mut self, log: &mut ShardLog) {
+        if log.entries.is_empty() {
+            return;
+        }
+        if self.entries.is_empty() {
+            let mut entries = Vec::from(std::mem::take(&mut self.entries));
+            std::mem::swap(&mut entries, &mut log.entries);
+            self.entries = VecDeque::from(entries);
+            self.bytes.clear();
+            std::mem::swap(&mut self.bytes, &mut log.bytes);
+            if log.bytes.capacity() > KEEP_CAPACITY {
+                log.bytes = Vec::new();
+            }
+            if log.entries.capacity() > KEEP_CAPACITY / 64 {
+                log.entries = Vec::new();
+            }
+            return;
+        }
+        let base = self.bytes.len();
+        self.bytes.extend_from_slice(&log.bytes);
+        log.bytes.clear();
+        self.entries
+            .extend(log.entries.drain(..).map(|(seq, e)| (seq, e.shifted(base))));
+    }
+}
 
 static MERGER: Mutex<Merger> = Mutex::new(Merger {
     readers: Vec::new(),
@@ -332,36 +375,32 @@ impl Merger {
     fn pull(&mut self) {
         let logs = lock(&LOGS).clone();
         if self.queues.len() < logs.len() {
-            self.queues.resize_with(logs.len(), VecDeque::new);
+            self.queues.resize_with(logs.len(), Queue::default);
         }
         for (queue, log) in self.queues.iter_mut().zip(&logs) {
-            let mut log = lock(log);
-            if queue.is_empty() {
-                // Most often: the log's vector becomes the queue, no entry moved.
-                *queue = VecDeque::from(std::mem::take(&mut log.entries));
-            } else {
-                queue.extend(log.entries.drain(..));
-            }
+            queue.take_from(&mut lock(log));
         }
         let before = self.next_seq;
+        // Out of `self` while entries are emitted from their bytes.
+        let mut queues = std::mem::take(&mut self.queues);
         loop {
             let next = self.next_seq;
-            let Some(q) = self
-                .queues
+            let Some(q) = queues
                 .iter()
-                .position(|q| q.front().is_some_and(|(seq, _)| *seq == next))
+                .position(|q| q.entries.front().is_some_and(|(seq, _)| *seq == next))
             else {
                 break;
             };
-            let Some((_, effect)) = self.queues[q].pop_front() else {
+            let Some((_, effect)) = queues[q].entries.pop_front() else {
                 break;
             };
             self.next_seq += 1;
             match effect {
-                Effect::One(db, cmd) => self.emit(db, &cmd),
+                Effect::One { db, at, len } => self.emit(db, &queues[q].bytes[at..at + len]),
                 Effect::Block(cmds) => self.emit_block(&cmds),
             }
         }
+        self.queues = queues;
         if self.next_seq != before {
             if self.checkpoints.len() == CHECKPOINTS {
                 self.checkpoints.pop_front();
@@ -480,20 +519,40 @@ pub fn encode_parts<'a>(out: &mut Vec<u8>, n: usize, parts: impl Iterator<Item =
 
 /// `<kind><n>\r\n`.
 fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+    let mut line = [0u8; NUMBER_LINE_MAX];
+    let len = write_number_line(&mut line, kind, false, n as u64);
+    out.extend_from_slice(&line[..len]);
+}
+
+/// Room `encode_sized` needs for `n` arguments of `bytes` bytes in all: each
+/// argument's header and CRLF, and the array's header, take at most
+/// `NUMBER_LINE_MAX + 2` bytes.
+pub fn sized_bound(n: usize, bytes: usize) -> usize {
+    bytes + (NUMBER_LINE_MAX + 2) * (n + 1)
+}
+
+/// `encode_parts` for the effects every write appends, given the arguments' total
+/// size: the room is made once and every header written in place, so no part's
+/// append checks capacity or calls memcpy for a few bytes (the generic encoder
+/// took about 500 instructions for a SET).
+pub fn encode_sized<'a>(
+    out: &mut Vec<u8>,
+    n: usize,
+    bytes: usize,
+    parts: impl Iterator<Item = &'a [u8]>,
+) {
+    let start = out.len();
+    out.resize(start + sized_bound(n, bytes), 0);
+    let buf = &mut out[start..];
+    let mut at = write_number_line(buf, b'*', false, n as u64);
+    for a in parts {
+        at += write_number_line(&mut buf[at..], b'$', false, a.len() as u64);
+        buf[at..at + a.len()].copy_from_slice(a);
+        at += a.len();
+        buf[at..at + 2].copy_from_slice(b"\r\n");
+        at += 2;
     }
-    out.push(kind);
-    out.extend_from_slice(&digits[at..]);
-    out.extend_from_slice(b"\r\n");
+    out.truncate(start + at);
 }
 
 /// Bytes of stream produced so far (master_repl_offset).
@@ -864,6 +923,25 @@ mod tests {
             out.push(argv);
         }
         out
+    }
+
+    /// The sized encoder writes what the generic one does, at every header width,
+    /// after what the buffer already holds, and leaves nothing of its room behind.
+    #[test]
+    fn sized_encoding_matches_the_generic_one() {
+        for len in [0usize, 1, 9, 10, 99, 100, 101, 12_345, 100_000] {
+            let value = vec![b'v'; len];
+            let argv: Vec<&[u8]> = vec![b"SET", b"key", &value, b"", b"x"];
+            for n in 1..=argv.len() {
+                let parts = &argv[..n];
+                let mut generic = b"before".to_vec();
+                encode(&mut generic, parts);
+                let mut sized = b"before".to_vec();
+                let bytes = parts.iter().map(|a| a.len()).sum();
+                encode_sized(&mut sized, n, bytes, parts.iter().copied());
+                assert_eq!(sized, generic);
+            }
+        }
     }
 
     /// Threads appending at once: one stream in which each thread's effects keep their

@@ -64,20 +64,38 @@ pub fn active() -> bool {
     READERS.any()
 }
 
-/// What one entry of a log holds: commands already in RESP, encoded on the thread
-/// that wrote (one allocation per command, none of the argument vectors a merge on
-/// another thread would have to free).
+/// What one entry of a log holds. Commands are RESP, encoded on the thread that wrote
+/// straight into its log's byte buffer: no allocation per command, and nothing the
+/// merge on another thread has to free (the buffers go back and forth between a log
+/// and its merge queue, keeping their capacity).
 enum Effect {
-    /// One command, in a database.
-    One(usize, Vec<u8>),
+    /// One command in database `db`: `len` bytes at `at` of the log's (or, once taken,
+    /// its queue's) `bytes`.
+    One { db: usize, at: usize, len: usize },
     /// An atomic unit's commands, emitted inside MULTI / EXEC.
     Block(Vec<(usize, Vec<u8>)>),
+}
+
+impl Effect {
+    /// The same entry once its log's bytes are appended `by` bytes into a buffer.
+    fn shifted(self, by: usize) -> Effect {
+        match self {
+            Effect::One { db, at, len } => Effect::One {
+                db,
+                at: at + by,
+                len,
+            },
+            block => block,
+        }
+    }
 }
 
 /// One shard thread's appended entries, not yet merged, each with its number.
 #[derive(Default)]
 struct ShardLog {
     entries: Vec<(u64, Effect)>,
+    /// The RESP of the entries' single commands, back to back.
+    bytes: Vec<u8>,
     /// Readers waiting for an entry (woken by the next append).
     waiting: Vec<Waker>,
 }
@@ -105,9 +123,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Appends an entry to this thread's log, numbered under the log's lock (so the merge,
-/// which drains a log under the same lock, never misses a number it already passed).
-fn append(effect: Effect) {
+/// Appends the entry `make` builds (writing any bytes it needs into the log's byte
+/// buffer) to this thread's log, numbered under the log's lock (so the merge, which
+/// drains a log under the same lock, never misses a number it already passed).
+fn append(make: impl FnOnce(&mut Vec<u8>) -> Effect) {
     LOG.with(|cell| {
         let mut fresh = false;
         let log = cell.get_or_init(|| {
@@ -117,7 +136,9 @@ fn append(effect: Effect) {
             log
         });
         {
-            let mut log = lock(log);
+            let mut guard = lock(log);
+            let log = &mut *guard;
+            let effect = make(&mut log.bytes);
             let seq = NEXT_SEQ.fetch_add(1, Ordering::AcqRel);
             log.entries.push((seq, effect));
             for w in log.waiting.drain(..) {
@@ -129,6 +150,19 @@ fn append(effect: Effect) {
             for w in lock(&NEW_LOG_WAITING).drain(..) {
                 w.wake();
             }
+        }
+    });
+}
+
+/// Appends one command already in RESP.
+fn append_one(db: usize, cmd: &[u8]) {
+    append(|bytes| {
+        let at = bytes.len();
+        bytes.extend_from_slice(cmd);
+        Effect::One {
+            db,
+            at,
+            len: cmd.len(),
         }
     });
 }
@@ -154,36 +188,42 @@ pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
 /// its arguments.
 pub fn propagate_args(txn: Option<u64>, db: usize, args: &crate::commands::Args) {
     let bytes = args.iter().map(<[u8]>::len).sum();
-    propagate_resp(txn, db, resp(args.len(), bytes, args.iter()));
+    propagate_parts(txn, db, args.len(), bytes, args.iter());
 }
 
 /// `propagate` for arguments held as a slice.
 pub fn propagate_slice(txn: Option<u64>, db: usize, argv: &[Vec<u8>]) {
     let bytes = argv.iter().map(Vec::len).sum();
-    propagate_resp(
-        txn,
-        db,
-        resp(argv.len(), bytes, argv.iter().map(Vec::as_slice)),
-    );
+    propagate_parts(txn, db, argv.len(), bytes, argv.iter().map(Vec::as_slice));
 }
 
-/// `n` arguments of `bytes` bytes in all as RESP, in a buffer of the right size.
-fn resp<'a>(n: usize, bytes: usize, parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
-    // Each argument's header and CRLF take at most 16 bytes (lengths below 10^12).
-    let mut out = Vec::with_capacity(bytes + 16 * (n + 1));
-    merge::encode_parts(&mut out, n, parts);
-    out
-}
-
-fn propagate_resp(txn: Option<u64>, db: usize, cmd: Vec<u8>) {
+/// `n` arguments (`bytes` bytes in all) as one effect: into `txn`'s capture, or
+/// encoded straight into this thread's log.
+fn propagate_parts<'a>(
+    txn: Option<u64>,
+    db: usize,
+    n: usize,
+    bytes: usize,
+    parts: impl Iterator<Item = &'a [u8]>,
+) {
     if let Some(t) = txn {
         let mut caps = lock(&CAPTURES);
         if let Some(c) = caps.iter_mut().find(|c| c.txn == t) {
+            let mut cmd = Vec::with_capacity(merge::sized_bound(n, bytes));
+            merge::encode_sized(&mut cmd, n, bytes, parts);
             c.cmds.push((db, cmd));
             return;
         }
     }
-    append(Effect::One(db, cmd));
+    append(|log| {
+        let at = log.len();
+        merge::encode_sized(log, n, bytes, parts);
+        Effect::One {
+            db,
+            at,
+            len: log.len() - at,
+        }
+    });
 }
 
 /// Starts collecting the effects of transaction `txn` (EXEC, a script). False when
@@ -223,9 +263,9 @@ pub fn end_capture(txn: u64, append_it: bool) {
         0 => {}
         1 => {
             if let Some((db, cmd)) = cmds.pop() {
-                append(Effect::One(db, cmd));
+                append_one(db, &cmd);
             }
         }
-        _ => append(Effect::Block(cmds)),
+        _ => append(|_| Effect::Block(cmds)),
     }
 }

@@ -163,6 +163,11 @@ fn self_propagating(name: &str) -> bool {
 /// shard since the last call, and an HDEL for each hash field that expired (Redis
 /// 7.4's propagateHashFieldDeletion: one field per HDEL).
 pub fn drain_expired(data: &mut ShardData, txn: Option<u64>) {
+    // Most commands find nothing expired: one thread-local flag says so, instead of
+    // a look at every database's logs.
+    if !crate::storage::events::take_stream_logged() {
+        return;
+    }
     for (i, db) in data.dbs.iter_mut().enumerate() {
         for (key, field) in std::mem::take(&mut db.expired_fields_log) {
             propagate(txn, i, vec![b"HDEL".to_vec(), key, field]);

@@ -224,7 +224,7 @@ const DIGIT_PAIRS: [u8; 200] = {
 };
 
 /// The longest number line: prefix, sign, 20 digits (u64::MAX), CRLF.
-const NUMBER_LINE_MAX: usize = 24;
+pub const NUMBER_LINE_MAX: usize = 24;
 
 /// Appends `<prefix>[-]<magnitude>\r\n` (integer replies, bulk and aggregate
 /// headers). The output grows by a constant 24 zero bytes (a few stores), the line
@@ -232,12 +232,33 @@ const NUMBER_LINE_MAX: usize = 24;
 /// called memcpy (1-2% of integer-reply commands at -P 16, for 3 to 10 bytes), and
 /// building the line on the stack first stalled on reading it back whole.
 #[inline]
-fn put_number_line(out: &mut Vec<u8>, prefix: u8, negative: bool, mut magnitude: u64) {
-    let digits = magnitude.checked_ilog10().map_or(1, |d| d as usize + 1);
-    let len = 1 + usize::from(negative) + digits + 2;
+fn put_number_line(out: &mut Vec<u8>, prefix: u8, negative: bool, magnitude: u64) {
     let start = out.len();
     out.extend_from_slice(&[0u8; NUMBER_LINE_MAX]);
-    let line = &mut out[start..start + len];
+    let len = write_number_line(&mut out[start..], prefix, negative, magnitude);
+    out.truncate(start + len);
+}
+
+/// Writes `<prefix>[-]<magnitude>\r\n` at the start of `line`, which has room for
+/// `NUMBER_LINE_MAX` bytes, and returns its length.
+#[inline]
+pub fn write_number_line(line: &mut [u8], prefix: u8, negative: bool, mut magnitude: u64) -> usize {
+    // Most lines are small headers ("$3", "*2", ":1"): no digit count, no loop.
+    if !negative && magnitude < 100 {
+        line[0] = prefix;
+        if magnitude < 10 {
+            line[1] = b'0' + magnitude as u8;
+            line[2..4].copy_from_slice(b"\r\n");
+            return 4;
+        }
+        let pair = magnitude as usize * 2;
+        line[1..3].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+        line[3..5].copy_from_slice(b"\r\n");
+        return 5;
+    }
+    let digits = magnitude.checked_ilog10().map_or(1, |d| d as usize + 1);
+    let len = 1 + usize::from(negative) + digits + 2;
+    let line = &mut line[..len];
     line[0] = prefix;
     if negative {
         line[1] = b'-';
@@ -257,7 +278,7 @@ fn put_number_line(out: &mut Vec<u8>, prefix: u8, negative: bool, mut magnitude:
     } else {
         line[at - 1] = b'0' + magnitude as u8;
     }
-    out.truncate(start + len);
+    len
 }
 
 /// Decimal digits of an integer, built right-to-left on the stack.

@@ -7,6 +7,7 @@
 //!   the DELs replicas receive, `Db::tracking_expired` for invalidations), which the
 //!   shard drains after each command.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -77,3 +78,22 @@ pub static STREAM_READERS: Listeners = Listeners::new();
 
 /// Clients with tracking on: keys expired on access are logged for invalidation.
 pub static TRACKING_CLIENTS: Listeners = Listeners::new();
+
+thread_local! {
+    /// Whether a keyspace of this shard thread logged a deletion for the stream's
+    /// readers (`Db::expired_log`, `Db::expired_fields_log`) since the shard last
+    /// drained them: the drain after every command looks at no database otherwise.
+    static STREAM_LOGGED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A keyspace of this thread logged a deletion for the stream.
+#[inline]
+pub fn note_stream_logged() {
+    STREAM_LOGGED.with(|l| l.set(true));
+}
+
+/// Whether anything was logged for the stream on this thread since the last call.
+#[inline]
+pub fn take_stream_logged() -> bool {
+    STREAM_LOGGED.with(|l| l.replace(false))
+}

@@ -601,6 +601,7 @@ impl Db {
         }
         if STREAM_READERS.any() {
             self.expired_log.push(occupied.get().key().to_vec());
+            super::events::note_stream_logged();
         }
         let (gone, _) = occupied.remove();
         self.used -= gone.charge();
@@ -992,6 +993,7 @@ impl Db {
                 // the key, TTL and all, for good.
                 if STREAM_READERS.any() {
                     self.expired_log.push(key.clone());
+                    super::events::note_stream_logged();
                 }
                 if TRACKING_CLIENTS.any() {
                     self.tracking_expired.push(key.clone());
@@ -1054,6 +1056,7 @@ impl Db {
                 save_before_change(cut, &mut e, mark);
                 if log {
                     expired_log.push(e.key().to_vec());
+                    super::events::note_stream_logged();
                 }
                 notify(class::EXPIRED, "expired", e.key(), db);
                 removed += 1;
@@ -1153,6 +1156,7 @@ impl Db {
         let fields = h.expire_due_fields(now_ms, max, |f| {
             if log {
                 log_to.push((key.to_vec(), f.to_vec()));
+                super::events::note_stream_logged();
             }
         });
         let (empty, next) = (h.is_empty(), h.min_field_expire());

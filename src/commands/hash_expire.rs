@@ -23,6 +23,8 @@ const DELETED: i64 = 2;
 
 const FIELDS_MISSING: &str =
     "ERR Mandatory argument FIELDS is missing or not at the right position";
+/// A count below 1 after FIELDS (HTTL, HPERSIST and Redis 8.0's HGETEX, HGETDEL).
+pub(super) const NUMFIELDS_NOT_POSITIVE: &str = "ERR Number of fields must be a positive integer";
 const NUMFIELDS_MISMATCH: &str = "ERR The `numfields` parameter must match the number of arguments";
 
 /// Which deadlines HEXPIRE's NX / XX / GT / LT let it replace.
@@ -63,7 +65,11 @@ impl Cond {
 
 /// The `FIELDS numfields field ...` part starting at argument `at`: the index of the
 /// first field, or the error Redis gives (`range_err` for a bad count).
-fn parse_fields(ctx: &ExecCtx, at: usize, range_err: &'static str) -> Result<usize, &'static str> {
+pub(super) fn parse_fields(
+    ctx: &ExecCtx,
+    at: usize,
+    range_err: &'static str,
+) -> Result<usize, &'static str> {
     if at >= ctx.args.len() || !ctx.args.is(at, "fields") {
         return Err(FIELDS_MISSING);
     }
@@ -78,7 +84,7 @@ fn parse_fields(ctx: &ExecCtx, at: usize, range_err: &'static str) -> Result<usi
 
 /// Whether `key` holds a live value of another type: Redis looks the key up before
 /// it reads any other argument, so WRONGTYPE comes before argument errors.
-fn other_type(ctx: &ExecCtx, key: &[u8]) -> bool {
+pub(super) fn other_type(ctx: &ExecCtx, key: &[u8]) -> bool {
     let db = &ctx.data.dbs[ctx.db];
     db.peek_live(key, ctx.now)
         && db
@@ -93,7 +99,7 @@ fn key_and_fields(ctx: &mut ExecCtx, key: &[u8]) -> Option<usize> {
         ctx.error(WRONGTYPE);
         return None;
     }
-    match parse_fields(ctx, 2, "ERR Number of fields must be a positive integer") {
+    match parse_fields(ctx, 2, NUMFIELDS_NOT_POSITIVE) {
         Ok(i) => Some(i),
         Err(e) => {
             ctx.error(e);
@@ -128,10 +134,15 @@ pub(super) fn hpexpireat(ctx: &mut ExecCtx) {
     set_deadlines(ctx, 0, 1);
 }
 
-/// The deadline (unix ms) argument 2 gives, `unit` ms per unit, from `base`; or the
-/// error reply.
-fn parse_deadline(ctx: &ExecCtx, base: i64, unit: i64) -> Result<u64, String> {
-    let Some(t) = parse_i64(ctx.args.get(2)) else {
+/// The deadline (unix ms) argument `arg` gives, `unit` ms per unit, from `base`; or
+/// the error reply (Redis's parseExpireTime of t_hash.c, which HGETEX and HSETEX share).
+pub(super) fn parse_deadline(
+    ctx: &ExecCtx,
+    arg: usize,
+    base: i64,
+    unit: i64,
+) -> Result<u64, String> {
+    let Some(t) = parse_i64(ctx.args.get(arg)) else {
         return Err(super::NOT_INT.to_string());
     };
     if t < 0 {
@@ -167,7 +178,7 @@ fn set_deadlines(ctx: &mut ExecCtx, base: i64, unit: i64) {
     if other_type(ctx, key) {
         return ctx.error(WRONGTYPE);
     }
-    let at = match parse_deadline(ctx, base, unit) {
+    let at = match parse_deadline(ctx, 2, base, unit) {
         Ok(at) => at,
         Err(e) => return ctx.error(&e),
     };

@@ -6,6 +6,7 @@
 //! an expired field. A hash without field TTLs pays one branch for that check.
 
 use super::hash_expire;
+use super::hash_getex;
 use super::table::K1;
 use super::table::{flags::*, CommandSpec, Cross, Kind};
 use super::{notify, parse_i64, ExecCtx, NOT_FLOAT, NOT_INT, OVERFLOW, SYNTAX_ERR, WRONGTYPE};
@@ -63,6 +64,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("hexpiretime", -5, READONLY | FAST, hash_expire::hexpiretime, "7.4.0", "Returns the expiration time of a hash field as a Unix timestamp, in seconds."),
     cmd!("hpexpiretime", -5, READONLY | FAST, hash_expire::hpexpiretime, "7.4.0", "Returns the expiration time of a hash field as a Unix timestamp, in msec."),
     cmd!("hpersist", -5, WRITE | FAST, hash_expire::hpersist, "7.4.0", "Removes the expiration time for each specified field"),
+    // Get or set fields with their TTL (hash_getex.rs), as Redis 8.0's table has them.
+    cmd!("hgetdel", -5, WRITE | FAST, hash_getex::hgetdel, "8.0.0", "Returns the value of a field and deletes it from the hash."),
+    cmd!("hgetex", -5, WRITE | FAST, hash_getex::hgetex, "8.0.0", "Get the value of one or more fields of a given hash key, and optionally set their expiration."),
+    cmd!("hsetex", -6, WRITE | DENYOOM | FAST, hash_getex::hsetex, "8.0.0", "Set the value of one or more fields of a given hash key, and optionally set their expiration."),
 ];
 
 /// The hash at a looked-up entry: `Ok(None)` if missing, `Err` if another type.
@@ -134,7 +139,7 @@ fn without_due_fields(h: &HashValue, now: u64) -> Option<std::borrow::Cow<'_, Ha
 /// Runs `f` on the hash at `key` for writing, on a fresh empty hash if the key is
 /// missing (stored only if `f` left it non-empty: Redis never keeps an empty hash).
 /// Replies WRONGTYPE and returns None for another type.
-fn write_hash<R>(
+pub(super) fn write_hash<R>(
     ctx: &mut ExecCtx,
     key: &[u8],
     f: impl FnOnce(&mut HashValue, &EncodingLimits) -> R,
@@ -192,10 +197,7 @@ pub(super) fn read_hash(
 /// None after an error reply.
 fn set_pairs(ctx: &mut ExecCtx) -> Option<i64> {
     if ctx.args.len() % 2 == 1 {
-        let name = String::from_utf8_lossy(ctx.args.get(0)).to_ascii_lowercase();
-        ctx.error(&format!(
-            "ERR wrong number of arguments for '{name}' command"
-        ));
+        ctx.arity_error();
         return None;
     }
     let args = ctx.args;

@@ -20,6 +20,7 @@ pub mod debug;
 pub mod digest;
 pub mod geo;
 pub mod hash_expire;
+pub mod hash_getex;
 pub mod hashes;
 pub mod hll;
 pub mod keys;
@@ -343,6 +344,15 @@ impl<'a> ExecCtx<'a> {
 
     pub fn error(&mut self, msg: &str) {
         self.out.error(msg);
+    }
+
+    /// Redis's addReplyErrorArity, for a handler that finds the argument count wrong
+    /// past what the table's arity checks (HSET's odd pairs, HSETEX's FIELDS count).
+    pub fn arity_error(&mut self) {
+        let name = String::from_utf8_lossy(self.args.get(0)).to_ascii_lowercase();
+        self.error(&format!(
+            "ERR wrong number of arguments for '{name}' command"
+        ));
     }
 
     /// Emits a keyspace notification (`class` a `config::notify` bit, `event` Redis's

@@ -351,6 +351,7 @@ fn parse_setex(ctx: &ExecCtx) -> Result<SetExArgs, SetExError> {
         }
         match timed {
             None => a.ttl = SetExTtl::Keep,
+            // Redis's check, though HSETEX's arity leaves no way to a time option last.
             Some(_) if i + 1 >= args.len() => return Err(msg("ERR missing expire time")),
             Some((base, unit)) => {
                 i += 1;

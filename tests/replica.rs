@@ -1473,3 +1473,62 @@ fn a_replica_keeps_field_ttls_and_waits_for_the_masters_hdel() {
     assert_eq!(fields, vec!["b", "c"]);
     let _: () = q(&mut m, &["DEBUG", "SET-ACTIVE-EXPIRE", "1"]);
 }
+
+/// Redis 8.0's HGETDEL / HGETEX / HSETEX reach a Tessera replica as the commands they
+/// propagate as (HDEL, HPEXPIREAT, HPERSIST, HSETEX ... PXAT): it ends with the
+/// master's fields and deadlines, on small and big hashes.
+#[test]
+fn a_replica_follows_hgetex_hsetex_and_hgetdel() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    wait_in_sync(&mut m, &mut r);
+    let big: Vec<String> = (0..300)
+        .flat_map(|i| [format!("f{i}"), i.to_string()])
+        .collect();
+    let mut hsetex_big = vec!["HSETEX", "big", "EX", "1000", "FIELDS", "300"];
+    hsetex_big.extend(big.iter().map(String::as_str));
+    let writes: &[&[&str]] = &[
+        &hsetex_big,
+        &[
+            "HSETEX", "small", "PX", "500000", "FIELDS", "3", "a", "1", "b", "2", "c", "3",
+        ],
+        &[
+            "HSETEX", "small", "KEEPTTL", "FXX", "FIELDS", "1", "a", "10",
+        ],
+        &["HSETEX", "small", "FIELDS", "1", "b", "20"],
+        &["HSETEX", "small", "EXAT", "1", "FIELDS", "1", "gone", "x"],
+        &["HGETEX", "small", "EX", "2000", "FIELDS", "1", "c"],
+        &["HGETEX", "big", "PERSIST", "FIELDS", "2", "f1", "f2"],
+        &["HGETEX", "big", "PXAT", "1", "FIELDS", "2", "f3", "f4"],
+        &["HGETDEL", "big", "FIELDS", "2", "f5", "nope"],
+        &["HGETDEL", "small", "FIELDS", "1", "b"],
+    ];
+    for w in writes {
+        let _: redis::Value = q(&mut m, w);
+    }
+    wait_in_sync(&mut m, &mut r);
+    for (key, fields) in [("small", "a b c gone"), ("big", "f0 f1 f2 f3 f4 f5 f6")] {
+        let n = fields.split(' ').count().to_string();
+        let mut args = vec!["HPEXPIRETIME", key, "FIELDS", &n];
+        args.extend(fields.split(' '));
+        let on_master: Vec<i64> = q(&mut m, &args);
+        let on_replica: Vec<i64> = q(&mut r, &args);
+        assert_eq!(on_master, on_replica, "{key}");
+        let mut all_m: Vec<String> = q(&mut m, &["HGETALL", key]);
+        let mut all_r: Vec<String> = q(&mut r, &["HGETALL", key]);
+        all_m.sort();
+        all_r.sort();
+        assert_eq!(all_m, all_r, "{key}");
+    }
+    let small: Vec<i64> = q(
+        &mut m,
+        &["HPEXPIRETIME", "small", "FIELDS", "3", "a", "b", "c"],
+    );
+    assert!(
+        small[0] > 0 && small[1] == -2 && small[2] > small[0],
+        "{small:?}"
+    );
+    assert_eq!(q::<i64>(&mut r, &["HLEN", "big"]), 297);
+}

@@ -333,3 +333,87 @@ fn hash_field_ttls_propagate_as_hpexpireat_and_hdel() {
     assert_eq!(cmd(&mut c, &["HGET", KEY_SHARD0, "f1"]), redis::Value::Nil);
     repl.expect(&["hdel bar f1"]);
 }
+
+/// Redis 8.0's HGETDEL / HGETEX / HSETEX as its t_hash.c propagates them: HGETDEL as
+/// HDEL of every field given, HGETEX as HPEXPIREAT (absolute ms) / HPERSIST, HSETEX
+/// with EX / PX / EXAT as HSETEX ... PXAT, and a time already past as one HDEL per
+/// field it deleted; a command that changed nothing sends nothing.
+#[test]
+fn hash_getex_commands_propagate_as_redis_8_0() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, true);
+    let (bar, foo) = (KEY_SHARD0, KEY_SHARD1);
+    let writes: &[&[&str]] = &[
+        &["HSETEX", bar, "FIELDS", "2", "a", "1", "b", "2"],
+        &["HSETEX", bar, "FNX", "EX", "100", "FIELDS", "1", "c", "3"],
+        // Refused by FNX / FXX: nothing.
+        &["HSETEX", bar, "FNX", "FIELDS", "1", "a", "x"],
+        &["HSETEX", foo, "FXX", "FIELDS", "1", "x", "1"],
+        &["HSETEX", foo, "KEEPTTL", "FIELDS", "1", "x", "1"],
+        &[
+            "HSETEX",
+            foo,
+            "PXAT",
+            "9999999999999",
+            "FIELDS",
+            "1",
+            "y",
+            "2",
+        ],
+        &["HSETEX", foo, "PX", "0", "FIELDS", "2", "y", "3", "z", "4"],
+        // A plain read, a PERSIST of nothing, HGETDEL of nothing: nothing.
+        &["HGETEX", bar, "FIELDS", "1", "a"],
+        &["HGETEX", bar, "PERSIST", "FIELDS", "1", "a"],
+        &["HGETDEL", bar, "FIELDS", "1", "nope"],
+        &["HGETEX", bar, "PX", "100000", "FIELDS", "2", "a", "nope"],
+        &["HGETEX", bar, "PXAT", "9999999999999", "FIELDS", "1", "b"],
+        &["HGETEX", bar, "PERSIST", "FIELDS", "1", "b"],
+        &["HGETEX", bar, "EXAT", "1", "FIELDS", "2", "c", "nope"],
+        &["HGETDEL", bar, "FIELDS", "3", "a", "nope", "b"],
+        &["HSETEX", foo, "PX", "20", "FIELDS", "1", "t", "1"],
+    ];
+    for w in writes {
+        cmd(&mut c, w);
+    }
+    repl.expect(&[
+        "select 0",
+        "hsetex bar FIELDS 2 a 1 b 2",
+        "hsetex bar FNX PXAT * FIELDS 1 c 3",
+        "hsetex foo KEEPTTL FIELDS 1 x 1",
+        "hsetex foo PXAT 9999999999999 FIELDS 1 y 2",
+        "hdel foo y",
+        "hdel foo z",
+    ]);
+    let got = repl.next();
+    assert_eq!(got[..2], ["hpexpireat", "bar"]);
+    assert_eq!(got[3..], ["FIELDS", "2", "a", "nope"]);
+    let at: i64 = got[2].parse().unwrap();
+    let on_master: Vec<i64> = redis::cmd("HPEXPIRETIME")
+        .arg(KEY_SHARD1)
+        .arg("FIELDS")
+        .arg(1)
+        .arg("y")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(on_master, vec![-2], "y went with the past time");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    assert!((at - now - 100_000).abs() < 5_000, "{at}");
+    repl.expect(&[
+        "hpexpireat bar 9999999999999 FIELDS 1 b",
+        "hpersist bar FIELDS 1 b",
+        "hdel bar c",
+        // The last fields take the key: no DEL of its own.
+        "hdel bar a nope b",
+        "hsetex foo PXAT * FIELDS 1 t 1",
+    ]);
+    // A field HGETEX finds expired: its HDEL, and the read sends nothing.
+    cmd(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    std::thread::sleep(Duration::from_millis(60));
+    let got = cmd(&mut c, &["HGETEX", foo, "EX", "10", "FIELDS", "1", "t"]);
+    assert_eq!(got, redis::Value::Array(vec![redis::Value::Nil]));
+    cmd(&mut c, &["SET", "end", "1"]);
+    repl.expect(&["hdel foo t", "set end 1"]);
+}

@@ -242,18 +242,29 @@ fn set_one(h: &mut HashValue, field: &[u8], at: u64, cond: Cond, past: bool) -> 
     UPDATED
 }
 
+/// A hash command's change counter (Redis's server.dirty, `changes` as it counts
+/// them): false, and no key signalled, when it changed nothing; else the key it left
+/// empty goes.
+pub(super) fn count_changes(ctx: &mut ExecCtx, key: &[u8], changes: usize, emptied: bool) -> bool {
+    if changes == 0 {
+        ctx.nothing_changed();
+        return false;
+    }
+    ctx.dirty(changes as u64);
+    if emptied {
+        ctx.db().remove(key);
+    }
+    true
+}
+
 /// HEXPIRE's change counter, events and propagation (Redis's hashTypeSetExDone and
 /// the rewrite to HPEXPIREAT with the fields it set).
 fn after_deadlines_set(ctx: &mut ExecCtx, o: &Outcome, at: u64, first: usize) {
     let key = ctx.args.get(1);
-    let changes = (o.updated.len() + o.deleted.len()) as u64;
-    if changes == 0 {
-        ctx.nothing_changed();
+    if !count_changes(ctx, key, o.updated.len() + o.deleted.len(), o.emptied) {
         return;
     }
-    ctx.dirty(changes);
     if o.emptied {
-        ctx.db().remove(key);
         ctx.notify(notify::HASH, "hdel", key);
         ctx.notify(notify::GENERIC, "del", key);
     } else if o.deleted.is_empty() {

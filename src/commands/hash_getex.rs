@@ -11,7 +11,9 @@
 //! becomes HDEL, HGETEX HPEXPIREAT / HPERSIST, a relative HSETEX an HSETEX ... PXAT,
 //! and a deadline already past deletes the fields and propagates one HDEL each.
 
-use super::hash_expire::{other_type, parse_deadline, parse_fields, NUMFIELDS_NOT_POSITIVE};
+use super::hash_expire::{
+    count_changes, other_type, parse_deadline, parse_fields, NUMFIELDS_NOT_POSITIVE,
+};
 use super::hashes::{modify_hash, write_hash, Found};
 use super::{notify, ExecCtx, WRONGTYPE};
 use crate::storage::entry::deadline_passed;
@@ -49,6 +51,32 @@ fn propagate_deleted(ctx: &mut ExecCtx, key: &[u8], fields: &[Vec<u8>]) {
     }
 }
 
+/// The fields a command gave a deadline, and those it deleted instead because the
+/// deadline had already passed.
+#[derive(Default)]
+struct Deadlines {
+    updated: usize,
+    deleted: Vec<Vec<u8>>,
+}
+
+impl Deadlines {
+    /// Gives the existing `field` the deadline `at`, or deletes it if that has passed
+    /// (Redis's hashTypeSetEx without a condition).
+    fn apply(&mut self, h: &mut HashValue, field: &[u8], at: u64, past: bool) {
+        if past {
+            h.remove(field);
+            self.deleted.push(field.to_vec());
+        } else {
+            h.set_field_expire(field, at);
+            self.updated += 1;
+        }
+    }
+
+    fn changes(&self) -> usize {
+        self.updated + self.deleted.len()
+    }
+}
+
 /// HGETDEL key FIELDS numfields field...: each field's value (nil if missing), the
 /// fields found deleted, the key with its last field.
 pub(super) fn hgetdel(ctx: &mut ExecCtx) {
@@ -74,14 +102,9 @@ pub(super) fn hgetdel(ctx: &mut ExecCtx) {
         Ok(Found::Hash(r)) => r,
     };
     let deleted = values.iter().filter(|v| v.is_some()).count();
-    if deleted == 0 {
-        ctx.nothing_changed();
+    if !count_changes(ctx, key, deleted, emptied) {
         return reply_values(ctx, &values);
     }
-    if emptied {
-        ctx.db().remove(key);
-    }
-    ctx.dirty(deleted as u64);
     ctx.notify(notify::HASH, "hdel", key);
     if emptied {
         ctx.notify(notify::GENERIC, "del", key);
@@ -129,14 +152,11 @@ fn parse_getex_ttl(ctx: &ExecCtx) -> Result<(GetExTtl, usize), String> {
     Ok((GetExTtl::At(parse_deadline(ctx, 3, base, unit)?), 4))
 }
 
-/// What HGETEX found and did.
+/// What HGETEX found and did (PERSIST counts the deadlines it dropped as updated).
 #[derive(Default)]
 struct GetExOutcome {
     values: Vec<Option<Vec<u8>>>,
-    /// Fields whose deadline was set or dropped.
-    updated: usize,
-    /// Fields deleted because the deadline given had passed.
-    deleted: Vec<Vec<u8>>,
+    ttl: Deadlines,
     emptied: bool,
 }
 
@@ -189,15 +209,8 @@ fn change_ttl(h: &mut HashValue, field: &[u8], ttl: GetExTtl, past: bool, o: &mu
     match ttl {
         GetExTtl::Leave => {}
         // A field without a deadline is left alone and not counted.
-        GetExTtl::Persist => o.updated += h.persist_field(field) as usize,
-        GetExTtl::At(_) if past => {
-            h.remove(field);
-            o.deleted.push(field.to_vec());
-        }
-        GetExTtl::At(at) => {
-            h.set_field_expire(field, at);
-            o.updated += 1;
-        }
+        GetExTtl::Persist => o.ttl.updated += h.persist_field(field) as usize,
+        GetExTtl::At(at) => o.ttl.apply(h, field, at, past),
     }
 }
 
@@ -206,20 +219,14 @@ fn change_ttl(h: &mut HashValue, field: &[u8], ttl: GetExTtl, past: bool, o: &mu
 /// for a deadline already past.
 fn after_getex(ctx: &mut ExecCtx, o: &GetExOutcome, ttl: GetExTtl, fields_at: usize) {
     let key = ctx.args.get(1);
-    let changes = (o.updated + o.deleted.len()) as u64;
-    if changes == 0 {
-        ctx.nothing_changed();
+    if !count_changes(ctx, key, o.ttl.changes(), o.emptied) {
         return;
-    }
-    ctx.dirty(changes);
-    if o.emptied {
-        ctx.db().remove(key);
     }
     let args = ctx.args;
     match ttl {
-        _ if !o.deleted.is_empty() => {
+        _ if !o.ttl.deleted.is_empty() => {
             ctx.notify(notify::HASH, "hdel", key);
-            propagate_deleted(ctx, key, &o.deleted);
+            propagate_deleted(ctx, key, &o.ttl.deleted);
         }
         GetExTtl::Persist => {
             ctx.notify(notify::HASH, "hpersist", key);
@@ -389,10 +396,7 @@ fn parse_setex_count(ctx: &ExecCtx, at: usize) -> Result<usize, SetExError> {
 struct SetExOutcome {
     /// The FNX / FXX condition held and the fields were set.
     set: bool,
-    /// Fields given the deadline.
-    updated: usize,
-    /// Fields deleted because the deadline given had passed.
-    deleted: Vec<Vec<u8>>,
+    ttl: Deadlines,
     emptied: bool,
 }
 
@@ -414,16 +418,13 @@ pub(super) fn hsetex(ctx: &mut ExecCtx) {
         ctx.nothing_changed();
         return ctx.out.integer(0);
     }
-    // One per field given, as Redis counts it, deleted or not.
-    ctx.dirty(((args.len() - a.first) / 2) as u64);
-    if o.emptied {
-        ctx.db().remove(key);
-    }
+    // One change per field given, as Redis counts them, deleted or not.
+    count_changes(ctx, key, (args.len() - a.first) / 2, o.emptied);
     ctx.notify(notify::HASH, "hset", key);
-    if !o.deleted.is_empty() {
+    if !o.ttl.deleted.is_empty() {
         ctx.notify(notify::HASH, "hdel", key);
-        propagate_deleted(ctx, key, &o.deleted);
-    } else if let (SetExTtl::At(at), true) = (a.ttl, o.updated > 0) {
+        propagate_deleted(ctx, key, &o.ttl.deleted);
+    } else if let (SetExTtl::At(at), true) = (a.ttl, o.ttl.updated > 0) {
         ctx.db().note_field_deadline(key, at);
         ctx.notify(notify::HASH, "hexpire", key);
         if !a.as_pxat {
@@ -460,16 +461,8 @@ fn set_fields(
             SetExTtl::Discard => h.set(field, value, limits),
             SetExTtl::Keep | SetExTtl::At(_) => h.set_keep_ttl(field, value, limits),
         };
-        match a.ttl {
-            SetExTtl::At(_) if past => {
-                h.remove(field);
-                o.deleted.push(field.to_vec());
-            }
-            SetExTtl::At(at) => {
-                h.set_field_expire(field, at);
-                o.updated += 1;
-            }
-            SetExTtl::Discard | SetExTtl::Keep => {}
+        if let SetExTtl::At(at) = a.ttl {
+            o.ttl.apply(h, field, at, past);
         }
     }
     o.set = true;

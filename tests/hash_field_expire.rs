@@ -10,7 +10,7 @@ mod resp;
 use common::*;
 use resp::{arr, b, Raw};
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -341,18 +341,6 @@ fn listpackex_orders_fields_by_deadline() {
     assert_eq!(keys(&mut c), vec!["f0", "f1", "f3", "f2"]);
     // Once listpackex, always (until it converts to a table).
     assert_eq!(encoding(&mut c, "h"), "listpackex");
-}
-
-/// Waits until `f` holds, up to `limit`.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
 }
 
 #[test]

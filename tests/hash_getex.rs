@@ -15,7 +15,7 @@ mod resp;
 use common::*;
 use resp::{arr, b, bulks, e, i, now_ms, ok, setup, Raw, R};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A hash with `n` fields `f0..` valued `v0..` (a listpack up to 128, a table beyond).
 fn fill(c: &mut Raw, key: &str, n: usize) {
@@ -35,18 +35,6 @@ fn nils(n: usize) -> R {
 /// The integers of an array reply.
 fn ints(r: R) -> Vec<i64> {
     r.items().iter().map(R::int).collect()
-}
-
-/// Waits until `f` holds, up to `limit`.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
 }
 
 /// Every validation case of Redis 8.0's tests, with the exact error texts of its

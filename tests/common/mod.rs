@@ -338,6 +338,18 @@ impl Drop for Server {
 pub const KEY_SHARD0: &str = "bar";
 pub const KEY_SHARD1: &str = "foo";
 
+/// Waits until `f` holds, polling every 20 ms, up to `limit`; false if it never did.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 /// Runs a command and returns its reply as `T`; panics (naming the command) on error.
 pub fn q<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
     let mut cmd = redis::cmd(args[0]);

@@ -661,3 +661,59 @@ fn the_aof_replays_to_the_same_hashes() {
     assert_eq!(c.c("DEBUG LOADAOF"), ok());
     assert_eq!(state(&mut c), before);
 }
+
+/// The table rows as Redis 8.0's command JSON has them: COMMAND INFO (arity, flags,
+/// key positions, categories), COMMAND DOCS, the `@hash` category, GETKEYSANDFLAGS,
+/// and the key permissions ACL checks from those flags (HSETEX writes only; HGETEX
+/// and HGETDEL read and write).
+#[test]
+fn command_table_and_acl_as_redis_8_0() {
+    let (s, mut c) = setup();
+    let rows = [
+        ("hgetdel", -5, vec!["write", "fast"]),
+        ("hgetex", -5, vec!["write", "fast"]),
+        ("hsetex", -6, vec!["write", "denyoom", "fast"]),
+    ];
+    for (name, arity, flags) in &rows {
+        let info = c.c(&format!("COMMAND INFO {name}"));
+        let row = info.items()[0].items();
+        assert_eq!(row[0], b(name));
+        assert_eq!(row[1], i(*arity));
+        let got: Vec<String> = row[2].items().iter().map(R::text).collect();
+        assert_eq!(&got, flags, "{name}");
+        assert_eq!(&row[3..6], &[i(1), i(1), i(1)]);
+        let cats: Vec<String> = row[6].items().iter().map(R::text).collect();
+        assert_eq!(cats, ["@write", "@hash", "@fast"], "{name}");
+        let docs = c.c(&format!("COMMAND DOCS {name}"));
+        let doc = docs.items()[1].items();
+        assert_eq!(doc[2..6], [b("since"), b("8.0.0"), b("group"), b("hash")]);
+    }
+    let hash_cat: Vec<String> = c.c("ACL CAT hash").items().iter().map(R::text).collect();
+    for (name, _, _) in &rows {
+        assert!(hash_cat.iter().any(|n| n == name), "{name}");
+    }
+    let flags_of = |c: &mut Raw, cmd: &str| -> String {
+        let r = c.c(&format!("COMMAND GETKEYSANDFLAGS {cmd}"));
+        r.items()[0].items()[1]
+            .items()
+            .iter()
+            .map(R::text)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(flags_of(&mut c, "HGETDEL k FIELDS 1 a"), "RW access delete");
+    assert_eq!(flags_of(&mut c, "HGETEX k FIELDS 1 a"), "RW access update");
+    assert_eq!(flags_of(&mut c, "HSETEX k FIELDS 1 a b"), "RW update");
+    assert_eq!(c.c("ACL SETUSER w on nopass +@all %W~*"), ok());
+    assert_eq!(c.c("ACL SETUSER rw on nopass +@all ~*"), ok());
+    let mut w = Raw::connect(s.port);
+    assert_eq!(w.c("AUTH w x"), ok());
+    assert_eq!(w.c("HSETEX k FIELDS 1 a b"), i(1));
+    for cmd in ["HGETEX k FIELDS 1 a", "HGETDEL k FIELDS 1 a"] {
+        let got = w.c(cmd);
+        assert!(got.text().starts_with("NOPERM"), "{cmd}: {got:?}");
+    }
+    let mut rw = Raw::connect(s.port);
+    assert_eq!(rw.c("AUTH rw x"), ok());
+    assert_eq!(rw.c("HGETDEL k FIELDS 1 a"), bulks(&["b"]));
+}

@@ -334,6 +334,39 @@ fn hash_field_ttls_propagate_as_hpexpireat_and_hdel() {
     repl.expect(&["hdel bar f1"]);
 }
 
+/// HINCRBYFLOAT keeps a field's TTL; it propagates as HSET (its result), which drops
+/// one, so a field with a deadline is followed by an HPEXPIREAT restoring it.
+#[test]
+fn hincrbyfloat_on_a_field_with_a_ttl_keeps_it_on_replicas() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, true);
+    let writes: &[&[&str]] = &[
+        &["HSET", KEY_SHARD0, "n", "1.5", "plain", "2"],
+        &[
+            "HPEXPIREAT",
+            KEY_SHARD0,
+            "9999999999999",
+            "FIELDS",
+            "1",
+            "n",
+        ],
+        &["HINCRBYFLOAT", KEY_SHARD0, "n", "1"],
+        &["HINCRBYFLOAT", KEY_SHARD0, "plain", "0.5"],
+    ];
+    for w in writes {
+        cmd(&mut c, w);
+    }
+    repl.expect(&[
+        "select 0",
+        "hset bar n 1.5 plain 2",
+        "hpexpireat bar 9999999999999 FIELDS 1 n",
+        "hset bar n 2.5",
+        "hpexpireat bar 9999999999999 FIELDS 1 n",
+        "hset bar plain 2.5",
+    ]);
+}
+
 /// Redis 8.0's HGETDEL / HGETEX / HSETEX as its t_hash.c propagates them: HGETDEL as
 /// HDEL of every field given, HGETEX as HPEXPIREAT (absolute ms) / HPERSIST, HSETEX
 /// with EX / PX / EXAT as HSETEX ... PXAT, and a time already past as one HDEL per

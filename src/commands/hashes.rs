@@ -421,17 +421,30 @@ fn hincrbyfloat(ctx: &mut ExecCtx) {
         let mut text = Vec::with_capacity(32);
         n.format_human(&mut text);
         h.set_keep_ttl(field, &text, limits);
-        Ok(text)
+        Ok((text, h.field_expire(field)))
     });
     match result {
-        Some(Ok(text)) => {
+        Some(Ok((text, deadline))) => {
             ctx.notify(notify::HASH, "hincrbyfloat", args.get(1));
             ctx.out.bulk(&text);
             // The result, not the increment: float arithmetic must not run twice.
-            ctx.propagation.rewrite(|| {
-                let (key, field) = (args.get(1).to_vec(), args.get(2).to_vec());
-                vec![b"HSET".to_vec(), key, field, text]
-            })
+            let (key, field) = (args.get(1), args.get(2));
+            ctx.propagation
+                .rewrite(|| vec![b"HSET".to_vec(), key.to_vec(), field.to_vec(), text]);
+            // HSET drops a field's TTL, which HINCRBYFLOAT keeps: the deadline goes
+            // after it (Redis 8.0 sends HSETEX KEEPTTL instead, which a 7.4 replica
+            // would not know).
+            if let Some(at) = deadline {
+                ctx.propagation.also(|| {
+                    let at = at.to_string().into_bytes();
+                    let fields = [b"FIELDS".as_slice(), b"1", field].map(<[u8]>::to_vec);
+                    [
+                        vec![b"HPEXPIREAT".to_vec(), key.to_vec(), at],
+                        fields.to_vec(),
+                    ]
+                    .concat()
+                });
+            }
         }
         Some(Err(e)) => ctx.error(e),
         None => {}

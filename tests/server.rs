@@ -188,9 +188,19 @@ fn config_resetstat_clears_stats() {
     c.c("GET missing");
     c.c("NOSUCHCMD");
     c.c("SET k");
+    // A key and a hash field that expire (found on access).
+    c.c("SET gone 1 PX 1");
+    c.c("HSET h f 1 g 2");
+    c.c("HPEXPIRE h 1 FIELDS 1 f");
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    c.c("EXISTS gone");
+    c.c("HLEN h");
     let stats = c.c("INFO stats").text();
-    assert_eq!(info_field(&stats, "keyspace_hits").as_deref(), Some("1"));
-    assert_eq!(info_field(&stats, "keyspace_misses").as_deref(), Some("1"));
+    assert_eq!(info_field(&stats, "expired_keys").as_deref(), Some("1"));
+    assert_eq!(info_field(&stats, "expired_subkeys").as_deref(), Some("1"));
+    // GET a and HLEN h hit; GET missing and EXISTS of the expired key miss.
+    assert_eq!(info_field(&stats, "keyspace_hits").as_deref(), Some("2"));
+    assert_eq!(info_field(&stats, "keyspace_misses").as_deref(), Some("2"));
     assert_eq!(
         info_field(&stats, "total_error_replies").as_deref(),
         Some("2")
@@ -201,6 +211,8 @@ fn config_resetstat_clears_stats() {
     let stats = c.c("INFO stats").text();
     assert_eq!(info_field(&stats, "keyspace_hits").as_deref(), Some("0"));
     assert_eq!(info_field(&stats, "keyspace_misses").as_deref(), Some("0"));
+    assert_eq!(info_field(&stats, "expired_keys").as_deref(), Some("0"));
+    assert_eq!(info_field(&stats, "expired_subkeys").as_deref(), Some("0"));
     assert_eq!(
         info_field(&stats, "total_error_replies").as_deref(),
         Some("0")

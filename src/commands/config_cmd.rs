@@ -145,6 +145,12 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                         d.stats.reset();
                         d.mem.reset_stats();
                         d.observe.reset_histograms();
+                        // INFO's expired_keys and expired_subkeys (Redis's
+                        // stat_expiredkeys, stat_expired_subkeys) are kept per database.
+                        for db in d.dbs.iter_mut() {
+                            db.expired_count = 0;
+                            db.expired_fields_count = 0;
+                        }
                     })
                     .await;
                 crate::replication::reset_stats();

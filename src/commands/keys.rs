@@ -102,15 +102,18 @@ fn del(ctx: &mut ExecCtx) {
     ctx.out.integer(n);
 }
 
+/// EXISTS: a read that counts keyspace hits and misses (and raises keymiss) but
+/// leaves the keys' access clocks alone, as Redis's LOOKUP_NOTOUCH lookup.
 fn exists(ctx: &mut ExecCtx) {
+    let no_touch_before = std::mem::replace(&mut ctx.no_touch, true);
     let mut n = 0;
     for i in 1..ctx.args.len() {
         let key = ctx.args.get(i);
-        let now = ctx.now;
-        if ctx.db().contains(key, now) {
+        if ctx.lookup_read(key).is_some() {
             n += 1;
         }
     }
+    ctx.no_touch = no_touch_before;
     ctx.out.integer(n);
 }
 

@@ -25,9 +25,28 @@ struct Reader {
 
 struct Segment {
     bytes: Vec<u8>,
-    /// Closed at a switch point: every entry numbered below this is in `bytes` (or
-    /// an earlier segment), none at or above it.
-    ends_at: Option<u64>,
+    /// Closed at a switch point: every entry numbered below the mark's number is in
+    /// `bytes` (or an earlier segment), none at or above it.
+    ends: Option<Mark>,
+}
+
+/// How far a log reader's takes cover the stream: every entry numbered below `seq`,
+/// and the stream up to `offset` (master_repl_offset: what the AOF has fsynced is
+/// reported in it, Redis's fsynced_reploff) as counted since the offset's last reset
+/// number `epoch` (`offset_epoch`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark {
+    pub seq: u64,
+    pub offset: u64,
+    pub epoch: u64,
+}
+
+/// How many times `reset_offset` moved the offset (a replica's full sync): an offset
+/// a log reader took before the last one is no longer this stream's.
+static OFFSET_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn offset_epoch() -> u64 {
+    OFFSET_EPOCH.load(std::sync::atomic::Ordering::Acquire)
 }
 
 impl Reader {
@@ -35,7 +54,7 @@ impl Reader {
         let mut segments = VecDeque::with_capacity(2);
         segments.push_back(Segment {
             bytes: Vec::new(),
-            ends_at: None,
+            ends: None,
         });
         Reader {
             id,
@@ -48,26 +67,28 @@ impl Reader {
         if self.segments.is_empty() {
             self.segments.push_back(Segment {
                 bytes: Vec::new(),
-                ends_at: None,
+                ends: None,
             });
         }
         let last = self.segments.len() - 1;
         &mut self.segments[last].bytes
     }
 
-    /// The next thing to take, given the merge's next number: bytes (and the number
-    /// every entry below which they complete), a switch, or nothing.
-    fn take(&mut self, next_seq: u64) -> Option<Taken> {
-        let front = self.segments.front_mut()?;
+    /// The next thing to take, given where the merge stands (`now`): bytes (and how
+    /// far they complete the stream), a switch, or nothing more than up to `now`.
+    fn take(&mut self, now: Mark) -> Taken {
+        let Some(front) = self.segments.front_mut() else {
+            return Taken::CaughtUp(now);
+        };
         if !front.bytes.is_empty() {
-            let upto = front.ends_at.unwrap_or(next_seq);
-            return Some(Taken::Bytes(std::mem::take(&mut front.bytes), upto));
+            let upto = front.ends.unwrap_or(now);
+            return Taken::Bytes(std::mem::take(&mut front.bytes), upto);
         }
         if self.segments.len() > 1 {
             self.segments.pop_front();
-            return Some(Taken::Switch);
+            return Taken::Switch;
         }
-        None
+        Taken::CaughtUp(now)
     }
 }
 
@@ -87,10 +108,12 @@ struct LinkReader {
 
 /// What a log reader takes from its part of the stream.
 pub enum Taken {
-    /// Stream bytes; with them, every entry numbered below the number is taken.
-    Bytes(Vec<u8>, u64),
+    /// Stream bytes; with them, the stream is taken up to the mark.
+    Bytes(Vec<u8>, Mark),
     /// A switch point: what follows belongs in the next file.
     Switch,
+    /// Nothing to take: what was taken covers the stream up to the mark.
+    CaughtUp(Mark),
 }
 
 /// Who a piece of the stream is for.
@@ -566,16 +589,44 @@ pub fn offset() -> u64 {
 /// took its number but had not pushed it when this merge looked is there a moment
 /// later.
 pub fn offset_of(seq: u64) -> u64 {
+    let m = merged_past(seq);
+    if m.next_seq < seq {
+        return m.offset;
+    }
+    let i = m.checkpoints.partition_point(|(s, _)| *s < seq);
+    m.checkpoints.get(i).map_or(m.offset, |(_, o)| *o)
+}
+
+/// The merger once it emitted every entry numbered below `seq` (all appended when
+/// the caller read `seq` from `next_seq`; one whose thread took its number but had
+/// not pushed it yet is there a moment later), or after a bounded wait for it.
+fn merged_past(seq: u64) -> MutexGuard<'static, Merger> {
     for _ in 0..1000 {
         let m = merged();
         if m.next_seq >= seq {
-            let i = m.checkpoints.partition_point(|(s, _)| *s < seq);
-            return m.checkpoints.get(i).map_or(m.offset, |(_, o)| *o);
+            return m;
         }
         drop(m);
         std::thread::yield_now();
     }
-    merged().offset
+    merged()
+}
+
+impl Merger {
+    /// Where the merge stands: what a log reader with nothing left to take covers.
+    fn mark(&self) -> Mark {
+        Mark {
+            seq: self.next_seq,
+            offset: self.offset,
+            // Moved only under the merger's lock, which the caller holds.
+            epoch: offset_epoch(),
+        }
+    }
+}
+
+/// Where the stream stands now, as a log reader caught up with it would be.
+pub fn mark() -> Mark {
+    merged().mark()
 }
 
 /// The offset and the database the stream last selected (None: its next effect
@@ -689,37 +740,33 @@ fn wait_for_appends(waker: &Waker) {
     }
 }
 
-/// A log reader's next piece (`Taken`), or Pending (waking `waker` when there is
-/// one); None once the reader is gone.
-pub fn poll_log(id: u64, waker: &Waker) -> Poll<Option<Taken>> {
+/// A log reader's next piece (`Taken`); when it has caught up, `waker` is woken by
+/// the next append. None once the reader is gone.
+pub fn poll_log(id: u64, waker: &Waker) -> Option<Taken> {
     let mut m = merged();
-    let next_seq = m.next_seq;
-    let Some(r) = m.readers.iter_mut().find(|r| r.id == id) else {
-        return Poll::Ready(None);
-    };
-    if let Some(t) = r.take(next_seq) {
-        return Poll::Ready(Some(t));
+    let now = m.mark();
+    let r = m.readers.iter_mut().find(|r| r.id == id)?;
+    let taken = r.take(now);
+    if !matches!(taken, Taken::CaughtUp(_)) {
+        return Some(taken);
     }
     r.waker = Some(waker.clone());
     wait_for_appends(waker);
     // An append made between the pull above and those registrations is seen now.
     m.pull();
-    let next_seq = m.next_seq;
-    match m.readers.iter_mut().find(|r| r.id == id) {
-        Some(r) => r
-            .take(next_seq)
-            .map_or(Poll::Pending, |t| Poll::Ready(Some(t))),
-        None => Poll::Ready(None),
-    }
+    let now = m.mark();
+    let r = m.readers.iter_mut().find(|r| r.id == id)?;
+    Some(r.take(now))
 }
 
-/// A log reader's next piece, if there is one, without asking to be woken for the
-/// next (a reader that polls on its own schedule spares the writers the wake-ups).
-pub fn take_log(id: u64) -> Option<Option<Taken>> {
+/// A log reader's next piece, without asking to be woken for the next (a reader
+/// that polls on its own schedule spares the writers the wake-ups). None once the
+/// reader is gone.
+pub fn take_log(id: u64) -> Option<Taken> {
     let mut m = merged();
-    let next_seq = m.next_seq;
+    let now = m.mark();
     let r = m.readers.iter_mut().find(|r| r.id == id)?;
-    Some(r.take(next_seq))
+    Some(r.take(now))
 }
 
 /// Closes the log reader's current segment after every entry appended so far: what
@@ -727,14 +774,14 @@ pub fn take_log(id: u64) -> Option<Option<Taken>> {
 /// with every shard held (an AOF rewrite's cut), so "so far" is exactly the cut.
 pub fn switch_point(id: u64) {
     let mut m = merged();
-    let next_seq = m.next_seq;
+    let now = m.mark();
     if let Some(r) = m.readers.iter_mut().find(|r| r.id == id) {
         if let Some(last) = r.segments.back_mut() {
-            last.ends_at = Some(next_seq);
+            last.ends = Some(now);
         }
         r.segments.push_back(Segment {
             bytes: Vec::new(),
-            ends_at: None,
+            ends: None,
         });
         if let Some(w) = r.waker.take() {
             w.wake();
@@ -780,7 +827,9 @@ pub fn proxy(bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
-    let mut m = merged();
+    // The applied commands' own effects (to the AOF) are emitted before the offset
+    // counts their bytes: a log caught up at an offset holds what it stands for.
+    let mut m = merged_past(super::next_seq());
     m.write_to(bytes, Target::Replicas);
     // The master's stream selected databases of its own: this server's next effect
     // (to its logs, or to everyone once promoted) selects again.
@@ -871,6 +920,7 @@ pub fn backlog_info() -> Option<(usize, u64, usize)> {
 /// (they are being disconnected), from there.
 pub fn reset_offset(offset: u64) {
     let mut m = merged();
+    OFFSET_EPOCH.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     m.offset = offset;
     m.buffer.clear();
     m.checkpoints.clear();

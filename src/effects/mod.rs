@@ -39,9 +39,10 @@ mod propagation;
 
 pub use merge::{
     backlog_create, backlog_free, backlog_info, backlog_resize, encode as encode_command,
-    keepalive, link_usage, offset, offset_of, poll, poll_log, position, proxy, replica_mode,
-    replicate_command, replication_memory, request_acks, reset_offset, set_replica_mode, subscribe,
-    subscribe_from, subscribe_log, switch_point, take_log, trim_buffer, unsubscribe, Taken,
+    keepalive, link_usage, mark, offset, offset_epoch, offset_of, poll, poll_log, position, proxy,
+    replica_mode, replicate_command, replication_memory, request_acks, reset_offset,
+    set_replica_mode, subscribe, subscribe_from, subscribe_log, switch_point, take_log,
+    trim_buffer, unsubscribe, Mark, Taken,
 };
 pub use propagation::{after_global, after_keyed, drain_expired, Propagation};
 

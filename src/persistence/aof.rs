@@ -353,29 +353,26 @@ impl Writer {
         // Under `always` every append wakes the thread (a reply waits for it); else it
         // looks every POLL_EVERY, sparing the shards a wake-up per write.
         let woken = FSYNC.load(Ordering::Relaxed) == FSYNC_ALWAYS;
+        use crate::effects::Taken;
         loop {
             let next = if woken {
                 crate::effects::poll_log(self.reader, waker)
             } else {
-                match crate::effects::take_log(self.reader) {
-                    Some(Some(t)) => Poll::Ready(Some(t)),
-                    Some(None) => Poll::Pending,
-                    None => Poll::Ready(None),
-                }
+                crate::effects::take_log(self.reader)
             };
             match next {
-                Poll::Ready(Some(crate::effects::Taken::Bytes(bytes, upto))) => {
+                Some(Taken::Bytes(bytes, mark)) => {
                     self.annotate();
                     if self.buf.is_empty() {
                         self.buf = bytes;
                     } else {
                         self.buf.extend_from_slice(&bytes);
                     }
-                    self.upto = upto;
+                    self.upto = mark.seq;
                     BUFFERED.store(self.buf.len() as u64, Ordering::Relaxed);
                 }
-                Poll::Ready(Some(crate::effects::Taken::Switch)) => return true,
-                Poll::Ready(None) | Poll::Pending => {
+                Some(Taken::Switch) => return true,
+                Some(Taken::CaughtUp(_)) | None => {
                     if self.buf.is_empty() {
                         // Nothing is owed: whatever the stream had is written.
                         made_durable(self.upto.max(DURABLE.load(Ordering::Acquire)));

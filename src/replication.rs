@@ -7,9 +7,10 @@ pub mod failover;
 pub mod full_sync;
 pub mod link;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use crate::shard::blocking::BlockState;
 use crate::shard::ShardData;
 use crate::storage::rdb;
 
@@ -579,6 +580,10 @@ pub fn set_state(id: u64, state: SyncState) {
     if let Some(l) = links().iter_mut().find(|l| l.id == id) {
         l.state = state;
     }
+    if state == SyncState::Online {
+        // WAIT counts online replicas only: one more may be enough now.
+        wake_ack_waiters();
+    }
 }
 
 /// Whether a link other than `except` waits for its snapshot (Redis's
@@ -615,16 +620,41 @@ pub fn ack(id: u64, offset: u64) {
         l.ack_offset = offset;
         l.ack_ms = crate::util::now_ms();
     }
-    for w in lock_wakers().drain(..) {
-        w.wake();
-    }
+    wake_ack_waiters();
 }
 
-/// WAIT's clients, woken by every ACK.
-static ACK_WAITERS: Mutex<Vec<std::task::Waker>> = Mutex::new(Vec::new());
+/// Clients blocked in WAIT (Redis's clients_waiting_acks): each looks at its own
+/// condition again when woken by a replica's ACK (or one more replica online).
+static ACK_WAITERS: Mutex<Vec<Arc<BlockState>>> = Mutex::new(Vec::new());
+/// How many there are: waking them costs one load when none.
+static ACK_WAITER_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-fn lock_wakers() -> std::sync::MutexGuard<'static, Vec<std::task::Waker>> {
+fn ack_waiters() -> std::sync::MutexGuard<'static, Vec<Arc<BlockState>>> {
     ACK_WAITERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A client starts waiting in WAIT (it looks at its condition after this,
+/// so a wake-up in between is not lost).
+pub fn add_ack_waiter(state: Arc<BlockState>) {
+    ack_waiters().push(state);
+    ACK_WAITER_COUNT.fetch_add(1, Ordering::SeqCst);
+}
+
+pub fn remove_ack_waiter(state: &Arc<BlockState>) {
+    let mut w = ack_waiters();
+    let before = w.len();
+    w.retain(|s| !Arc::ptr_eq(s, state));
+    ACK_WAITER_COUNT.fetch_sub(before - w.len(), Ordering::SeqCst);
+}
+
+/// Something WAIT clients wait for moved: they look again.
+pub fn wake_ack_waiters() {
+    if ACK_WAITER_COUNT.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    for s in ack_waiters().iter() {
+        s.wake();
+    }
 }
 
 /// How many replicas acknowledged at least `offset` (Redis's
@@ -634,29 +664,6 @@ pub fn acked(offset: u64) -> usize {
         .iter()
         .filter(|l| l.state == SyncState::Online && l.ack_offset >= offset)
         .count()
-}
-
-/// Resolves once at least `n` replicas acknowledged `offset`, with that count.
-pub async fn wait_acks(n: usize, offset: u64) -> usize {
-    std::future::poll_fn(|cx| {
-        let count = acked(offset);
-        if count >= n {
-            return std::task::Poll::Ready(count);
-        }
-        let mut w = lock_wakers();
-        if !w.iter().any(|x| x.will_wake(cx.waker())) {
-            w.push(cx.waker().clone());
-        }
-        drop(w);
-        // An ACK between the count and the registration is seen now.
-        let count = acked(offset);
-        if count >= n {
-            std::task::Poll::Ready(count)
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await
 }
 
 /// The online replicas as ROLE lists them: address, listening port, and the

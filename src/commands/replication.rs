@@ -205,54 +205,126 @@ fn wait<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 }
 
 /// WAIT numreplicas timeout (Redis's waitCommand): how many replicas acknowledged
-/// the stream up to the client's last write, waiting (a GETACK asked of them) until `numreplicas` did or
-/// the timeout (ms, 0: none) passed. Inside MULTI or a script it never waits.
+/// the stream up to the client's last write, waiting (a GETACK asked of them) until
+/// `numreplicas` did or the timeout (ms, 0: none) passed. Inside MULTI or a script it
+/// never waits.
 async fn wait_async(g: &mut GlobalCtx<'_>) {
     if replication::is_replica() {
         return g.w().error("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.");
     }
-    let arg = |i: usize| g.args.get(i).map_or(&[][..], |a| a.as_slice());
-    let Some(wanted) = super::parse_i64(arg(1)) else {
+    let Some(wanted) = super::parse_i64(g.arg(1)) else {
         return g.w().error(super::NOT_INT);
     };
-    let Some(timeout_ms) = super::parse_i64(arg(2)) else {
-        return g.w().error("ERR timeout is not an integer or out of range");
+    let timeout = match parse_ms_timeout(g.arg(2)) {
+        Ok(t) => t,
+        Err(e) => return g.w().error(e),
     };
-    if timeout_ms < 0 {
-        return g.w().error("ERR timeout is negative");
-    }
     // Where this client's last write ends: other clients' later writes are not
     // waited for (Redis's c->woff).
     let offset = g.session.last_write.offset();
     let wanted = wanted.max(0) as usize;
     let count = replication::acked(offset);
-    if count >= wanted || g.session.exec_owner.is_some() || g.session.in_script {
+    if count >= wanted || denies_blocking(g) {
         return g.w().integer(count as i64);
     }
     crate::effects::request_acks();
-    let deadline = (timeout_ms > 0)
-        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms as u64));
+    let ready = || Some(replication::acked(offset)).filter(|&n| n >= wanted);
+    match block_for_acks(g, timeout, ready).await {
+        AckWaitEnd::Ready(n) => g.w().integer(n as i64),
+        AckWaitEnd::TimedOut => g.w().integer(replication::acked(offset) as i64),
+        AckWaitEnd::Answered => {}
+    }
+}
+
+/// A client that may not block (Redis's CLIENT_DENY_BLOCKING): inside MULTI / EXEC
+/// or a script WAIT answers with the count it has.
+fn denies_blocking(g: &GlobalCtx<'_>) -> bool {
+    g.session.exec_owner.is_some() || g.session.in_script
+}
+
+/// A timeout in milliseconds as Redis's getTimeoutFromObjectOrReply reads it (0:
+/// none): an integer, not negative, that does not overflow added to the clock.
+fn parse_ms_timeout(arg: &[u8]) -> Result<Option<std::time::Duration>, &'static str> {
+    let ms = super::parse_i64(arg).ok_or("ERR timeout is not an integer or out of range")?;
+    if ms < 0 {
+        return Err("ERR timeout is negative");
+    }
+    if ms > i64::MAX - crate::util::now_ms() as i64 {
+        return Err("ERR timeout is out of range");
+    }
+    Ok((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)))
+}
+
+/// A client blocked in WAIT: woken with the others by what they wait for
+/// (`replication::wake_ack_waiters`), counted in blocked_clients and reachable by
+/// CLIENT UNBLOCK and a role change (its `blocked` state) while it lives.
+struct AckWait {
+    state: std::sync::Arc<crate::shard::blocking::BlockState>,
+    shared: std::rc::Rc<crate::clients::ClientShared>,
+}
+
+impl AckWait {
+    fn new(shared: &std::rc::Rc<crate::clients::ClientShared>) -> AckWait {
+        let state = crate::shard::blocking::BlockState::new(shared.id);
+        replication::add_ack_waiter(state.clone());
+        *shared.blocked.borrow_mut() = Some(state.clone());
+        AckWait {
+            state,
+            shared: shared.clone(),
+        }
+    }
+}
+
+impl Drop for AckWait {
+    fn drop(&mut self) {
+        *self.shared.blocked.borrow_mut() = None;
+        self.state.finish();
+        replication::remove_ack_waiter(&self.state);
+    }
+}
+
+/// How a WAIT block ended.
+enum AckWaitEnd<T> {
+    /// What the client waited for is there.
+    Ready(T),
+    /// The timeout passed, or CLIENT UNBLOCK ... TIMEOUT came: the caller replies
+    /// with the counts it has then.
+    TimedOut,
+    /// Nothing more to write: the error is written (CLIENT UNBLOCK ... ERROR, a role
+    /// change), or the client went away.
+    Answered,
+}
+
+/// Blocks the client (Redis's blockForReplication) until `ready`
+/// gives a value, the timeout passes or something else ends the wait.
+async fn block_for_acks<T>(
+    g: &mut GlobalCtx<'_>,
+    timeout: Option<std::time::Duration>,
+    mut ready: impl FnMut() -> Option<T>,
+) -> AckWaitEnd<T> {
+    use super::blocking::WaitEnd;
+    use crate::shard::blocking::{unblocked_error, UNBLOCK_ROLE_CHANGE};
+    let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
     let shared = g.session.shared.clone();
-    let count = loop {
-        // Looked at again every 100 ms: the timeout, and a client that went away.
-        let mut slice = std::time::Duration::from_millis(100);
-        if let Some(d) = deadline {
-            slice = slice.min(d.saturating_duration_since(std::time::Instant::now()));
+    let reg = AckWait::new(&shared);
+    loop {
+        if let Some(v) = ready() {
+            return AckWaitEnd::Ready(v);
         }
-        let tick = crate::runtime::sleep(slice);
-        if let crate::runtime::First::A(n) =
-            crate::runtime::first(replication::wait_acks(wanted, offset), tick).await
-        {
-            break n;
+        match super::blocking::wait(&reg.state, deadline).await {
+            WaitEnd::Woken | WaitEnd::Served(_) => continue,
+            WaitEnd::TimedOut => return AckWaitEnd::TimedOut,
+            WaitEnd::Unblocked(_) if shared.killed.get() => return AckWaitEnd::Answered,
+            WaitEnd::Unblocked(mode) => {
+                let Some(msg) = unblocked_error(mode) else {
+                    return AckWaitEnd::TimedOut;
+                };
+                g.error(msg);
+                g.session.close_after_reply |= mode == UNBLOCK_ROLE_CHANGE;
+                return AckWaitEnd::Answered;
+            }
         }
-        if shared.killed.get() {
-            return;
-        }
-        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-            break replication::acked(offset);
-        }
-    };
-    g.w().integer(count as i64);
+    }
 }
 
 /// `replicaof host port` in the config file: the same role REPLICAOF records.

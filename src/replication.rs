@@ -623,17 +623,18 @@ pub fn ack(id: u64, offset: u64) {
     wake_ack_waiters();
 }
 
-/// Clients blocked in WAIT (Redis's clients_waiting_acks): each looks at its own
-/// condition again when woken by a replica's ACK (or one more replica online).
+/// Clients blocked in WAIT or WAITAOF (Redis's clients_waiting_acks): each looks at
+/// its own condition again when woken — by every replica ACK, every move of the
+/// AOF's fsynced offset, the AOF going on or off.
 static ACK_WAITERS: Mutex<Vec<Arc<BlockState>>> = Mutex::new(Vec::new());
-/// How many there are: waking them costs one load when none.
+/// How many there are: the AOF writer, after each fsync, looks no further when none.
 static ACK_WAITER_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 fn ack_waiters() -> std::sync::MutexGuard<'static, Vec<Arc<BlockState>>> {
     ACK_WAITERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A client starts waiting in WAIT (it looks at its condition after this,
+/// A client starts waiting in WAIT / WAITAOF (it looks at its condition after this,
 /// so a wake-up in between is not lost).
 pub fn add_ack_waiter(state: Arc<BlockState>) {
     ack_waiters().push(state);
@@ -647,7 +648,7 @@ pub fn remove_ack_waiter(state: &Arc<BlockState>) {
     ACK_WAITER_COUNT.fetch_sub(before - w.len(), Ordering::SeqCst);
 }
 
-/// Something WAIT clients wait for moved: they look again.
+/// Something WAIT / WAITAOF clients wait for moved: they look again.
 pub fn wake_ack_waiters() {
     if ACK_WAITER_COUNT.load(Ordering::SeqCst) == 0 {
         return;

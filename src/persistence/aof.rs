@@ -46,6 +46,16 @@ static DURABLE: AtomicU64 = AtomicU64::new(0);
 /// Connections waiting for `DURABLE` to pass a number.
 static WAITERS: Mutex<Vec<(u64, Waker)>> = Mutex::new(Vec::new());
 
+/// The stream offset (master_repl_offset) up to which the file is on disk (Redis's
+/// fsynced_reploff_pending), with the offset's epoch then: moved by the writer after
+/// an fsync, and when it has nothing unsynced and has caught up with the stream.
+/// WAITAOF and a replica's REPLCONF ACK ... FACK read it through `fsynced_offset`.
+static FSYNCED: Mutex<crate::effects::Mark> = Mutex::new(crate::effects::Mark {
+    seq: 0,
+    offset: 0,
+    epoch: 0,
+});
+
 /// The errno of the last failed write or fsync (0: the last one succeeded).
 static WRITE_ERRNO: AtomicI32 = AtomicI32::new(0);
 /// Bytes of the files the manifest lists (INFO aof_current_size), of the base when
@@ -227,6 +237,26 @@ fn release_all_waiters() {
     }
 }
 
+/// Redis's fsynced_reploff: the stream offset up to which the AOF is on disk; -1
+/// while the AOF is off, 0 while the first rewrite after CONFIG SET appendonly yes
+/// has not put its base in place (the file is no AOF to load yet). WAITAOF's local
+/// count compares a client's offset with it; a replica reports it as FACK. 0 also
+/// after a replica's full sync moved the offset, until the writer has taken the
+/// stream since (an offset of the old history could claim writes of the new one).
+pub fn fsynced_offset() -> i64 {
+    if !enabled() {
+        return -1;
+    }
+    if super::rewrite::turning_on() {
+        return 0;
+    }
+    let fsynced = *lock(&FSYNCED);
+    if fsynced.epoch != crate::effects::offset_epoch() {
+        return 0;
+    }
+    fsynced.offset as i64
+}
+
 // ---------------------------------------------------------------------------------
 // The writer thread.
 
@@ -264,6 +294,10 @@ pub(super) fn spawn_writer(
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
     DURABLE.store(crate::effects::next_seq(), Ordering::Release);
+    // The caller holds every shard: what the stream carried so far is in the base
+    // (or, at start, in the files just loaded), on disk.
+    let covers = crate::effects::mark();
+    *lock(&FSYNCED) = covers;
     let thread = std::thread::Builder::new()
         .name("aof-writer".into())
         .spawn(move || {
@@ -279,6 +313,9 @@ pub(super) fn spawn_writer(
                 stop: stopping,
                 buf: Vec::new(),
                 upto: 0,
+                covers,
+                published: covers,
+                closed_unsynced: false,
                 last_fsync: Instant::now(),
                 last_ts: 0,
                 last_error_log: None,
@@ -293,10 +330,17 @@ struct Writer {
     reader: u64,
     next_files: Arc<Mutex<Vec<std::fs::File>>>,
     stop: Arc<AtomicBool>,
-    /// Taken from the stream, not yet written (kept across a failed write), and the
-    /// number every entry below which it completes.
+    /// Taken from the stream, not yet written (kept across a failed write), the
+    /// number every entry below which it completes, and the stream offset up to
+    /// which it completes the stream (once it is empty: up to which the file does).
     buf: Vec<u8>,
     upto: u64,
+    covers: crate::effects::Mark,
+    /// What `FSYNCED` says (the writer is the only one that moves it).
+    published: crate::effects::Mark,
+    /// An earlier incr file was closed with bytes not fsynced (`appendfsync no`):
+    /// nothing counts as fsynced until the next fsync (Redis counts that one).
+    closed_unsynced: bool,
     last_fsync: Instant,
     /// The unix second of the last `#TS:` annotation.
     last_ts: u64,
@@ -334,6 +378,7 @@ impl Writer {
                 self.sync_now();
                 SYNC_REQUESTED.store(false, Ordering::Release);
             }
+            self.publish_fsynced();
             if !switch && self.buf.is_empty() {
                 if FSYNC.load(Ordering::Relaxed) == FSYNC_ALWAYS {
                     std::thread::park_timeout(IDLE_PARK);
@@ -369,10 +414,16 @@ impl Writer {
                         self.buf.extend_from_slice(&bytes);
                     }
                     self.upto = mark.seq;
+                    self.covers = mark;
                     BUFFERED.store(self.buf.len() as u64, Ordering::Relaxed);
                 }
                 Some(Taken::Switch) => return true,
                 Some(Taken::CaughtUp(_)) | None => {
+                    if let Some(Taken::CaughtUp(mark)) = next {
+                        // Nothing came since: what was taken covers the stream so
+                        // far (keep-alive PINGs, a master's stream passed on).
+                        self.covers = mark;
+                    }
                     if self.buf.is_empty() {
                         // Nothing is owed: whatever the stream had is written.
                         made_durable(self.upto.max(DURABLE.load(Ordering::Acquire)));
@@ -429,9 +480,25 @@ impl Writer {
                 std::process::exit(1);
             }
             self.incr.synced = self.incr.size;
+            self.closed_unsynced = false;
             self.last_fsync = Instant::now();
         }
         made_durable(self.upto);
+    }
+
+    /// Everything taken is written and on disk: the stream is fsynced as far as it
+    /// covers (Redis sets fsynced_reploff_pending after each fsync; with nothing left
+    /// unsynced, what the stream carried since without a write is covered too), and
+    /// WAIT / WAITAOF clients look again.
+    fn publish_fsynced(&mut self) {
+        let synced =
+            self.buf.is_empty() && !self.closed_unsynced && self.incr.synced == self.incr.size;
+        if !synced || self.published == self.covers {
+            return;
+        }
+        self.published = self.covers;
+        *lock(&FSYNCED) = self.covers;
+        crate::replication::wake_ack_waiters();
     }
 
     fn write_failed(&mut self, e: &std::io::Error) {
@@ -497,6 +564,7 @@ impl Writer {
         match self.incr.file.sync_data() {
             Ok(()) => {
                 self.incr.synced = self.incr.size;
+                self.closed_unsynced = false;
                 self.last_fsync = Instant::now();
             }
             Err(e) => {
@@ -522,6 +590,7 @@ impl Writer {
         if FSYNC.load(Ordering::Relaxed) != FSYNC_NO {
             self.sync_now();
         }
+        self.closed_unsynced |= self.incr.synced != self.incr.size;
         self.incr = IncrFile {
             file,
             size: 0,
@@ -571,6 +640,8 @@ pub(super) fn turn_on(file: std::fs::File) -> Result<(), String> {
         next_files,
     });
     ON.store(true, Ordering::Release);
+    // WAITAOF's local count is no longer -1.
+    crate::replication::wake_ack_waiters();
     Ok(())
 }
 
@@ -590,6 +661,8 @@ pub fn turn_off() {
     ON.store(false, Ordering::Release);
     WRITE_ERRNO.store(0, Ordering::Relaxed);
     release_all_waiters();
+    // WAITAOF clients waiting for the file get their error (or count 0).
+    crate::replication::wake_ack_waiters();
 }
 
 /// Asks the writer for an fsync of everything written (cleared when done).

@@ -208,6 +208,8 @@ pub async fn done(cell: &Rc<ShardCell>, kind: &Kind, outcome: Outcome, pid: u32,
         CONSECUTIVE_FAILURES.store(0, Ordering::Relaxed);
         WAITING_TO_TURN_ON.store(false, Ordering::Relaxed);
         tracing::info!("Background AOF rewrite finished successfully");
+        // A first rewrite's file now counts as fsynced (WAITAOF's local count).
+        crate::replication::wake_ack_waiters();
     } else if !ok {
         LAST_OK.store(false, Ordering::Relaxed);
         CONSECUTIVE_FAILURES.fetch_add(1, Ordering::Relaxed);
@@ -340,6 +342,8 @@ pub fn turn_off_at_run_time(config: &crate::config::Config) {
     aof::turn_off();
     let was_waiting = WAITING_TO_TURN_ON.swap(false, Ordering::SeqCst);
     SCHEDULED.store(false, Ordering::Relaxed);
+    // WAITAOF clients that wait for the local file get their error now.
+    crate::replication::wake_ack_waiters();
     bgsave::abandon_rewrite();
     if was_waiting {
         let temp = temp_incr_name(config.appendfilename());
@@ -351,6 +355,12 @@ pub fn turn_off_at_run_time(config: &crate::config::Config) {
 /// AOF_WAIT_REWRITE with an AOF child): SHUTDOWN waits for it.
 pub fn writing_initial_aof() -> bool {
     WAITING_TO_TURN_ON.load(Ordering::Relaxed) && in_progress()
+}
+
+/// Whether CONFIG SET appendonly yes waits for its first rewrite's base (Redis's
+/// AOF_WAIT_REWRITE): the file is not yet counted as fsynced (`aof::fsynced_offset`).
+pub fn turning_on() -> bool {
+    WAITING_TO_TURN_ON.load(Ordering::Relaxed)
 }
 
 /// Whether the AOF is on or waiting for its first rewrite (Redis's aof_state !=

@@ -541,6 +541,9 @@ struct Link {
     /// the time starts as the link's.
     ack_offset: u64,
     ack_ms: u64,
+    /// The highest offset it reported fsynced to its AOF (REPLCONF ACK ... FACK,
+    /// Redis 7.2's repl_aof_off; 0 from a replica that never reports one).
+    aof_offset: u64,
 }
 
 static LINKS: Mutex<Vec<Link>> = Mutex::new(Vec::new());
@@ -581,7 +584,7 @@ pub fn set_state(id: u64, state: SyncState) {
         l.state = state;
     }
     if state == SyncState::Online {
-        // WAIT counts online replicas only: one more may be enough now.
+        // WAIT / WAITAOF count online replicas only: one more may be enough now.
         wake_ack_waiters();
     }
 }
@@ -601,6 +604,7 @@ fn register_link(id: u64, peer: ReplicaPeer, state: SyncState) {
         state,
         ack_offset: 0,
         ack_ms: crate::util::now_ms(),
+        aof_offset: 0,
     });
     NO_REPLICAS_SINCE_MS.store(0, Ordering::Relaxed);
 }
@@ -614,11 +618,16 @@ pub fn detach(id: u64) {
     crate::effects::unsubscribe(id);
 }
 
-/// REPLCONF ACK on a link: the replica has processed the stream up to `offset`.
-pub fn ack(id: u64, offset: u64) {
+/// REPLCONF ACK on a link: the replica has processed the stream up to `offset`,
+/// and (FACK, from a Redis 7.2 replica with its AOF on) fsynced it to its AOF up to
+/// `fsynced`, which only ever moves up (Redis's repl_aof_off).
+pub fn ack(id: u64, offset: u64, fsynced: Option<u64>) {
     if let Some(l) = links().iter_mut().find(|l| l.id == id) {
         l.ack_offset = offset;
         l.ack_ms = crate::util::now_ms();
+        if let Some(f) = fsynced {
+            l.aof_offset = l.aof_offset.max(f);
+        }
     }
     wake_ack_waiters();
 }
@@ -664,6 +673,16 @@ pub fn acked(offset: u64) -> usize {
     links()
         .iter()
         .filter(|l| l.state == SyncState::Online && l.ack_offset >= offset)
+        .count()
+}
+
+/// How many replicas reported their AOF fsynced at least up to `offset` (Redis's
+/// replicationCountAOFAcksByOffset): a replica that sends no FACK counts only for
+/// offset 0, as in Redis.
+pub fn aof_acked(offset: u64) -> usize {
+    links()
+        .iter()
+        .filter(|l| l.state == SyncState::Online && l.aof_offset >= offset)
         .count()
 }
 

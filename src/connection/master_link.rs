@@ -186,12 +186,31 @@ impl Connection {
         }
     }
 
-    /// `REPLCONF ACK <offset>` to the master. False when the link is gone.
+    /// `REPLCONF ACK <offset>` to the master, with `FACK <offset>` while the AOF is
+    /// on: how far it is fsynced, for the master's WAITAOF (Redis 7.2's
+    /// replicationSendAck; a 7.0 master reads the ACK and ignores the rest). False
+    /// when the link is gone.
     async fn send_ack(&mut self, offset: u64) -> bool {
         let offset = offset.to_string();
-        let mut cmd = Vec::with_capacity(48);
-        let args: [&[u8]; 3] = [b"REPLCONF", b"ACK", offset.as_bytes()];
-        crate::effects::encode_command(&mut cmd, &args);
+        let fsynced = crate::persistence::aof::fsynced_offset();
+        let fsynced = (fsynced != -1).then(|| fsynced.to_string());
+        let mut cmd = Vec::with_capacity(80);
+        match &fsynced {
+            Some(f) => {
+                let args: [&[u8]; 5] = [
+                    b"REPLCONF",
+                    b"ACK",
+                    offset.as_bytes(),
+                    b"FACK",
+                    f.as_bytes(),
+                ];
+                crate::effects::encode_command(&mut cmd, &args);
+            }
+            None => {
+                let args: [&[u8]; 3] = [b"REPLCONF", b"ACK", offset.as_bytes()];
+                crate::effects::encode_command(&mut cmd, &args);
+            }
+        }
         self.stream.write_all(&cmd).await.is_ok()
     }
 

@@ -528,7 +528,7 @@ impl Connection {
                     }
                     if args.len() >= 3 && args.is(1, "ack") {
                         if let Some(offset) = commands::parse_i64(args.get(2)) {
-                            crate::replication::ack(id, offset.max(0) as u64);
+                            crate::replication::ack(id, offset.max(0) as u64, fack(&args));
                         }
                         // Loaded: the stream may follow the file now.
                         self.stream_on_ack = false;
@@ -637,4 +637,13 @@ impl Connection {
         }
         self.finish_local(idx, before, None, args);
     }
+}
+
+/// `REPLCONF ACK <offset> FACK <aofoffset>` (Redis 7.2): the offset the replica's AOF
+/// has fsynced, when it names one (a negative one never raises what is recorded).
+fn fack(args: &Args<'_>) -> Option<u64> {
+    if args.len() < 5 || !args.is(3, "fack") {
+        return None;
+    }
+    commands::parse_i64(args.get(4)).map(|o| o.max(0) as u64)
 }

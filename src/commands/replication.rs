@@ -1,5 +1,6 @@
 //! Replication commands: SYNC / PSYNC (a client becomes a replica link; the connection
-//! intercepts them, see connection.rs), REPLCONF, REPLICAOF / SLAVEOF, ROLE.
+//! intercepts them, see connection.rs), REPLCONF, REPLICAOF / SLAVEOF, ROLE, WAIT,
+//! Redis 7.2's WAITAOF, FAILOVER.
 //!
 //! REPLICAOF records the master; the link task (replication/link.rs) connects to it.
 
@@ -40,6 +41,11 @@ pub static COMMANDS: &[CommandSpec] = &[
         group: "generic",
         acl: &["@slow", "@connection"],
         ..cmd!("wait", 3, NOSCRIPT | WAITS, KeySpec::None, Kind::Global(wait), "3.0.0", "Wait for the synchronous replication of all the write commands sent in the context of the current connection")
+    },
+    CommandSpec {
+        group: "generic",
+        acl: &["@slow", "@connection"],
+        ..cmd!("waitaof", 4, NOSCRIPT | WAITS, KeySpec::None, Kind::Global(waitaof), "7.2.0", "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.")
     },
     rcmd!("failover", -1, ADMIN | NOSCRIPT | STALE, Kind::Global(failover), "6.2.0", "Start a coordinated failover between this server and one of its replicas."),
     CommandSpec { acl: &["@admin", "@dangerous"], ..rcmd!("role", 1, NOSCRIPT | LOADING | STALE | FAST, Kind::Client(role), "2.8.12", "Return the role of the instance in the context of replication") },
@@ -236,8 +242,96 @@ async fn wait_async(g: &mut GlobalCtx<'_>) {
     }
 }
 
+fn waitaof<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
+    Box::pin(waitaof_async(g))
+}
+
+/// WAITAOF numlocal numreplicas timeout (Redis 7.2's waitaofCommand): whether this
+/// server's AOF, and how many replicas' AOFs, hold on disk the stream up to the
+/// client's last write — waiting (a GETACK asked of the replicas) until `numlocal`
+/// (0 or 1) and `numreplicas` are reached or the timeout (ms, 0: none) passed.
+/// Replies [local, replicas]. Inside MULTI it never waits.
+async fn waitaof_async(g: &mut GlobalCtx<'_>) {
+    let Some(want) = parse_waitaof(g) else {
+        return;
+    };
+    let offset = g.session.last_write.offset();
+    let (local, replicas) = aof_acks(offset);
+    if (replicas >= want.replicas && local >= want.local) || denies_blocking(g) {
+        return aof_acks_reply(g, (local, replicas));
+    }
+    crate::effects::request_acks();
+    let ready = || {
+        // The AOF turned off while waiting for it: the error (Redis's
+        // processClientsWaitingReplicas).
+        if want.local && !crate::persistence::rewrite::wanted() {
+            return Some(Err(WAITAOF_NO_AOF));
+        }
+        let (local, replicas) = aof_acks(offset);
+        (replicas >= want.replicas && local >= want.local).then_some(Ok((local, replicas)))
+    };
+    match block_for_acks(g, want.timeout, ready).await {
+        AckWaitEnd::Ready(Ok(acks)) => aof_acks_reply(g, acks),
+        AckWaitEnd::Ready(Err(e)) => g.w().error(e),
+        AckWaitEnd::TimedOut => aof_acks_reply(g, aof_acks(offset)),
+        AckWaitEnd::Answered => {}
+    }
+}
+
+const WAITAOF_NO_AOF: &str =
+    "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.";
+
+/// What WAITAOF waits for.
+struct AofWanted {
+    local: bool,
+    replicas: usize,
+    timeout: Option<std::time::Duration>,
+}
+
+/// WAITAOF's arguments and refusals, in Redis 7.2's order (the numbers, then the
+/// role, then the AOF); None once the error is written.
+fn parse_waitaof(g: &mut GlobalCtx<'_>) -> Option<AofWanted> {
+    let parsed = (|| {
+        let local = super::parse_i64(g.arg(1)).ok_or(super::NOT_INT)?;
+        if !(0..=1).contains(&local) {
+            return Err("ERR value is out of range, value must between 0 and 1");
+        }
+        let replicas = super::parse_i64(g.arg(2)).ok_or(super::NOT_INT)?;
+        if replicas < 0 {
+            return Err("ERR value is out of range, must be positive");
+        }
+        let timeout = parse_ms_timeout(g.arg(3))?;
+        if replication::is_replica() {
+            return Err("ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just local and are not propagated.");
+        }
+        if local == 1 && !crate::persistence::rewrite::wanted() {
+            return Err(WAITAOF_NO_AOF);
+        }
+        Ok(AofWanted {
+            local: local == 1,
+            replicas: replicas as usize,
+            timeout,
+        })
+    })();
+    parsed.map_err(|e| g.w().error(e)).ok()
+}
+
+/// Whether this server's AOF (0 or 1) and how many replicas' AOFs are fsynced up to
+/// `offset` (Redis: fsynced_reploff >= woff, replicationCountAOFAcksByOffset).
+fn aof_acks(offset: u64) -> (bool, usize) {
+    let local = crate::persistence::aof::fsynced_offset() >= offset as i64;
+    (local, replication::aof_acked(offset))
+}
+
+fn aof_acks_reply(g: &mut GlobalCtx<'_>, (local, replicas): (bool, usize)) {
+    let mut w = g.w();
+    w.array_len(2);
+    w.integer(local as i64);
+    w.integer(replicas as i64);
+}
+
 /// A client that may not block (Redis's CLIENT_DENY_BLOCKING): inside MULTI / EXEC
-/// or a script WAIT answers with the count it has.
+/// or a script WAIT and WAITAOF answer with the counts they have.
 fn denies_blocking(g: &GlobalCtx<'_>) -> bool {
     g.session.exec_owner.is_some() || g.session.in_script
 }
@@ -255,7 +349,7 @@ fn parse_ms_timeout(arg: &[u8]) -> Result<Option<std::time::Duration>, &'static 
     Ok((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)))
 }
 
-/// A client blocked in WAIT: woken with the others by what they wait for
+/// A client blocked in WAIT / WAITAOF: woken with the others by what they wait for
 /// (`replication::wake_ack_waiters`), counted in blocked_clients and reachable by
 /// CLIENT UNBLOCK and a role change (its `blocked` state) while it lives.
 struct AckWait {
@@ -283,7 +377,7 @@ impl Drop for AckWait {
     }
 }
 
-/// How a WAIT block ended.
+/// How a WAIT / WAITAOF block ended.
 enum AckWaitEnd<T> {
     /// What the client waited for is there.
     Ready(T),
@@ -295,7 +389,7 @@ enum AckWaitEnd<T> {
     Answered,
 }
 
-/// Blocks the client (Redis's blockForReplication) until `ready`
+/// Blocks the client (Redis's blockForReplication / blockForAofFsync) until `ready`
 /// gives a value, the timeout passes or something else ends the wait.
 async fn block_for_acks<T>(
     g: &mut GlobalCtx<'_>,

@@ -1549,29 +1549,9 @@ fn wait_blocks_as_a_blocked_client() {
     );
     let (id, h) = spawn_blocked(&master, &["WAIT", "1", "0"]);
     wait_blocked(&mut m, 1);
-    let n: i64 = q(&mut m, &["CLIENT", "UNBLOCK", &id.to_string(), "ERROR"]);
-    assert_eq!(n, 1);
-    let e = h.join().expect("thread").expect_err("unblocked");
-    assert!(
-        e.to_string()
-            .contains("client unblocked via CLIENT UNBLOCK"),
-        "{e}"
-    );
+    assert_unblock_error(&mut m, id, h);
     // The master becomes a replica: -UNBLOCKED, as Redis's disconnectAllBlockedClients.
-    let (_, h) = spawn_blocked(&master, &["WAIT", "1", "0"]);
-    wait_blocked(&mut m, 1);
-    let _: () = q(
-        &mut m,
-        &["REPLICAOF", "127.0.0.1", &free_port().to_string()],
-    );
-    let e = h.join().expect("thread").expect_err("demoted");
-    assert!(
-        e.to_string()
-            .contains("force unblock from blocking operation"),
-        "{e}"
-    );
-    let _: () = q(&mut m, &["REPLICAOF", "NO", "ONE"]);
-    wait_blocked(&mut m, 0);
+    assert_demotion_unblocks(&master, &mut m, &["WAIT", "1", "0"]);
     // A timeout that would overflow the clock (Redis's getTimeoutFromObjectOrReply).
     let e = err(&mut m, &["WAIT", "1", "9223372036854775000"]);
     assert!(e.contains("timeout is out of range"), "{e}");

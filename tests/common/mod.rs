@@ -393,6 +393,39 @@ pub fn spawn_blocked(
     (id, h)
 }
 
+/// CLIENT UNBLOCK `id` ERROR: the blocked client `h` runs for gets -UNBLOCKED.
+pub fn assert_unblock_error(
+    c: &mut redis::Connection,
+    id: u64,
+    h: std::thread::JoinHandle<redis::RedisResult<redis::Value>>,
+) {
+    let n: i64 = q(c, &["CLIENT", "UNBLOCK", &id.to_string(), "ERROR"]);
+    assert_eq!(n, 1);
+    let e = h.join().expect("thread").expect_err("unblocked");
+    assert!(
+        e.to_string()
+            .contains("client unblocked via CLIENT UNBLOCK"),
+        "{e}"
+    );
+}
+
+/// Blocks a client of master `s` in `args`, then makes `s` a replica (of a port
+/// nothing listens on): the client must get Redis's -UNBLOCKED for a role change
+/// (disconnectAllBlockedClients). `s` is a master again afterwards.
+pub fn assert_demotion_unblocks(s: &Server, c: &mut redis::Connection, args: &[&str]) {
+    let (_, h) = spawn_blocked(s, args);
+    wait_blocked(c, 1);
+    let _: () = q(c, &["REPLICAOF", "127.0.0.1", &free_port().to_string()]);
+    let e = h.join().expect("thread").expect_err("demoted");
+    assert!(
+        e.to_string()
+            .contains("force unblock from blocking operation"),
+        "{args:?}: {e}"
+    );
+    let _: () = q(c, &["REPLICAOF", "NO", "ONE"]);
+    wait_blocked(c, 0);
+}
+
 /// Waits until INFO reports `n` blocked clients.
 pub fn wait_blocked(c: &mut redis::Connection, n: usize) {
     let start = Instant::now();

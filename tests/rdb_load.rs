@@ -287,6 +287,30 @@ fn debug_reload_saves_and_loads_back() {
     );
 }
 
+/// DEBUG RELOAD NOFLUSH of a file holding a library that is loaded: Redis answers an
+/// error and goes on, its dataset untouched (it reads libraries before keys); with
+/// MERGE the file's library replaces it.
+#[test]
+fn debug_reload_noflush_refuses_a_library_already_loaded() {
+    let dir = temp_dir("reload-lib");
+    let server = start_in(&dir, &["--save", ""]);
+    let mut c = server.client();
+    let code = "#!lua name=test\nredis.register_function('test', function() return 'hello' end)";
+    assert_eq!(q::<String>(&mut c, &["FUNCTION", "LOAD", code]), "test");
+    let refused = err(&mut c, &["DEBUG", "RELOAD", "NOFLUSH"]);
+    assert!(
+        refused.contains("Error trying to load the RDB dump"),
+        "{refused}"
+    );
+    assert_eq!(q::<String>(&mut c, &["PING"]), "PONG");
+    assert_eq!(q::<String>(&mut c, &["FCALL", "test", "0"]), "hello");
+    assert_eq!(
+        q::<String>(&mut c, &["DEBUG", "RELOAD", "NOFLUSH", "MERGE"]),
+        "OK"
+    );
+    assert_eq!(q::<String>(&mut c, &["FCALL", "test", "0"]), "hello");
+}
+
 /// An RDB file (version 10) of `body` records, with EOF and a correct CRC64.
 fn rdb_file(body: &[u8]) -> Vec<u8> {
     let mut out = b"REDIS0010".to_vec();

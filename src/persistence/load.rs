@@ -619,6 +619,16 @@ async fn load_held(
         client: 0,
     };
     let op = crate::shard::multi::MultiShardOp::lock_all(owner, cell).await;
+    if !flush && !merge {
+        if let Some(name) = library_already_present(file.map.bytes()) {
+            // Redis reads the libraries before any key, fails on the first one present
+            // and answers an error, the dataset untouched.
+            tracing::warn!("Failed loading library, Library '{name}' already exists");
+            tracing::warn!("Short read or OOM loading DB. Unrecoverable error, aborting now.");
+            op.release(cell).await;
+            return Err(Failed::Refused);
+        }
+    }
     if flush {
         op.on_each(cell, |d| d.dbs.iter_mut().for_each(|db| db.clear()))
             .await;
@@ -667,6 +677,29 @@ async fn load_held(
     log_done(&done);
     let (body_len, stored) = done.first().map_or((0, None), |d| d.eof);
     Ok((body_len + if stored.is_some() { 8 } else { 0 }) as u64)
+}
+
+/// The name of a function library the file holds (they come before its first
+/// database) that is already loaded, if any: DEBUG RELOAD NOFLUSH without MERGE
+/// refuses such a file before it touches the dataset.
+fn library_already_present(bytes: &[u8]) -> Option<String> {
+    let (_, present) = crate::scripting::functions::snapshot();
+    if present.is_empty() {
+        return None;
+    }
+    let mut reader = RdbReader::new(bytes).ok()?;
+    loop {
+        match reader.next_record().ok()? {
+            Record::Aux(..) => {}
+            Record::Function(code) => {
+                let (name, _) = crate::scripting::functions::parse_metadata(&code).ok()?;
+                if present.iter().any(|l| l.name == name) {
+                    return Some(name);
+                }
+            }
+            Record::SelectDb(_) | Record::Key(_) | Record::Eof { .. } => return None,
+        }
+    }
 }
 
 /// Empties every database and the function libraries with every shard held, without

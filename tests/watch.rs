@@ -47,6 +47,17 @@ const A: &str = KEY_SHARD1;
 const B: &str = KEY_SHARD0;
 
 const CASES: &[Case] = &[
+    // SWAPDB changes a watched key only where it, or what replaces it, is there.
+    case(&[], "w", &["SWAPDB", "0", "1"], false),
+    case(&[&["SET", "w", "1"]], "w", &["SWAPDB", "0", "1"], true),
+    case(
+        &[&["SELECT", "1"], &["SET", "w", "1"], &["SELECT", "0"]],
+        "w",
+        &["SWAPDB", "1", "0"],
+        true,
+    ),
+    case(&[&["SET", "w", "1"]], "other", &["SWAPDB", "0", "1"], false),
+    case(&[&["SET", "w", "1"]], "w", &["SWAPDB", "2", "3"], false),
     // Sets.
     case(SET_AB, "s{t}", &["SADD", "s{t}", "a"], false),
     case(SET_AB, "s{t}", &["SADD", "s{t}", "c"], true),

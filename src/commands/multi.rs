@@ -85,8 +85,11 @@ fn watch<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             let existed = cell
                 .call(cell.shard_of(&key), move |c| {
                     let mut d = c.data.borrow_mut();
-                    let live = d.dbs[db].get(&k2, crate::util::now_ms()).is_some();
-                    d.watches.add(db, k2, f2);
+                    let now = crate::util::now_ms();
+                    // Expired but kept (expiry held): Redis's watchedKey.expired.
+                    let expired = d.dbs[db].peek_expired(&k2, now) == Some(true);
+                    let live = d.dbs[db].get(&k2, now).is_some();
+                    d.watches.add(db, k2, f2, expired && !live);
                     live
                 })
                 .await;

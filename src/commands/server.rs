@@ -164,11 +164,12 @@ fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let op = MultiShardOp::lock_all(g.owner(), &cell).await;
         if a != b {
             op.on_each(&cell, move |d| {
+                let now = crate::util::now_ms();
+                let d = &mut *d;
+                d.watches.touch_swapped(a, b, &d.dbs, now);
                 let (lo, hi) = (a.min(b), a.max(b));
                 let (left, right) = d.dbs.split_at_mut(hi);
                 left[lo].swap(&mut right[0]);
-                d.watches.touch_db(Some(a));
-                d.watches.touch_db(Some(b));
                 // Keys of the swapped dbs may now hold what blocked clients wait for.
                 d.blocked.signal_all();
             })

@@ -9,7 +9,15 @@ use hashbrown::HashMap;
 
 #[derive(Default)]
 pub struct Watches {
-    by_key: HashMap<(usize, Vec<u8>), Vec<Arc<AtomicBool>>>,
+    by_key: HashMap<(usize, Vec<u8>), Vec<Watcher>>,
+}
+
+/// One client watching a key.
+struct Watcher {
+    dirty: Arc<AtomicBool>,
+    /// The key was there but expired (Redis's watchedKey.expired): a SWAPDB that
+    /// leaves it missing or expired is no change for this client.
+    expired: bool,
 }
 
 impl Watches {
@@ -18,14 +26,18 @@ impl Watches {
         self.by_key.is_empty()
     }
 
-    pub fn add(&mut self, db: usize, key: Vec<u8>, flag: Arc<AtomicBool>) {
-        self.by_key.entry((db, key)).or_default().push(flag);
+    /// `expired`: the key is there with its TTL passed (kept while expiry is held).
+    pub fn add(&mut self, db: usize, key: Vec<u8>, flag: Arc<AtomicBool>, expired: bool) {
+        self.by_key.entry((db, key)).or_default().push(Watcher {
+            dirty: flag,
+            expired,
+        });
     }
 
     pub fn remove(&mut self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) {
         let k = (db, key.to_vec());
         if let Some(v) = self.by_key.get_mut(&k) {
-            v.retain(|f| !Arc::ptr_eq(f, flag));
+            v.retain(|w| !Arc::ptr_eq(&w.dirty, flag));
             if v.is_empty() {
                 self.by_key.remove(&k);
             }
@@ -39,8 +51,8 @@ impl Watches {
             return;
         }
         if let Some(v) = self.by_key.remove(&(db, key.to_vec())) {
-            for f in v {
-                f.store(true, Ordering::SeqCst);
+            for w in v {
+                w.dirty.store(true, Ordering::SeqCst);
             }
         }
     }
@@ -52,25 +64,66 @@ impl Watches {
             let hit =
                 db.is_none_or(|x| x == *d) && dbs.get(*d).is_some_and(|x| x.peek_live(k, now));
             if hit {
-                for f in v.iter() {
-                    f.store(true, Ordering::SeqCst);
+                for w in v.iter() {
+                    w.dirty.store(true, Ordering::SeqCst);
                 }
             }
             !hit
         });
     }
 
-    /// SWAPDB: every watched key of `db` (all dbs when None).
+    /// Every watched key of `db` (all dbs when None): a swapdb load replaced them.
     pub fn touch_db(&mut self, db: Option<usize>) {
         self.by_key.retain(|(d, _), v| {
             if db.is_none_or(|x| x == *d) {
-                for f in v.iter() {
-                    f.store(true, Ordering::SeqCst);
+                for w in v.iter() {
+                    w.dirty.store(true, Ordering::SeqCst);
                 }
                 false
             } else {
                 true
             }
+        });
+    }
+
+    /// SWAPDB of `a` and `b`, called before `dbs` are swapped: each watched key of
+    /// either database changes only if it, or what replaces it, is there: a missing or
+    /// expired key replaced with a missing or expired one is no change (Redis 7.0's
+    /// touchAllWatchedKeysInDb).
+    pub fn touch_swapped(&mut self, a: usize, b: usize, dbs: &[crate::storage::Db], now: u64) {
+        // What each key is in a database: None missing, Some(expired) there.
+        let state = |db: usize, key: &[u8]| dbs.get(db).and_then(|d| d.peek_expired(key, now));
+        self.by_key.retain(|(d, key), watchers| {
+            let other = match *d {
+                d if d == a => b,
+                d if d == b => a,
+                _ => return true,
+            };
+            let (emptied, replaced_with) = (state(*d, key), state(other, key));
+            if emptied.is_none() && replaced_with.is_none() {
+                return true;
+            }
+            watchers.retain_mut(|w| {
+                let unchanged = if w.expired {
+                    match replaced_with {
+                        None => {
+                            w.expired = false;
+                            true
+                        }
+                        Some(expired) => expired,
+                    }
+                } else if emptied.is_none() && replaced_with == Some(true) {
+                    w.expired = true;
+                    true
+                } else {
+                    false
+                };
+                if !unchanged {
+                    w.dirty.store(true, Ordering::SeqCst);
+                }
+                unchanged
+            });
+            !watchers.is_empty()
         });
     }
 }

@@ -649,7 +649,13 @@ impl Db {
 
     /// Whether a key exists and has not expired, without deleting anything.
     pub fn peek_live(&self, key: &[u8], now_ms: u64) -> bool {
-        self.peek(key).is_some_and(|e| !e.is_expired(now_ms))
+        self.peek_expired(key, now_ms) == Some(false)
+    }
+
+    /// Whether a key is there expired (Some(true)) or live (Some(false)), without
+    /// deleting anything; None when it is not there at all.
+    pub fn peek_expired(&self, key: &[u8], now_ms: u64) -> Option<bool> {
+        self.peek(key).map(|e| e.is_expired(now_ms))
     }
 
     pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {

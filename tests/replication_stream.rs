@@ -334,6 +334,42 @@ fn hash_field_ttls_propagate_as_hpexpireat_and_hdel() {
     repl.expect(&["hdel bar f1"]);
 }
 
+/// A NOACK group read propagates the consumer's creation and the group's new last ID
+/// with its read counter (Redis's streamPropagateGroupID: XGROUP SETID ... ENTRIESREAD),
+/// so a replica's or a reloaded AOF's XINFO GROUPS shows entries-read as the master's.
+#[test]
+fn noack_group_reads_propagate_setid_with_entriesread() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, true);
+    let writes: &[&[&str]] = &[
+        &["XGROUP", "CREATE", KEY_SHARD0, "g", "$", "MKSTREAM"],
+        &["XADD", KEY_SHARD0, "1-1", "f", "v"],
+        &["XADD", KEY_SHARD0, "1-2", "f", "v"],
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "alice",
+            "NOACK",
+            "STREAMS",
+            KEY_SHARD0,
+            ">",
+        ],
+    ];
+    for w in writes {
+        cmd(&mut c, w);
+    }
+    repl.expect(&[
+        "select 0",
+        "xgroup CREATE bar g $ MKSTREAM",
+        "xadd bar 1-1 f v",
+        "xadd bar 1-2 f v",
+        "xgroup CREATECONSUMER bar g alice",
+        "xgroup SETID bar g 1-2 ENTRIESREAD 2",
+    ]);
+}
+
 /// HINCRBYFLOAT keeps a field's TTL; it propagates as HSET (its result), which drops
 /// one, so a field with a deadline is followed by an HPEXPIREAT restoring it.
 #[test]

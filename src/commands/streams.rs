@@ -1165,7 +1165,7 @@ fn xclaim(ctx: &mut ExecCtx) {
     if propagating {
         effects = claims_effects((key, group, name), &g, &claimed, &dropped);
         if effects.is_empty() && bumped {
-            effects.push(setid_effect(key, group, g.last_id));
+            effects.push(setid_effect(key, group, (g.last_id, g.entries_read)));
         }
     }
     s.groups.insert(group.to_vec(), g);
@@ -2053,7 +2053,10 @@ fn serve_key(
     };
     let created = notify_new_consumer(s, group, consumer, had_consumer, key, db);
     if crate::effects::active() {
-        let last = s.groups.get(group.as_slice()).map(|g| g.last_id);
+        let last = s
+            .groups
+            .get(group.as_slice())
+            .map(|g| (g.last_id, g.entries_read));
         let read = GroupRead {
             key,
             group,
@@ -2191,7 +2194,7 @@ fn propagate_group_read(
     db: usize,
     read: &GroupRead,
     delivered: &[StreamId],
-    last: Option<StreamId>,
+    last: Option<(StreamId, i64)>,
     now: u64,
 ) {
     let word = |b: &[u8]| b.to_vec();
@@ -2206,11 +2209,11 @@ fn propagate_group_read(
         ];
         crate::effects::propagate(txn, db, argv);
     }
-    let (Some(last), false) = (last, delivered.is_empty()) else {
+    let (Some((last, entries_read)), false) = (last, delivered.is_empty()) else {
         return;
     };
     if read.noack {
-        let argv = setid_effect(read.key, read.group, last);
+        let argv = setid_effect(read.key, read.group, (last, entries_read));
         return crate::effects::propagate(txn, db, argv);
     }
     let last = last.to_string().into_bytes();
@@ -2221,16 +2224,18 @@ fn propagate_group_read(
     }
 }
 
-/// `XGROUP SETID key group last`: how a group's last delivered ID moved without a
-/// pending entry to say it (a NOACK read, an XCLAIM that only moved LASTID) propagates.
-fn setid_effect(key: &[u8], group: &[u8], last: StreamId) -> Vec<Vec<u8>> {
-    let last = last.to_string().into_bytes();
+/// `XGROUP SETID key group last ENTRIESREAD n`: how a group's last delivered ID (and
+/// its read counter) moved without a pending entry to say it (a NOACK read, an XCLAIM
+/// that only moved LASTID) propagates, as Redis's streamPropagateGroupID.
+fn setid_effect(key: &[u8], group: &[u8], (last, entries_read): (StreamId, i64)) -> Vec<Vec<u8>> {
     vec![
         b"XGROUP".to_vec(),
         b"SETID".to_vec(),
         key.to_vec(),
         group.to_vec(),
-        last,
+        last.to_string().into_bytes(),
+        b"ENTRIESREAD".to_vec(),
+        entries_read.to_string().into_bytes(),
     ]
 }
 

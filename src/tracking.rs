@@ -282,7 +282,8 @@ impl TrackingTable {
         self.invalidate_by(key, self.writer);
     }
 
-    /// `invalidate` on behalf of `writer` (0: the server, e.g. expiry).
+    /// `invalidate` on behalf of `writer` (0: the server's eviction, `EXPIRY`: its
+    /// expiry).
     #[cold]
     pub fn invalidate_by(&mut self, key: &[u8], writer: u64) {
         for p in &mut self.prefixes {
@@ -431,6 +432,13 @@ impl TrackingTable {
 /* ------------------------------------------------------------------------ */
 /* Delivery.                                                                */
 /* ------------------------------------------------------------------------ */
+
+/// The writer of an expired key's invalidation. Like eviction's (writer 0) it is no
+/// client's write, so NOLOOP never hides it; unlike eviction's it follows the reply of
+/// the command that found the key expired (Redis 7.0 queues it in
+/// `tracking_pending_keys` while that command runs, where eviction, done before the
+/// command starts, sends at once).
+pub const EXPIRY: u64 = u64::MAX;
 
 #[derive(Clone, Copy)]
 enum Kind {

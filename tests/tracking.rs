@@ -367,6 +367,32 @@ fn expiry_and_transactions_invalidate_after_the_reply() {
     assert!(info.contains("tracking_total_keys:0\r\n"), "{info}");
 }
 
+/// A key the client's own read finds expired is invalidated after that read's reply,
+/// wherever the client and the key live (Redis 7.0 holds it in tracking_pending_keys
+/// while the command runs); Redis's tracking.tcl "not interleaved with multiple keys
+/// response". Four readers, so both shards hold a reader's home.
+#[test]
+fn lazy_expiry_found_by_the_readers_own_command_follows_its_reply() {
+    let server = Server::start(2);
+    let mut admin = server.client();
+    let _: () = q(&mut admin, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    for (n, mut r) in conns(&server, 4).into_iter().enumerate() {
+        r.resp3();
+        r.call(&["CLIENT", "TRACKING", "on"], "+OK\r\n");
+        for k in [KEY_SHARD0, KEY_SHARD1] {
+            let (x, y) = (format!("{k}-x{n}"), format!("{k}-y{n}"));
+            let (x, y) = (format!("{{{k}}}{x}"), format!("{{{k}}}{y}"));
+            r.call(&["MSET", &x, "1", &y, "2"], "+OK\r\n");
+            r.call(&["PEXPIRE", &y, "20"], ":1\r\n");
+            r.call(&["GET", &y], &bulk("2"));
+            std::thread::sleep(Duration::from_millis(40));
+            r.call(&["MGET", &x, &y], &format!("*2\r\n{}_\r\n", bulk("1")));
+            r.expect(&push(&[&y]));
+        }
+        r.quiet();
+    }
+}
+
 #[test]
 fn tracking_table_max_keys_evicts_down_to_the_limit() {
     let server = Server::start(2);

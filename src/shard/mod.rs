@@ -185,7 +185,7 @@ impl ShardData {
             let keys = std::mem::take(&mut self.dbs[i].tracking_expired);
             if self.tracking.active() {
                 for k in &keys {
-                    self.tracking.invalidate_by(k, 0);
+                    self.tracking.invalidate_by(k, crate::tracking::EXPIRY);
                 }
             }
         }

@@ -927,3 +927,47 @@ fn a_write_acknowledged_at_start_is_in_the_aof() {
         );
     }
 }
+
+/// An approximate trim that LIMIT stopped is logged as the exact trim it amounted to
+/// (`MAXLEN = 71 LIMIT 30`, `MINID = <first id> LIMIT 30`), which the loader obeys
+/// in full: Redis's stream.tcl "XADD with ~ MAXLEN / MINID and LIMIT can propagate
+/// correctly". A client sending LIMIT without `~` still gets the syntax error.
+#[test]
+fn limited_approximate_trim_reloads_to_the_same_length() {
+    let dir = scratch("xadd-limit");
+    let s = start_aof(
+        &dir,
+        &[
+            "--enable-debug-command",
+            "yes",
+            "--stream-node-max-entries",
+            "10",
+        ],
+    );
+    let mut c = s.client();
+    for (key, rule) in [("byLen", "MAXLEN"), ("byId", "MINID")] {
+        let _: () = q(&mut c, &["CONFIG", "SET", "stream-node-max-entries", "10"]);
+        for j in 1..=100 {
+            let id = format!("{j}-0");
+            let _: String = q(&mut c, &["XADD", key, &id, "f", "v"]);
+        }
+        let _: String = q(
+            &mut c,
+            &["XADD", key, rule, "~", "55", "LIMIT", "30", "*", "f", "v"],
+        );
+        let len: i64 = q(&mut c, &["XLEN", key]);
+        assert_eq!(len, 71, "{rule}");
+        let _: () = q(&mut c, &["CONFIG", "SET", "stream-node-max-entries", "1"]);
+        let _: () = q(&mut c, &["DEBUG", "LOADAOF"]);
+        let len: i64 = q(&mut c, &["XLEN", key]);
+        assert_eq!(len, 71, "{rule} after DEBUG LOADAOF");
+        let err: redis::RedisResult<i64> = redis::cmd("XTRIM")
+            .arg(&[key, rule, "=", "1", "LIMIT", "30"])
+            .query(&mut c);
+        let msg = format!("{:?}", err.expect_err("LIMIT without ~"));
+        assert!(
+            msg.contains("LIMIT cannot be used without the special ~ option"),
+            "{msg}"
+        );
+    }
+}

@@ -333,7 +333,12 @@ fn parse_add_trim(ctx: &ExecCtx, xadd: bool) -> Result<AddTrim, &'static str> {
     if !xadd && a.rule.is_none() {
         return Err("ERR syntax error, XTRIM must be called with a trimming strategy");
     }
-    if limit_given {
+    // Redis's `mustobey`: what the master or the AOF sends ran on the master already,
+    // rewritten to the exact trim it amounted to (`MAXLEN = 71 LIMIT 30`): obeyed in
+    // full, with LIMIT neither checked nor applied.
+    if crate::storage::entry::replaying() || crate::persistence::loading() {
+        a.limit = 0;
+    } else if limit_given {
         if !a.approx {
             return Err("ERR syntax error, LIMIT cannot be used without the special ~ option");
         }

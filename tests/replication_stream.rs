@@ -486,3 +486,38 @@ fn hash_getex_commands_propagate_as_redis_8_0() {
     cmd(&mut c, &["SET", "end", "1"]);
     repl.expect(&["hdel foo t", "set end 1"]);
 }
+
+/// SCAN deletes the keys matching its pattern whose TTL passed, on both shards, and
+/// each DEL reaches replicas at once, on its own (Redis's expire.tcl "SCAN: Lazy-expire
+/// should not be wrapped in MULTI/EXEC"). Keys outside the pattern are left for later.
+#[test]
+fn scan_deletes_the_expired_keys_it_meets() {
+    let server = Server::start(2);
+    let mut c = server.client();
+    cmd(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    let (mut repl, _) = Replica::attach(&server, true);
+    cmd(&mut c, &["SET", KEY_SHARD0, "v", "PX", "1"]);
+    cmd(&mut c, &["SET", KEY_SHARD1, "v", "PX", "1"]);
+    cmd(&mut c, &["SET", "other", "v", "PX", "1"]);
+    repl.expect(&[
+        "select 0",
+        "set bar v PXAT *",
+        "set foo v PXAT *",
+        "set other v PXAT *",
+    ]);
+    std::thread::sleep(Duration::from_millis(20));
+    let found = cmd(&mut c, &["SCAN", "0", "MATCH", "[bf]*", "COUNT", "1000"]);
+    let want = redis::Value::Array(vec![
+        redis::Value::BulkString(b"0".to_vec()),
+        redis::Value::Array(vec![]),
+    ]);
+    assert_eq!(found, want);
+    let mut dels = vec![repl.next(), repl.next()];
+    dels.sort();
+    assert_eq!(dels, [["del", "bar"], ["del", "foo"]]);
+    let info = match cmd(&mut c, &["INFO", "keyspace"]) {
+        redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(info.contains("db0:keys=1,"), "{info}");
+}

@@ -807,8 +807,12 @@ fn scan<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             let filter = filter.clone();
             let (next, found, spent) = cell
                 .call(shard, move |c| {
-                    let d = c.data.borrow();
-                    scan_shard(&d.dbs[db], slot, &filter, budget)
+                    let mut d = c.data.borrow_mut();
+                    let scanned = scan_shard(&mut d.dbs[db], slot, &filter, budget);
+                    // The DELs of the keys it found expired reach replicas now, each on
+                    // its own (Redis's lazy expiry, never wrapped in MULTI/EXEC).
+                    crate::shard::exec::after_deletions(&mut d, None);
+                    scanned
                 })
                 .await;
             budget = spent;
@@ -837,14 +841,16 @@ struct ScanFilter {
 }
 
 impl ScanFilter {
-    fn accepts(&self, e: &crate::storage::Entry) -> bool {
+    fn matches_pattern(&self, key: &[u8]) -> bool {
+        self.pattern
+            .as_deref()
+            .is_none_or(|p| glob_match(p, key, false))
+    }
+
+    fn matches_type(&self, e: &crate::storage::Entry) -> bool {
         self.type_filter
             .as_deref()
             .is_none_or(|t| t == e.value().type_name().as_bytes())
-            && self
-                .pattern
-                .as_deref()
-                .is_none_or(|p| glob_match(p, e.key(), false))
     }
 }
 
@@ -865,9 +871,11 @@ impl ScanBudget {
 
 /// Walks this shard's slots of `db` from `slot`, whole slots at a time, until the
 /// budget is spent or its slots end. Returns the next slot to visit, the keys found
-/// and the budget with them and the keys looked at counted.
+/// and the budget with them and the keys looked at counted. A key that matches the
+/// pattern but whose TTL passed is deleted (Redis's scanGenericCommand filters by
+/// pattern, then type, then expireIfNeeded; its type check expires the key too).
 fn scan_shard(
-    dbr: &crate::storage::Db,
+    dbr: &mut crate::storage::Db,
     slot: usize,
     filter: &ScanFilter,
     mut budget: ScanBudget,
@@ -875,16 +883,27 @@ fn scan_shard(
     let now = crate::util::now_ms();
     let first = dbr.first_slot();
     let mut keys = Vec::new();
+    let mut expired = Vec::new();
     let mut idx = slot - first;
     while idx < dbr.slot_count() && !budget.spent() {
-        dbr.for_each_in_slot(idx, now, |e| {
+        for e in dbr.slot_entries(idx) {
             budget.looked += 1;
-            if filter.accepts(e) {
+            if !filter.matches_pattern(e.key()) {
+                continue;
+            }
+            if e.is_expired(now) {
+                expired.push(e.key().to_vec());
+            } else if filter.matches_type(e) {
                 keys.push(e.key().to_vec());
                 budget.found += 1;
             }
-        });
+        }
         idx += 1;
+    }
+    for key in &expired {
+        // Deletes it (logged for replicas, tracking and keyspace events), unless
+        // expired keys are held (a replica, a client pause).
+        let _ = dbr.get(key, now);
     }
     (first + idx, keys, budget)
 }

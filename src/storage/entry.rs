@@ -258,7 +258,7 @@ impl Entry {
     /// Whether the TTL has passed — never while the dataset loads (`expiry_paused`):
     /// the flag is read only for a key whose time is up.
     #[inline]
-    pub(super) fn is_expired(&self, now_ms: u64) -> bool {
+    pub fn is_expired(&self, now_ms: u64) -> bool {
         let at = self.expire_at();
         at != NO_EXPIRE && at <= now_ms && !expiry_paused() && !replaying()
     }

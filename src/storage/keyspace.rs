@@ -957,6 +957,12 @@ impl Db {
         }
     }
 
+    /// Every entry of a slot index, expired ones included (SCAN deletes those it
+    /// meets, as Redis's scanGenericCommand does).
+    pub fn slot_entries(&self, idx: usize) -> impl Iterator<Item = &Entry> {
+        self.slots.get(idx).into_iter().flat_map(|s| s.table.iter())
+    }
+
     #[cfg(test)]
     fn slot_capacity(&self, idx: usize) -> usize {
         self.slots.get(idx).map_or(0, |s| s.table.capacity())

@@ -849,3 +849,50 @@ fn scripts_on_a_stale_replica() {
         }
     }
 }
+
+/// SCRIPT FLUSH resets every shard's VM at once (Redis resets its VM), so
+/// used_memory_lua falls to nothing even on a shard that runs no script afterwards;
+/// function libraries survive it. Redis's scripting.tcl "EVAL does not leak in the
+/// Lua stack" reads used_memory_lua after a flush and 10000 scripts on one shard.
+/// SCRIPT DEBUG YES / SYNC is refused: there is no Lua debugger.
+#[test]
+fn script_flush_releases_every_shards_vm() {
+    let s = Server::start(2);
+    let mut c = s.client();
+    let lua_memory = |c: &mut redis::Connection| -> u64 {
+        info_field(c, "memory", "used_memory_lua").parse().unwrap()
+    };
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("#!lua name=lib\nredis.register_function('f', function(k) return redis.call('incr', k[1]) end)")
+        .query(&mut c)
+        .unwrap();
+    for k in [KEY_SHARD0, KEY_SHARD1] {
+        let _: i64 = redis::cmd("FCALL")
+            .arg("f")
+            .arg(1)
+            .arg(k)
+            .query(&mut c)
+            .unwrap();
+        eval(&mut c, "return redis.call('get', KEYS[1])", &[k], &[]).unwrap();
+    }
+    assert!(lua_memory(&mut c) > 0);
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
+    assert_eq!(lua_memory(&mut c), 0);
+    let v: i64 = redis::cmd("FCALL")
+        .arg("f")
+        .arg(1)
+        .arg(KEY_SHARD1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(v, 2);
+    for mode in ["YES", "SYNC"] {
+        let e = err_text(redis::cmd("SCRIPT").arg("DEBUG").arg(mode).query(&mut c));
+        assert!(e.contains("not supported"), "{e}");
+    }
+    let _: () = redis::cmd("SCRIPT")
+        .arg("DEBUG")
+        .arg("NO")
+        .query(&mut c)
+        .unwrap();
+}

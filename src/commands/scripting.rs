@@ -789,6 +789,10 @@ fn script<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             "flush" if sub_arity(g, "script", "flush", -2) => match flush_mode(g) {
                 Some(true) => {
                     scripting::script_flush();
+                    g.session
+                        .cell
+                        .call_all(|_| scripting::vm::drop_stale())
+                        .await;
                     g.w().ok();
                 }
                 Some(false) => g.error("ERR SCRIPT FLUSH only support SYNC|ASYNC option"),
@@ -796,8 +800,14 @@ fn script<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
             },
             "kill" if sub_arity(g, "script", "kill", 2) => kill(g, true),
             "debug" if sub_arity(g, "script", "debug", 3) => {
-                if g.is(2, "no") || g.is(2, "yes") || g.is(2, "sync") {
+                if g.is(2, "no") {
                     g.w().ok();
+                } else if g.is(2, "yes") || g.is(2, "sync") {
+                    // The Lua debugger (LDB) is not built: refused, not accepted and
+                    // ignored (redis-cli --ldb then says so).
+                    g.error(
+                        "ERR SCRIPT DEBUG YES/SYNC is not supported: Tessera has no Lua debugger",
+                    );
                 } else {
                     g.error("ERR Use SCRIPT DEBUG YES/SYNC/NO");
                 }

@@ -157,6 +157,24 @@ pub async fn run(job: Job) {
     waiters.into_iter().for_each(Waker::wake);
 }
 
+/// After SCRIPT FLUSH: this shard's VM goes now, not at its next script, so that
+/// INFO's used_memory_lua falls as Redis's does when it resets its VM (a shard that
+/// runs no script would keep reporting it). A VM in use is rebuilt after its job.
+pub fn drop_stale() {
+    let epoch = super::SCRIPT_EPOCH.load(Ordering::SeqCst);
+    let stale = SLOT.with(|s| {
+        let mut s = s.borrow_mut();
+        match &s.vm {
+            Some(v) if v.epoch != epoch => s.vm.take(),
+            _ => None,
+        }
+    });
+    if stale.is_some() {
+        drop(stale);
+        super::publish_lua_memory(0);
+    }
+}
+
 fn fail(job: Job, msg: &str) {
     match job {
         Job::Run(r) => {

@@ -126,6 +126,12 @@ pub struct ClientShared {
     /// REPLCONF capa eof: the replica reads an RDB framed `$EOF:<mark>` (a diskless
     /// full sync).
     pub replica_capa_eof: Cell<bool>,
+    /// REPLCONF rdb-only 1: the replica wants the snapshot and no stream after it
+    /// (redis-cli --rdb); its connection closes once the file is sent.
+    pub replica_rdb_only: Cell<bool>,
+    /// REPLCONF rdb-filter-only: the snapshot leaves the keys out, and the function
+    /// libraries too unless `functions` was named (Some(true)).
+    pub replica_filter: Cell<Option<bool>>,
     /// The replica's link into the replication buffer once it has one (0 before):
     /// its output is counted there, not in `output_len`.
     pub repl_link: Cell<u64>,
@@ -236,6 +242,8 @@ impl ClientShared {
             replica_port: Default::default(),
             replica_ip: Default::default(),
             replica_capa_eof: Default::default(),
+            replica_rdb_only: Default::default(),
+            replica_filter: Default::default(),
             repl_link: Default::default(),
             output_len: Default::default(),
             obuf_soft_since: Default::default(),

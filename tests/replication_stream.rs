@@ -521,3 +521,72 @@ fn scan_deletes_the_expired_keys_it_meets() {
     };
     assert!(info.contains("db0:keys=1,"), "{info}");
 }
+
+/// redis-cli --functions-rdb (REPLCONF rdb-only 1, rdb-filter-only functions) gets a
+/// file with the libraries and no keys, whether syncs go to disk or to sockets, and
+/// --rdb gets everything; the connection closes after the file (rdb-only). A filter
+/// without `capa eof` and an unknown filter are refused as Redis refuses them.
+#[test]
+fn rdb_filter_only_functions_and_rdb_only() {
+    let dir = scratch_dir("replication-stream", "filter");
+    let d = dir.display().to_string();
+    let server = Server::start_with(2, &["--dir", &d, "--save", ""]);
+    let mut c = server.client();
+    cmd(&mut c, &["SET", KEY_SHARD0, "v"]);
+    cmd(&mut c, &["SET", KEY_SHARD1, "v"]);
+    let lib = "#!lua name=lib1\nredis.register_function('func1', function() return 123 end)";
+    cmd(&mut c, &["FUNCTION", "LOAD", lib]);
+    let port = server.port.to_string();
+    for diskless in ["no", "yes"] {
+        cmd(&mut c, &["CONFIG", "SET", "repl-diskless-sync", diskless]);
+        cmd(&mut c, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+        for (opt, name) in [("--functions-rdb", "functions.rdb"), ("--rdb", "all.rdb")] {
+            let path = dir.join(format!("{diskless}-{name}"));
+            let out = std::process::Command::new("redis-cli")
+                .args(["-p", &port, opt])
+                .arg(&path)
+                .output()
+                .expect("redis-cli");
+            let text = String::from_utf8_lossy(&out.stderr).into_owned()
+                + &String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("Transfer finished with success"), "{text}");
+            let file = std::fs::read(&path).expect("rdb");
+            let has = |needle: &[u8]| file.windows(needle.len()).any(|w| w == needle);
+            assert!(has(b"func1"), "{opt}: the library is in the file");
+            let keys = has(KEY_SHARD0.as_bytes()) && has(KEY_SHARD1.as_bytes());
+            assert_eq!(keys, opt == "--rdb", "{opt} (diskless {diskless}): keys");
+        }
+    }
+    // The functions-only file loads as an empty dataset with the library.
+    let loaded = Server::start_with(
+        2,
+        &[
+            "--dir",
+            &d,
+            "--dbfilename",
+            "yes-functions.rdb",
+            "--save",
+            "",
+        ],
+    );
+    let mut l = loaded.client();
+    assert_eq!(cmd(&mut l, &["DBSIZE"]), redis::Value::Int(0));
+    let v = cmd(&mut l, &["FCALL", "func1", "0"]);
+    assert_eq!(v, redis::Value::Int(123));
+    // No EOF capability: refused. An unknown filter: refused.
+    let mut raw = server.raw();
+    raw.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    raw.write_all(b"REPLCONF rdb-filter-only functions\r\nSYNC\r\nREPLCONF rdb-filter-only \"functions keys\"\r\n")
+        .unwrap();
+    let mut r = BufReader::new(raw);
+    assert_eq!(read_line(&mut r), "+OK");
+    assert_eq!(
+        read_line(&mut r),
+        "-ERR Filtered replica requires EOF capability"
+    );
+    assert_eq!(
+        read_line(&mut r),
+        "-ERR Unsupported rdb-filter-only option: keys"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -96,10 +96,35 @@ fn replconf(ctx: &mut ClientCtx) {
             return;
         } else if ctx.args.is(i, "ack") {
             return;
-        } else if ctx.args.is(i, "rdb-only") || ctx.args.is(i, "rdb-filter-only") {
-            if ctx.args.is(i, "rdb-only") && !matches!(value, b"0" | b"1") {
-                return ctx.out.error("ERR value is out of range, must be positive");
+        } else if ctx.args.is(i, "rdb-only") {
+            let on = match super::parse_i64(value) {
+                Some(n @ 0..=1) => n == 1,
+                Some(_) => {
+                    return ctx
+                        .out
+                        .error("ERR value is out of range, value must between 0 and 1")
+                }
+                None => return ctx.out.error(super::NOT_INT),
+            };
+            ctx.session.shared.replica_rdb_only.set(on);
+        } else if ctx.args.is(i, "rdb-filter-only") {
+            // Include filters; none at all (`""`) leaves the file empty.
+            let mut functions = false;
+            for filter in value
+                .split(u8::is_ascii_whitespace)
+                .filter(|f| !f.is_empty())
+            {
+                if filter.eq_ignore_ascii_case(b"functions") {
+                    functions = true;
+                } else {
+                    let msg = format!(
+                        "ERR Unsupported rdb-filter-only option: {}",
+                        String::from_utf8_lossy(filter)
+                    );
+                    return ctx.out.error(&msg);
+                }
             }
+            ctx.session.shared.replica_filter.set(Some(functions));
         } else if ctx.args.is(i, "capa") {
             if value.eq_ignore_ascii_case(b"eof") {
                 ctx.session.shared.replica_capa_eof.set(true);

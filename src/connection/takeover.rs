@@ -112,6 +112,13 @@ impl Connection {
             );
         }
         let shared = &self.session.shared;
+        // A filtered snapshot is only ever sent over the socket, never saved as
+        // dbfilename (Redis's syncCommand).
+        if shared.replica_filter.get().is_some() && !shared.replica_capa_eof.get() {
+            return self
+                .out
+                .extend_from_slice(b"-ERR Filtered replica requires EOF capability\r\n");
+        }
         let peer = crate::replication::ReplicaPeer {
             ip: shared
                 .replica_ip
@@ -133,6 +140,9 @@ impl Connection {
         } else {
             None
         };
+        if let Some(functions) = self.session.shared.replica_filter.get() {
+            return self.filtered_sync(peer, psync, functions).await;
+        }
         if let Some((id, offset)) = &asked {
             if let Some(link) = crate::replication::try_partial(id, *offset, peer.clone(), &who) {
                 let line = format!("+CONTINUE {}\r\n", crate::replication::replid());
@@ -168,6 +178,85 @@ impl Connection {
             self.diskless_sync(&cell, peer, delay_s, max_waiting).await;
         } else {
             self.disk_sync(&cell, peer, psync).await;
+        }
+    }
+
+    /// A replica that asked for the file only (REPLCONF rdb-only 1) has it: its link
+    /// goes, never fed, and the connection closes (Redis's replicaPutOnline).
+    fn rdb_only_done(&mut self, link: u64, who: &str) -> bool {
+        if !self.session.shared.replica_rdb_only.get() {
+            return false;
+        }
+        crate::replication::detach(link);
+        self.session.close_after_reply = true;
+        tracing::info!(
+            "RDB transfer completed, rdb only replica ({who}) should be disconnected asap"
+        );
+        true
+    }
+
+    /// A full sync whose snapshot leaves the keys out (REPLCONF rdb-filter-only,
+    /// redis-cli --functions-rdb and --replica): the file holds the function
+    /// libraries or nothing, so it is built here at once and needs no walk of the
+    /// shards. Sent framed `$EOF:<mark>` (after +FULLRESYNC for PSYNC); the link,
+    /// unless the replica wants the file only, starts at the offset taken with the
+    /// libraries.
+    async fn filtered_sync(
+        &mut self,
+        peer: crate::replication::ReplicaPeer,
+        psync: bool,
+        functions: bool,
+    ) {
+        use crate::storage::rdb::{self, file};
+        let who = format!("{}:{}", peer.ip, peer.port);
+        let rdb_only = self.session.shared.replica_rdb_only.get();
+        let (_, libraries) = crate::scripting::functions::snapshot();
+        let codes: Vec<&[u8]> = if functions {
+            libraries.iter().map(|l| l.code.as_slice()).collect()
+        } else {
+            Vec::new()
+        };
+        let (link, offset) = if rdb_only {
+            (None, crate::effects::position().0)
+        } else {
+            let (link, offset) = crate::replication::attach(peer);
+            (Some(link), offset)
+        };
+        let mut file = file::header(&codes, crate::replication::save_info().as_ref());
+        let crc = rdb::crc64(0, &file);
+        file.extend_from_slice(&file::trailer(crc));
+        tracing::info!("Starting BGSAVE for SYNC with target: replicas sockets");
+        let mark = crate::replication::random_id();
+        if psync {
+            let line = format!("+FULLRESYNC {} {offset}\r\n", crate::replication::replid());
+            self.out.extend_from_slice(line.as_bytes());
+        }
+        self.out
+            .extend_from_slice(format!("$EOF:{mark}\r\n").as_bytes());
+        self.out.extend_from_slice(&file);
+        self.out.extend_from_slice(mark.as_bytes());
+        let sent = self.send_early().await;
+        match link {
+            Some(link) if sent => {
+                tracing::info!("Streamed RDB transfer with replica {who} succeeded (socket). Waiting for REPLCONF ACK from slave to enable streaming");
+                self.session
+                    .shared
+                    .last_interaction_ms
+                    .set(crate::util::now_ms());
+                self.stream_on_ack = true;
+                self.link_timeout = true;
+                self.become_replica_link(link, "full sync (filtered)");
+            }
+            Some(link) => {
+                crate::replication::detach(link);
+                self.session.close_after_reply = true;
+            }
+            None => {
+                if sent {
+                    tracing::info!("RDB transfer completed, rdb only replica ({who}) should be disconnected asap");
+                }
+                self.session.close_after_reply = true;
+            }
         }
     }
 
@@ -214,6 +303,9 @@ impl Connection {
                 return;
             }
         };
+        if self.rdb_only_done(link, &who) {
+            return;
+        }
         tracing::info!("Streamed RDB transfer with replica {who} succeeded (socket). Waiting for REPLCONF ACK from slave to enable streaming");
         // The replica loads now; its timeout counts from here (replicaPutOnline).
         shared.last_interaction_ms.set(crate::util::now_ms());
@@ -321,6 +413,10 @@ impl Connection {
         if !matches!(sent, Ok(true)) {
             crate::replication::detach(link);
             self.session.close_after_reply = true;
+            return;
+        }
+        let who = format!("{}:{}", shared.addr.ip_text(), shared.replica_port.get());
+        if self.rdb_only_done(link, &who) {
             return;
         }
         self.link_timeout = psync;

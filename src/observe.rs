@@ -281,6 +281,10 @@ pub fn is_redacted(args: &Args, i: usize) -> bool {
     }
     if args.is(0, "migrate") {
         for j in 6..args.len() {
+            if args.is(j, "keys") {
+                // Only keys follow.
+                return false;
+            }
             if args.is(j, "auth") && i == j + 1 {
                 return true;
             }

@@ -27,6 +27,7 @@ pub mod keys;
 pub mod latency;
 pub mod lists;
 pub mod lolwut;
+pub mod migrate;
 pub mod multi;
 pub mod persistence;
 pub mod pubsub;

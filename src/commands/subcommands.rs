@@ -278,7 +278,7 @@ pub static KEY_FLAGS: &[(&str, &[&str])] = &[
     ("ltrim", &["RW delete"]),
     ("memory|usage", &["RO"]),
     ("mget", &["RO access"]),
-    ("migrate", &["RW access delete", "RW access delete incomplete"]),
+    ("migrate", &["RW access delete"]),
     ("move", &["RW access update"]),
     ("mset", &["OW update"]),
     ("msetnx", &["OW insert"]),

@@ -80,6 +80,9 @@ pub enum KeySpec {
     /// GEORADIUS*: the key at 1, plus the destination of the last STORE / STOREDIST
     /// option from argument 5 on (Redis's georadiusGetKeys).
     GeoStore,
+    /// MIGRATE: the key at 3, or every argument after the KEYS option (Redis's
+    /// migrateGetKeys, which skips AUTH's and AUTH2's arguments on the way).
+    Migrate,
 }
 
 /// The key positions most commands use.
@@ -186,6 +189,18 @@ impl KeySpec {
                     step: 1,
                 }
             }
+            KeySpec::Migrate => match migrate_keys_position(args) {
+                Some(first) => KeyPositions {
+                    fixed: None,
+                    next: first,
+                    end: argc,
+                    step: 1,
+                },
+                None => KeyPositions {
+                    fixed: (argc > 3).then_some(3),
+                    ..none
+                },
+            },
             KeySpec::GeoStore => {
                 let dest = geo_store_position(args);
                 KeyPositions {
@@ -207,6 +222,7 @@ impl KeySpec {
             KeySpec::Keynum { dest: 0, .. } => (0, 0, 0),
             KeySpec::Keynum { dest, .. } => (dest as i64, dest as i64, 1),
             KeySpec::Sort | KeySpec::GeoStore => (1, 1, 1),
+            KeySpec::Migrate => (3, 3, 1),
         }
     }
 }
@@ -233,6 +249,24 @@ fn sort_store_position(args: &super::Args) -> Option<usize> {
         i += skip + 1;
     }
     dest
+}
+
+/// Where MIGRATE's KEYS option's keys start, if it has one.
+fn migrate_keys_position(args: &super::Args) -> Option<usize> {
+    let mut i = 6;
+    while i < args.len() {
+        if args.is(i, "keys") {
+            return Some(i + 1);
+        }
+        i += if args.is(i, "auth") {
+            2
+        } else if args.is(i, "auth2") {
+            3
+        } else {
+            1
+        };
+    }
+    None
 }
 
 /// The argument index of GEORADIUS's last STORE / STOREDIST destination.
@@ -433,6 +467,7 @@ fn build() -> CommandTable {
     for family in [
         super::strings::COMMANDS,
         super::keys::COMMANDS,
+        super::migrate::COMMANDS,
         super::client::COMMANDS,
         super::server::COMMANDS,
         super::config_cmd::COMMANDS,

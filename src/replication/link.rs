@@ -627,7 +627,7 @@ fn repl_timeout(cell: &Rc<ShardCell>) -> Duration {
 
 /// A blocking connect on a thread of its own (a master that does not answer must
 /// not stall the shard), handed back as the reactor's stream.
-async fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+pub(crate) async fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
     let (tx, rx) = futures_channel::oneshot::channel();
     let target = format!("{host}:{port}");
     std::thread::Builder::new()

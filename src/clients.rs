@@ -116,6 +116,14 @@ pub struct ClientShared {
     /// The size the clients cron asks an idle connection to shrink its query buffer
     /// to (0: free it), applied by the connection itself while it waits for input.
     pub query_buf_shrink: Cell<Option<usize>>,
+    /// The output buffer's capacity after its last write (0 once an idle connection
+    /// gave it back): CLIENT LIST's `rbs`.
+    pub reply_buf_cap: Cell<usize>,
+    /// The most reply bytes one write carried in the current period of
+    /// REPLY_PEAK_RESET_MS: CLIENT LIST's `rbp` (Redis's buf_peak), and when that
+    /// period began (unix ms).
+    pub reply_buf_peak: Cell<usize>,
+    pub reply_buf_peak_since: Cell<u64>,
     /// Wakes the connection's pending read so that it applies `query_buf_shrink`.
     pub read_waker: Option<crate::runtime::ReadWaker>,
     /// A replica link or a MONITOR instead of a normal client.
@@ -237,6 +245,9 @@ impl ClientShared {
             query_buf_cap: Default::default(),
             query_buf_peak: Default::default(),
             query_buf_shrink: Default::default(),
+            reply_buf_cap: Default::default(),
+            reply_buf_peak: Default::default(),
+            reply_buf_peak_since: Default::default(),
             read_waker: None,
             role: Default::default(),
             replica_port: Default::default(),
@@ -396,9 +407,10 @@ impl ClientShared {
         }
         let omem = self.pending_output();
         // Redis's tot-mem: the client's buffers (query buffer, output) and its struct.
-        let tot_mem = self.query_buf_cap.get() + omem + std::mem::size_of::<ClientShared>();
+        let rbs = self.reply_buf_cap.get();
+        let tot_mem = self.query_buf_cap.get() + rbs + omem + std::mem::size_of::<ClientShared>();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -416,6 +428,8 @@ impl ClientShared {
             self.query_buf_cap
                 .get()
                 .saturating_sub(self.query_buf_len.get()),
+            rbs,
+            self.reply_buf_peak.get(),
             omem,
             tot_mem,
             self.last_cmd.get(),
@@ -776,7 +790,14 @@ fn trim_query_buffer(c: &ClientShared, now_ms: u64) {
         }
     }
     c.query_buf_peak.set(len);
+    if now_ms.saturating_sub(c.reply_buf_peak_since.get()) >= REPLY_PEAK_RESET_MS {
+        c.reply_buf_peak.set(0);
+        c.reply_buf_peak_since.set(now_ms);
+    }
 }
+
+/// How long `rbp` remembers a write (Redis's reply-buffer-peak-reset-time default).
+const REPLY_PEAK_RESET_MS: u64 = 5000;
 
 /// See [`ClientShared::is_local`]. A Unix-socket client is local, as in Redis.
 pub fn is_local_peer(addr: &PeerAddr) -> bool {

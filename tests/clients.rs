@@ -148,10 +148,29 @@ fn query_buffer_is_given_back_when_idle_or_oversized() {
         "buffer never shrank below {grown}"
     );
 
-    // Idle for over two seconds: all of it is freed, and the next request still works.
+    // rbs is the reply buffer it holds, rbp the biggest write since the cron's last
+    // look: a 400 KB reply grows both.
+    let _: String = q(&mut c, &["GET", "x"]);
+    let _: String = q(&mut c, &["SET", "x", &big]);
+    let _: String = q(&mut c, &["GET", "x"]);
+    let line = client_line(&mut admin, "probe").expect("client listed");
+    assert!(field(&line, "rbs") >= 400_000, "{line}");
+    assert!(field(&line, "rbp") >= 400_000, "{line}");
+
+    // Idle for over two seconds: all of it is freed (query and reply buffers), and the
+    // next request still works.
     assert!(
         eventually(6, || query_buffer(&mut admin, "probe") == 0),
         "idle buffer kept: {:?}",
+        client_line(&mut admin, "probe")
+    );
+    // rbp forgets the big write after its 5 s period, as Redis's buf_peak.
+    assert!(
+        eventually(8, || {
+            let line = client_line(&mut admin, "probe").expect("client listed");
+            (field(&line, "rbs"), field(&line, "rbp")) == (0, 0)
+        }),
+        "reply buffer kept: {:?}",
         client_line(&mut admin, "probe")
     );
     let _: () = q(&mut c, &["SET", "y", &big]);

@@ -357,6 +357,11 @@ impl Connection {
                 if self.out.capacity() > 4 * 1024 * 1024 {
                     self.out = Vec::new();
                 }
+                let shared = &self.session.shared;
+                shared.reply_buf_cap.set(self.out.capacity());
+                shared
+                    .reply_buf_peak
+                    .set(shared.reply_buf_peak.get().max(n as usize));
             }
             if self.session.close_after_reply || self.session.shared.killed.get() {
                 return;
@@ -467,6 +472,7 @@ impl Connection {
                 // 10k idle connections hold no buffers at all (Redis: 1.4 KB each).
                 if idle && size == 0 && out.is_empty() {
                     *out = Vec::new();
+                    shared.reply_buf_cap.set(0);
                 }
                 if idle && size == 0 && pipe.is_empty() && pipe.is_allocated() {
                     *pipe = Pipeline::unallocated();

@@ -218,9 +218,9 @@ async fn attempt(req: &Request, dumped: &[Dumped]) -> Outcome {
             argv.push(u);
         }
         argv.push(password);
-        encode(&mut out, &argv);
+        crate::effects::encode_command(&mut out, &argv);
     }
-    encode(&mut out, &[b"SELECT", req.db.to_string().as_bytes()]);
+    crate::effects::encode_command(&mut out, &[b"SELECT", req.db.to_string().as_bytes()]);
     let now = crate::util::now_ms();
     let mut sent: Vec<&[u8]> = Vec::new();
     for (key, payload, at) in dumped {
@@ -237,7 +237,7 @@ async fn attempt(req: &Request, dumped: &[Dumped]) -> Outcome {
         if req.replace {
             argv.push(b"REPLACE");
         }
-        encode(&mut out, &argv);
+        crate::effects::encode_command(&mut out, &argv);
         sent.push(key);
     }
     let written = within(req.timeout, stream.write_all(&out)).await;
@@ -276,16 +276,6 @@ async fn attempt(req: &Request, dumped: &[Dumped]) -> Outcome {
     match first_error {
         Some(e) => Outcome::TargetError(e, acked),
         None => Outcome::Done(acked),
-    }
-}
-
-/// A command in RESP.
-fn encode(out: &mut Vec<u8>, argv: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", argv.len()).as_bytes());
-    for a in argv {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
     }
 }
 

@@ -430,3 +430,80 @@ fn cluster_commands_answer_as_a_standalone_redis() {
         assert_eq!(run(&mut ours, words), run(&mut theirs, words), "{words:?}");
     }
 }
+
+/// XREAD and XREADGROUP name their keys after STREAMS: a user's key patterns apply
+/// to them (they were not checked at all), on both shards, and COMMAND GETKEYS finds
+/// them as Redis's xreadGetKeys does. Each answer is compared with redis-server's.
+#[test]
+fn stream_reads_check_key_permissions() {
+    let script: &[&[&str]] = &[
+        &[
+            "ACL",
+            "SETUSER",
+            "lim",
+            "on",
+            "nopass",
+            "~allowed*",
+            "+@all",
+        ],
+        &["XADD", "secret", "1-1", "a", "1"],
+        &["XADD", "allowed{x}", "1-1", "a", "1"],
+        &["XGROUP", "CREATE", "secret", "g", "0"],
+        &["XGROUP", "CREATE", "allowed{x}", "g", "0"],
+        &[
+            "COMMAND", "GETKEYS", "XREAD", "COUNT", "2", "STREAMS", "s1", "s2", "0", "0",
+        ],
+        &[
+            "COMMAND",
+            "GETKEYS",
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "NOACK",
+            "STREAMS",
+            "a",
+            ">",
+        ],
+        &["COMMAND", "GETKEYS", "XREAD", "STREAMS", "a", "b", "0"],
+    ];
+    let as_lim: &[&[&str]] = &[
+        &["XREAD", "STREAMS", "secret", "0"],
+        &[
+            "XREAD",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "allowed{x}",
+            "secret",
+            "0",
+            "0",
+        ],
+        &["XREAD", "STREAMS", "allowed{x}", "0"],
+        &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "secret", ">"],
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "STREAMS",
+            "allowed{x}",
+            ">",
+        ],
+    ];
+    let answers = |admin: &mut redis::Connection, user: &mut redis::Connection| {
+        let mut out: Vec<String> = script.iter().map(|w| run(admin, w)).collect();
+        let _ = run(user, &["AUTH", "lim", "x"]);
+        out.extend(as_lim.iter().map(|w| run(user, w)));
+        out
+    };
+    let s = Server::start(2);
+    let ours = answers(&mut s.client(), &mut s.client());
+    assert!(ours[8].contains("NOPERM"), "{ours:?}");
+    assert!(ours[9].contains("NOPERM"), "{ours:?}");
+    assert!(ours[11].contains("NOPERM"), "{ours:?}");
+    if let Some(r) = ReferenceRedis::start() {
+        let theirs = answers(&mut r.client(), &mut r.client());
+        assert_eq!(ours, theirs);
+    }
+}

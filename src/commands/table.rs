@@ -83,6 +83,9 @@ pub enum KeySpec {
     /// MIGRATE: the key at 3, or every argument after the KEYS option (Redis's
     /// migrateGetKeys, which skips AUTH's and AUTH2's arguments on the way).
     Migrate,
+    /// XREAD / XREADGROUP: the first half of the arguments after STREAMS (Redis's
+    /// key spec for them). ACL key rules and COMMAND GETKEYS read the keys from here.
+    Streams,
 }
 
 /// The key positions most commands use.
@@ -189,6 +192,15 @@ impl KeySpec {
                     step: 1,
                 }
             }
+            KeySpec::Streams => match streams_keys_range(args) {
+                Some((first, end)) => KeyPositions {
+                    fixed: None,
+                    next: first,
+                    end,
+                    step: 1,
+                },
+                None => none,
+            },
             KeySpec::Migrate => match migrate_keys_position(args) {
                 Some(first) => KeyPositions {
                     fixed: None,
@@ -223,6 +235,7 @@ impl KeySpec {
             KeySpec::Keynum { dest, .. } => (dest as i64, dest as i64, 1),
             KeySpec::Sort | KeySpec::GeoStore => (1, 1, 1),
             KeySpec::Migrate => (3, 3, 1),
+            KeySpec::Streams => (0, 0, 0),
         }
     }
 }
@@ -249,6 +262,32 @@ fn sort_store_position(args: &super::Args) -> Option<usize> {
         i += skip + 1;
     }
     dest
+}
+
+/// XREAD's / XREADGROUP's keys as [first, end): the options before STREAMS are
+/// skipped with their arguments; after it, the first half are keys.
+fn streams_keys_range(args: &super::Args) -> Option<(usize, usize)> {
+    let mut i = 1;
+    let streams = loop {
+        if i >= args.len() {
+            return None;
+        }
+        if args.is(i, "block") || args.is(i, "count") {
+            i += 2;
+        } else if args.is(i, "group") {
+            i += 3;
+        } else if args.is(i, "noack") {
+            i += 1;
+        } else if args.is(i, "streams") {
+            break i;
+        } else {
+            return None;
+        }
+    };
+    // Redis's key spec takes half of what follows (rounded down), even when the
+    // command itself will refuse an odd count.
+    let keys = (args.len() - streams - 1) / 2;
+    (keys > 0).then_some((streams + 1, streams + 1 + keys))
 }
 
 /// Where MIGRATE's KEYS option's keys start, if it has one.

@@ -237,16 +237,7 @@ impl Connection {
         self.out.extend_from_slice(mark.as_bytes());
         let sent = self.send_early().await;
         match link {
-            Some(link) if sent => {
-                tracing::info!("Streamed RDB transfer with replica {who} succeeded (socket). Waiting for REPLCONF ACK from slave to enable streaming");
-                self.session
-                    .shared
-                    .last_interaction_ms
-                    .set(crate::util::now_ms());
-                self.stream_on_ack = true;
-                self.link_timeout = true;
-                self.become_replica_link(link, "full sync (filtered)");
-            }
+            Some(link) if sent => self.online_after_socket_file(link, &who, "full sync (filtered)"),
             Some(link) => {
                 crate::replication::detach(link);
                 self.session.close_after_reply = true;
@@ -306,12 +297,21 @@ impl Connection {
         if self.rdb_only_done(link, &who) {
             return;
         }
+        self.online_after_socket_file(link, &who, "full sync");
+    }
+
+    /// A replica has the whole file sent over its socket (`$EOF:` framed): it loads
+    /// now, its timeout counts from here (replicaPutOnline), and its stream waits for
+    /// its first ACK (full_sync.rs says why).
+    fn online_after_socket_file(&mut self, link: u64, who: &str, how: &str) {
         tracing::info!("Streamed RDB transfer with replica {who} succeeded (socket). Waiting for REPLCONF ACK from slave to enable streaming");
-        // The replica loads now; its timeout counts from here (replicaPutOnline).
-        shared.last_interaction_ms.set(crate::util::now_ms());
+        self.session
+            .shared
+            .last_interaction_ms
+            .set(crate::util::now_ms());
         self.stream_on_ack = true;
         self.link_timeout = true;
-        self.become_replica_link(link, "full sync");
+        self.become_replica_link(link, how);
     }
 
     /// Runs `work`, which writes to the replica's socket directly (keep-alive

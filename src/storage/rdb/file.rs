@@ -32,6 +32,16 @@ pub fn write_record(out: &mut Vec<u8>, key: &[u8], value: &Value, expire_at: u64
         out.push(OPCODE_EXPIRETIME_MS);
         out.extend_from_slice(&expire_at.to_le_bytes());
     }
+    if let Value::Str(s) = value {
+        // The common record, whose type is known before its value is encoded.
+        let mut buf = [0u8; 24];
+        let bytes = s.bytes(&mut buf);
+        out.reserve(key.len() + bytes.len() + 18);
+        out.push(super::TYPE_STRING);
+        write_string(out, key);
+        write_string(out, bytes);
+        return;
+    }
     let at = out.len();
     write_value(out, value);
     // A record is type, key, value, but the type is chosen while the value is

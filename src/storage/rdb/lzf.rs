@@ -24,19 +24,66 @@ pub(super) fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
     if input.len() < 3 || u32::try_from(input.len()).is_err() {
         return None;
     }
-    TABLE.with(|table| {
-        let mut table = table.borrow_mut();
-        table.start();
-        let mut c = Compressor {
-            input,
-            out: Vec::with_capacity(max_out.min(input.len()) + 1),
-            max_out,
-            table: &mut table,
-            lit: 0,
-        };
-        c.run()?;
-        Some(c.out)
-    })
+    if cannot_fit(input, max_out) {
+        return None;
+    }
+    let out = Vec::with_capacity(max_out.min(input.len()) + 1);
+    if input.len() <= SMALL_INPUT {
+        SMALL.with(|small| {
+            let mut small = small.borrow_mut();
+            let slots = small.start(input.len());
+            Compressor::new(input, out, max_out, slots).run()
+        })
+    } else {
+        TABLE.with(|table| {
+            let mut table = table.borrow_mut();
+            table.start();
+            Compressor::new(input, out, max_out, &mut *table).run()
+        })
+    }
+}
+
+/// Inputs up to this long are first counted for repeated 3-byte sequences.
+const PREFILTER_INPUT: usize = 256;
+
+/// Whether `input` certainly compresses to more than `max_out` bytes, told without
+/// compressing it: most short values (ids, counters, JSON fragments) do not compress,
+/// and a snapshot tries every string longer than 20 bytes.
+///
+/// Why it is exact: the first byte is always a literal (nothing precedes it), so the
+/// output has at least one literal header; a back-reference of length L >= 3 costs at
+/// least 2 bytes. The output is therefore at least n + 1 - sum(L - 2) bytes. A
+/// reference of length L starting at p repeats the 3-byte sequences that start at
+/// p .. p + L - 3, each seen earlier in the input, and references do not overlap: so
+/// sum(L - 2) is at most R, the number of positions whose 3-byte sequence occurred
+/// before. R < n + 1 - max_out means no compression can fit. The filter counts R with
+/// a 1024-bit set of hashed sequences, which can only count too many (a collision
+/// says "seen"), and then it only lets liblzf's loop decide.
+fn cannot_fit(input: &[u8], max_out: usize) -> bool {
+    let need = (input.len() + 1).saturating_sub(max_out);
+    if need == 0 || input.len() > PREFILTER_INPUT {
+        return false;
+    }
+    let mut seen = [0u64; 16];
+    let mut repeats = 0;
+    // Branch-free: the count's outcome is unpredictable per byte.
+    let mut seq = (u32::from(input[0]) << 8) | u32::from(input[1]);
+    for &b in &input[2..] {
+        seq = ((seq << 8) | u32::from(b)) & 0xFF_FFFF;
+        let h = seq.wrapping_mul(0x9E37_79B1) >> 22;
+        let word = &mut seen[(h >> 6) as usize];
+        let bit = h & 63;
+        repeats += ((*word >> bit) & 1) as usize;
+        *word |= 1 << bit;
+    }
+    repeats < need
+}
+
+/// liblzf's hash table: slot -> the last position stored under it during this call
+/// (0 when none: position 0 is never referenced).
+trait Slots {
+    /// Stores `pos` under `slot` and returns what was there for this call.
+    fn replace(&mut self, slot: usize, pos: usize) -> usize;
 }
 
 /// Hash slot -> last position with that hash, as liblzf's table, reused by every
@@ -53,6 +100,10 @@ thread_local! {
         slots: vec![0; 1 << HASH_BITS],
         call: 0,
     });
+    static SMALL: std::cell::RefCell<SmallTable> = std::cell::RefCell::new(SmallTable {
+        entries: vec![0; 2 * SMALL_INPUT.next_power_of_two()],
+        mask: 0,
+    });
 }
 
 impl Table {
@@ -65,8 +116,9 @@ impl Table {
             self.call = 1;
         }
     }
+}
 
-    /// Stores `pos` under `slot` and returns what was there for this call (0: none).
+impl Slots for &mut Table {
     fn replace(&mut self, slot: usize, pos: usize) -> usize {
         let old = std::mem::replace(
             &mut self.slots[slot],
@@ -80,14 +132,53 @@ impl Table {
     }
 }
 
-struct Compressor<'a> {
+/// Inputs up to this long use `SmallTable`.
+const SMALL_INPUT: usize = 1024;
+
+/// The same mapping as `Table` for a short input, kept in a few cache lines: an
+/// input of n bytes stores at most n slots, so an open-addressed table of 2n entries
+/// holds them. The 64 K-slot table costs a cache miss per lookup (its 512 KiB do not
+/// stay in L2), and a snapshot compresses every value longer than 20 bytes: those
+/// misses were the largest part of saving a small string, and they evicted the
+/// shard's hot keys while it served.
+struct SmallTable {
+    /// `(slot + 1) << 32 | pos`, 0 when empty.
+    entries: Vec<u64>,
+    mask: usize,
+}
+
+impl SmallTable {
+    /// Empties the part of the table an input of `len` bytes uses, and returns it.
+    fn start(&mut self, len: usize) -> &mut SmallTable {
+        let size = (2 * len).next_power_of_two();
+        self.entries[..size].fill(0);
+        self.mask = size - 1;
+        self
+    }
+}
+
+impl Slots for &mut SmallTable {
+    fn replace(&mut self, slot: usize, pos: usize) -> usize {
+        let key = (slot as u64 + 1) << 32;
+        let mut i = slot & self.mask;
+        loop {
+            let e = self.entries[i];
+            if e == 0 || e & !u64::from(u32::MAX) == key {
+                self.entries[i] = key | pos as u64;
+                return (e & u64::from(u32::MAX)) as usize;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+}
+
+struct Compressor<'a, S: Slots> {
     input: &'a [u8],
     /// Output so far; while a literal run is open its header byte is a placeholder
     /// `lit + 1` bytes from the end.
     out: Vec<u8>,
     max_out: usize,
-    /// Hash slot -> last position with that hash (0 = none: never referenced).
-    table: &'a mut Table,
+    table: S,
     /// Length of the open literal run.
     lit: usize,
 }
@@ -98,7 +189,17 @@ fn slot(hval: u32) -> usize {
         as usize
 }
 
-impl Compressor<'_> {
+impl<'a, S: Slots> Compressor<'a, S> {
+    fn new(input: &'a [u8], out: Vec<u8>, max_out: usize, table: S) -> Self {
+        Compressor {
+            input,
+            out,
+            max_out,
+            table,
+            lit: 0,
+        }
+    }
+
     fn first(&self, pos: usize) -> u32 {
         (u32::from(self.input[pos]) << 8) | u32::from(self.input[pos + 1])
     }
@@ -107,7 +208,7 @@ impl Compressor<'_> {
         (hval << 8) | u32::from(self.input[pos + 2])
     }
 
-    fn run(&mut self) -> Option<()> {
+    fn run(mut self) -> Option<Vec<u8>> {
         let input = self.input;
         let n = input.len();
         let mut ip = 0;
@@ -148,7 +249,7 @@ impl Compressor<'_> {
             self.literal(b);
         }
         self.close_run();
-        (self.out.len() <= self.max_out).then_some(())
+        (self.out.len() <= self.max_out).then_some(self.out)
     }
 
     /// The offset field of a back-reference from `ip` to `candidate`, if usable.
@@ -286,6 +387,38 @@ mod tests {
     use super::super::tests::{b, hex};
     use super::super::{dump_string, restore, DumpValue};
     use super::*;
+    use proptest::prelude::*;
+
+    /// `compress` with the 64 K-slot table whatever the input's length.
+    fn compress_with_full_table(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
+        TABLE.with(|table| {
+            let mut table = table.borrow_mut();
+            table.start();
+            let out = Vec::with_capacity(max_out.min(input.len()) + 1);
+            Compressor::new(input, out, max_out, &mut *table).run()
+        })
+    }
+
+    proptest! {
+        /// The small table is only a smaller home for the same mapping, and the
+        /// prefilter only refuses what would not fit: every output (and every refusal)
+        /// is liblzf's with its full table, so payloads stay Redis's.
+        #[test]
+        fn prop_small_table_matches_full_table(
+            input in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 3..=SMALL_INPUT),
+                // Short values near the prefilter's bound: a few repeats or none.
+                (3usize..=PREFILTER_INPUT, 1usize..64).prop_map(|(n, period)| (0..n).map(|i| b'a' + ((i % period) % 26) as u8).collect()),
+                proptest::collection::vec(prop_oneof![Just(b'x'), Just(b'y'), any::<u8>()], 3..64),
+                proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b'c')], 3..=SMALL_INPUT),
+                (1usize..40, 3usize..=SMALL_INPUT).prop_map(|(period, n)| (0..n).map(|i| (i % period) as u8).collect()),
+            ],
+            slack in 0usize..8,
+        ) {
+            let max_out = (input.len() + slack).saturating_sub(4);
+            prop_assert_eq!(compress(&input, max_out), compress_with_full_table(&input, max_out));
+        }
+    }
 
     #[test]
     fn lzf_rejects_bad_streams() {

@@ -59,6 +59,13 @@ impl Replica {
             .collect()
     }
 
+    /// Checks that the stream's next bytes are `want`.
+    fn exact(&mut self, want: &[u8]) {
+        let mut got = vec![0; want.len()];
+        self.r.read_exact(&mut got).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+    }
+
     /// Checks the next commands against patterns (`*` matches any one argument).
     fn expect(&mut self, want: &[&str]) {
         for w in want {
@@ -589,4 +596,35 @@ fn rdb_filter_only_functions_and_rdb_only() {
         "-ERR Unsupported rdb-filter-only option: keys"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A write that propagates as it came reaches the stream as the client's own bytes
+/// (the request is copied, not encoded again), on the connection's shard and on the
+/// other one; an inline command and a rewritten one are encoded as before.
+#[test]
+fn writes_as_sent_reach_the_stream_byte_for_byte() {
+    let server = Server::start(2);
+    let (mut repl, _) = Replica::attach(&server, false);
+    let mut c = server.raw();
+    let sent: [&[u8]; 5] = [
+        b"*3\r\n$3\r\nset\r\n$3\r\nbar\r\n$4\r\na\r\nb\r\n",
+        b"*3\r\n$3\r\nSeT\r\n$3\r\nfoo\r\n$1\r\nx\r\n",
+        b"set bar inline\r\n",
+        b"*5\r\n$3\r\nSET\r\n$3\r\nfoo\r\n$1\r\ny\r\n$2\r\nEX\r\n$3\r\n100\r\n",
+        b"*3\r\n$6\r\nappend\r\n$3\r\nbar\r\n$1\r\nz\r\n",
+    ];
+    for req in sent {
+        c.write_all(req).unwrap();
+        let reply = read_at_least(&mut c, 3);
+        assert!(
+            reply.starts_with(b"+OK") || reply.starts_with(b":"),
+            "{reply:?}"
+        );
+    }
+    repl.expect(&["select 0"]);
+    repl.exact(sent[0]);
+    repl.exact(sent[1]);
+    repl.exact(b"*3\r\n$3\r\nset\r\n$3\r\nbar\r\n$6\r\ninline\r\n");
+    repl.expect(&["set foo y PXAT *"]);
+    repl.exact(sent[4]);
 }

@@ -188,6 +188,13 @@ pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
 /// `propagate` for a command as it came (the common case): encoded straight from
 /// its arguments.
 pub fn propagate_args(txn: Option<u64>, db: usize, args: &crate::commands::Args) {
+    if let Some(raw) = args.raw() {
+        // The request's own bytes are this command's RESP.
+        if !capture(txn, db, || raw.to_vec()) {
+            append_one(db, raw);
+        }
+        return;
+    }
     let bytes = args.iter().map(<[u8]>::len).sum();
     propagate_parts(txn, db, args.len(), bytes, args.iter());
 }
@@ -207,15 +214,18 @@ fn propagate_parts<'a>(
     bytes: usize,
     parts: impl Iterator<Item = &'a [u8]>,
 ) {
-    if let Some(t) = txn {
-        let mut caps = lock(&CAPTURES);
-        if let Some(c) = caps.iter_mut().find(|c| c.txn == t) {
-            let mut cmd = Vec::with_capacity(merge::sized_bound(n, bytes));
+    let mut parts = Some(parts);
+    let captured = capture(txn, db, || {
+        let mut cmd = Vec::with_capacity(merge::sized_bound(n, bytes));
+        if let Some(parts) = parts.take() {
             merge::encode_sized(&mut cmd, n, bytes, parts);
-            c.cmds.push((db, cmd));
-            return;
         }
-    }
+        cmd
+    });
+    // Not captured: the closure did not run and `parts` is still here.
+    let (false, Some(parts)) = (captured, parts) else {
+        return;
+    };
     append(|log| {
         let at = log.len();
         merge::encode_sized(log, n, bytes, parts);
@@ -225,6 +235,19 @@ fn propagate_parts<'a>(
             len: log.len() - at,
         }
     });
+}
+
+/// Adds the command `encode` makes to `txn`'s capture; false when `txn` has none.
+fn capture(txn: Option<u64>, db: usize, encode: impl FnOnce() -> Vec<u8>) -> bool {
+    let Some(t) = txn else {
+        return false;
+    };
+    let mut caps = lock(&CAPTURES);
+    let Some(c) = caps.iter_mut().find(|c| c.txn == t) else {
+        return false;
+    };
+    c.cmds.push((db, encode()));
+    true
 }
 
 /// Starts collecting the effects of transaction `txn` (EXEC, a script). False when

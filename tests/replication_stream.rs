@@ -628,3 +628,53 @@ fn writes_as_sent_reach_the_stream_byte_for_byte() {
     repl.expect(&["set foo y PXAT *"]);
     repl.exact(sent[4]);
 }
+
+/// redis.set_repl sends a script's following commands to the AOF, the replicas,
+/// both or neither (Redis's "Test selective replication of certain Redis commands
+/// from Lua"); MULTI and EXEC go to both, and the flags end with the script.
+#[test]
+fn set_repl_chooses_who_gets_a_scripts_commands() {
+    let server = Server::start_with(2, &["--appendonly", "yes"]);
+    let mut c = server.client();
+    let (mut repl, _) = Replica::attach(&server, false);
+    let script = "redis.call('set','a','1'); \
+                  redis.set_repl(redis.REPL_NONE); redis.call('set','b','2'); \
+                  redis.set_repl(redis.REPL_AOF); redis.call('set','c','3'); \
+                  redis.set_repl(redis.REPL_ALL); redis.call('set','d','4')";
+    cmd(&mut c, &["EVAL", script, "0"]);
+    repl.expect(&["select 0", "multi", "set a 1", "set d 4", "exec"]);
+
+    // Replicas only, then nothing: one command, unwrapped.
+    let script = "redis.set_repl(redis.REPL_REPLICA); redis.call('set','e','5'); \
+                  redis.set_repl(redis.REPL_NONE); redis.call('set','f','6')";
+    cmd(&mut c, &["EVAL", script, "0"]);
+    repl.expect(&["set e 5"]);
+
+    // Inside a transaction the flags end with the script.
+    cmd(&mut c, &["MULTI"]);
+    cmd(
+        &mut c,
+        &[
+            "EVAL",
+            "redis.set_repl(redis.REPL_NONE); redis.call('set','g','7')",
+            "0",
+        ],
+    );
+    cmd(&mut c, &["SET", "h", "8"]);
+    cmd(&mut c, &["EXEC"]);
+    repl.expect(&["set h 8"]);
+
+    // The master has everything; the AOF has a, c and d (and h), not b, e, f, g.
+    let all = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    let got: Vec<Option<String>> = q(&mut c, &[&["MGET"][..], &all].concat());
+    assert!(got.iter().all(Option::is_some), "{got:?}");
+    cmd(&mut c, &["DEBUG", "LOADAOF"]);
+    let got: Vec<Option<String>> = q(&mut c, &[&["MGET"][..], &all].concat());
+    let kept: Vec<&str> = all
+        .iter()
+        .zip(&got)
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| *k)
+        .collect();
+    assert_eq!(kept, ["a", "c", "d", "h"]);
+}

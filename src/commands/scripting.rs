@@ -229,6 +229,7 @@ async fn run_script(
         let now = crate::util::now_ms();
         let mut wrote = false;
         let read = read.clone();
+        let mut repl = crate::effects::REPL_ALL;
         Box::new(move |c: vm::Call| {
             fake.proto = if c.resp3 {
                 Protocol::Resp3
@@ -237,6 +238,12 @@ async fn run_script(
             };
             if c.acl_check_only {
                 return acl_check_cmd(&fake, &c.argv);
+            }
+            if c.repl != repl {
+                // redis.set_repl: the capture (the script's, or the EXEC's it runs
+                // in) sends what follows to other readers.
+                repl = c.repl;
+                crate::effects::set_capture_repl(owner.id, repl);
             }
             let deny_oom = oom && !c.allow_oom;
             crate::runtime::block_on_nested(call(
@@ -275,6 +282,8 @@ async fn run_script(
         Err(_) => g.error("ERR the script engine failed"),
     }
     scripting::stop_running();
+    // The flags end with the script (an EXEC it ran in goes on capturing for all).
+    crate::effects::set_capture_repl(owner.id, crate::effects::REPL_ALL);
     if captured {
         let became_replica = crate::replication::became_replica_since(role_mark);
         crate::effects::end_capture(owner.id, !became_replica);

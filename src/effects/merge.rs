@@ -9,7 +9,9 @@ use std::task::{Poll, Waker};
 
 use crate::protocol::reply::{write_number_line, NUMBER_LINE_MAX};
 
-use super::{lock, Effect, ShardLog, LOGS, NEW_LOG_WAITING, READERS};
+use super::{
+    lock, Effect, ShardLog, LOGS, NEW_LOG_WAITING, READERS, REPL_ALL, REPL_AOF, REPL_REPLICAS,
+};
 
 /// A log's (the AOF's) part of the stream not yet taken: its own copy, because a
 /// log also gets what replicas do not (a replica's own effects) and none of what
@@ -419,7 +421,9 @@ impl Merger {
             };
             self.next_seq += 1;
             match effect {
-                Effect::One { db, at, len } => self.emit(db, &queues[q].bytes[at..at + len]),
+                Effect::One { db, at, len } => {
+                    self.emit(db, &queues[q].bytes[at..at + len], REPL_ALL)
+                }
                 Effect::Block(cmds) => self.emit_block(&cmds),
             }
         }
@@ -485,18 +489,22 @@ impl Merger {
         Some(piece)
     }
 
-    /// One command (RESP) in database `db`, after a SELECT when the stream is in
-    /// another.
-    fn emit(&mut self, db: usize, cmd: &[u8]) {
-        let target = if REPLICA_MODE.load(std::sync::atomic::Ordering::Relaxed) {
-            Target::Logs
-        } else {
-            Target::All
+    /// One command (RESP) in database `db` for the readers `repl` names, after a
+    /// SELECT when the stream is in another.
+    fn emit(&mut self, db: usize, cmd: &[u8], repl: u8) {
+        let replica = REPLICA_MODE.load(std::sync::atomic::Ordering::Relaxed);
+        // A replica's own effects go to its logs only (its replicas get its master's).
+        let to_logs = repl & REPL_AOF != 0;
+        let to_replicas = repl & REPL_REPLICAS != 0 && !replica;
+        let target = match (to_logs, to_replicas) {
+            (true, true) => Target::All,
+            (true, false) => Target::Logs,
+            (false, true) => Target::Replicas,
+            (false, false) => return,
         };
         if self.selected == Some(db) {
             return self.write_to(cmd, target);
         }
-        self.selected = Some(db);
         let mut bytes = std::mem::take(&mut self.scratch);
         bytes.clear();
         encode(
@@ -506,20 +514,29 @@ impl Merger {
         bytes.extend_from_slice(cmd);
         self.write_to(&bytes, target);
         self.scratch = bytes;
+        // When only some of the readers got the SELECT, the next effect selects
+        // again for all of them.
+        let everyone = if replica { Target::Logs } else { Target::All };
+        self.selected = (target == everyone).then_some(db);
     }
 
-    /// An atomic unit inside MULTI/EXEC (Redis 7.0's propagatePendingCommands).
-    fn emit_block(&mut self, cmds: &[(usize, Vec<u8>)]) {
-        let Some(&(first, _)) = cmds.first() else {
+    /// An atomic unit inside MULTI/EXEC (Redis 7.0's propagatePendingCommands, which
+    /// sends MULTI and EXEC to every reader whoever the commands are for); one
+    /// command alone.
+    fn emit_block(&mut self, cmds: &[(usize, u8, Vec<u8>)]) {
+        let Some(&(first, repl, ref cmd)) = cmds.first() else {
             return;
         };
-        self.emit(first, b"*1\r\n$5\r\nMULTI\r\n");
+        if cmds.len() == 1 {
+            return self.emit(first, cmd, repl);
+        }
+        self.emit(first, b"*1\r\n$5\r\nMULTI\r\n", REPL_ALL);
         let mut last = first;
-        for (db, cmd) in cmds {
-            self.emit(*db, cmd);
+        for (db, repl, cmd) in cmds {
+            self.emit(*db, cmd, *repl);
             last = *db;
         }
-        self.emit(last, b"*1\r\n$4\r\nEXEC\r\n");
+        self.emit(last, b"*1\r\n$4\r\nEXEC\r\n", REPL_ALL);
     }
 }
 

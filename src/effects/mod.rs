@@ -73,8 +73,9 @@ enum Effect {
     /// One command in database `db`: `len` bytes at `at` of the log's (or, once taken,
     /// its queue's) `bytes`.
     One { db: usize, at: usize, len: usize },
-    /// An atomic unit's commands, emitted inside MULTI / EXEC.
-    Block(Vec<(usize, Vec<u8>)>),
+    /// An atomic unit's commands (database, `REPL_*` readers, RESP), emitted inside
+    /// MULTI / EXEC; a unit of one command is emitted alone.
+    Block(Vec<(usize, u8, Vec<u8>)>),
 }
 
 impl Effect {
@@ -171,10 +172,18 @@ fn append_one(db: usize, cmd: &[u8]) {
 /// Readers waiting for an entry from a thread that has no log yet.
 static NEW_LOG_WAITING: Mutex<Vec<Waker>> = Mutex::new(Vec::new());
 
+/// Who a command's effect is for, as a script's `redis.set_repl` says (Redis's
+/// PROPAGATE_AOF / PROPAGATE_REPL): the logs (the AOF), the replicas, both, neither.
+pub const REPL_AOF: u8 = 1;
+pub const REPL_REPLICAS: u8 = 2;
+pub const REPL_ALL: u8 = REPL_AOF | REPL_REPLICAS;
+
 /// A transaction's effects gathered until it ends.
 struct Capture {
     txn: u64,
-    cmds: Vec<(usize, Vec<u8>)>,
+    cmds: Vec<(usize, u8, Vec<u8>)>,
+    /// Who the commands captured from now on are for (`set_capture_repl`).
+    repl: u8,
 }
 
 /// Transactions (EXEC, scripts, split commands) collecting their effects.
@@ -237,7 +246,8 @@ fn propagate_parts<'a>(
     });
 }
 
-/// Adds the command `encode` makes to `txn`'s capture; false when `txn` has none.
+/// Adds the command `encode` makes to `txn`'s capture (nothing while the capture's
+/// commands are for nobody); false when `txn` has none.
 fn capture(txn: Option<u64>, db: usize, encode: impl FnOnce() -> Vec<u8>) -> bool {
     let Some(t) = txn else {
         return false;
@@ -246,8 +256,19 @@ fn capture(txn: Option<u64>, db: usize, encode: impl FnOnce() -> Vec<u8>) -> boo
     let Some(c) = caps.iter_mut().find(|c| c.txn == t) else {
         return false;
     };
-    c.cmds.push((db, encode()));
+    if c.repl != 0 {
+        c.cmds.push((db, c.repl, encode()));
+    }
     true
+}
+
+/// A script's `redis.set_repl`: the commands `txn` captures from now on go to the
+/// readers `repl` names (`REPL_*`; 0: to none, as Redis leaves them out entirely).
+/// No effect when `txn` captures nothing (nobody reads the stream).
+pub fn set_capture_repl(txn: u64, repl: u8) {
+    if let Some(c) = lock(&CAPTURES).iter_mut().find(|c| c.txn == txn) {
+        c.repl = repl;
+    }
 }
 
 /// Starts collecting the effects of transaction `txn` (EXEC, a script). False when
@@ -264,6 +285,7 @@ pub fn begin_capture(txn: u64) -> bool {
     caps.push(Capture {
         txn,
         cmds: Vec::new(),
+        repl: REPL_ALL,
     });
     true
 }
@@ -285,8 +307,8 @@ pub fn end_capture(txn: u64, append_it: bool) {
     let mut cmds = cap.cmds;
     match cmds.len() {
         0 => {}
-        1 => {
-            if let Some((db, cmd)) = cmds.pop() {
+        1 if cmds[0].1 == REPL_ALL => {
+            if let Some((db, _, cmd)) = cmds.pop() {
                 append_one(db, &cmd);
             }
         }

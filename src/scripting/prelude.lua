@@ -92,6 +92,7 @@ R.set_repl = function(...)
   if type(v) ~= 'number' or v < 0 or v > 3 or v % 1 ~= 0 then
     raise("Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.")
   end
+  prims.set_repl(v)
 end
 R.replicate_commands = function() return true end
 R.breakpoint = function() return false end

@@ -35,6 +35,8 @@ const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 pub struct Call {
     pub argv: Vec<Vec<u8>>,
     pub resp3: bool,
+    /// Who the command's effects are for (`redis.set_repl`, `effects::REPL_*`).
+    pub repl: u8,
     pub ro: bool,
     /// The script may run deny-oom commands even when out of memory.
     pub allow_oom: bool,
@@ -206,6 +208,8 @@ struct RunState {
     busy: Cell<bool>,
     fast_hook: Cell<bool>,
     resp3: Cell<bool>,
+    /// `redis.set_repl`'s flags for the script running.
+    repl: Cell<u8>,
     ro: Cell<bool>,
     allow_oom: Cell<bool>,
     /// Serves `redis.call` while a script runs.
@@ -402,6 +406,7 @@ impl Vm {
             busy: Cell::new(false),
             fast_hook: Cell::new(false),
             resp3: Cell::new(false),
+            repl: Cell::new(crate::effects::REPL_ALL),
             ro: Cell::new(false),
             allow_oom: Cell::new(false),
             link: RefCell::new(None),
@@ -543,6 +548,14 @@ impl Vm {
                     2 => tracing::info!(target: "script", "{msg}"),
                     _ => tracing::warn!(target: "script", "{msg}"),
                 }
+                Ok(())
+            })?,
+        )?;
+        let s = st.clone();
+        p.set(
+            "set_repl",
+            lua.create_function(move |_, v: u8| {
+                s.repl.set(v);
                 Ok(())
             })?,
         )?;
@@ -918,6 +931,7 @@ impl Vm {
         };
         st.busy.set(false);
         st.resp3.set(false);
+        st.repl.set(crate::effects::REPL_ALL);
         st.ro.set(ro);
         let result: mlua::Result<(bool, Value)> = if mode == Mode::Eval {
             let _ = self.store.raw_set(&self.keys_name, kt);
@@ -1065,6 +1079,7 @@ fn acl_check(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<Val
     let reply = handler(Call {
         argv,
         resp3: false,
+        repl: crate::effects::REPL_ALL,
         ro: false,
         allow_oom: false,
         acl_check_only: true,
@@ -1090,6 +1105,7 @@ fn redis_call(lua: &Lua, st: &Rc<RunState>, args: MultiValue) -> mlua::Result<(V
     let call = Call {
         argv,
         resp3: st.resp3.get(),
+        repl: st.repl.get(),
         ro: st.ro.get(),
         allow_oom: st.allow_oom.get(),
         acl_check_only: false,

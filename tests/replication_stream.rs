@@ -598,9 +598,9 @@ fn rdb_filter_only_functions_and_rdb_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A write that propagates as it came reaches the stream as the client's own bytes
-/// (the request is copied, not encoded again), on the connection's shard and on the
-/// other one; an inline command and a rewritten one are encoded as before.
+/// A write that propagates as it came reaches the stream as the client sent it (the
+/// name's case, a value holding CRLF), on the connection's shard and on the other
+/// one; an inline command is encoded as RESP and a rewritten one as its rewrite.
 #[test]
 fn writes_as_sent_reach_the_stream_byte_for_byte() {
     let server = Server::start(2);

@@ -72,40 +72,11 @@ pub const DB_INDEX_OUT_OF_RANGE: &str = "ERR DB index is out of range";
 pub struct Args<'a> {
     buf: &'a [u8],
     spans: &'a [ArgSpan],
-    /// The command as the client sent it (RESP multibulk), `buf[raw.0..raw.1]`, when
-    /// `buf` still holds it; `(0, 0)` otherwise. A write that propagates as it came
-    /// copies these bytes instead of encoding its arguments again.
-    raw: (u32, u32),
 }
 
 impl<'a> Args<'a> {
     pub fn new(buf: &'a [u8], spans: &'a [ArgSpan]) -> Args<'a> {
-        Args {
-            buf,
-            spans,
-            raw: (0, 0),
-        }
-    }
-
-    /// Arguments parsed from the multibulk request `buf[..len]`.
-    pub fn with_raw(buf: &'a [u8], spans: &'a [ArgSpan], len: usize) -> Args<'a> {
-        Args {
-            buf,
-            spans,
-            raw: (0, u32::try_from(len).unwrap_or(0)),
-        }
-    }
-
-    /// Arguments in a batch that kept the request's RESP at `buf[raw.0..raw.1]`.
-    pub fn with_raw_range(buf: &'a [u8], spans: &'a [ArgSpan], raw: (u32, u32)) -> Args<'a> {
-        Args { buf, spans, raw }
-    }
-
-    /// The command's RESP as received, if kept (see `raw`).
-    #[inline]
-    pub fn raw(&self) -> Option<&'a [u8]> {
-        let (from, to) = self.raw;
-        (to > from).then(|| &self.buf[from as usize..to as usize])
+        Args { buf, spans }
     }
 
     #[inline]
@@ -132,7 +103,10 @@ impl<'a> Args<'a> {
 
     /// The arguments from `from` on, as a command of their own (COMMAND GETKEYS).
     pub fn tail(&self, from: usize) -> Args<'a> {
-        Args::new(self.buf, self.spans.get(from..).unwrap_or(&[]))
+        Args {
+            buf: self.buf,
+            spans: self.spans.get(from..).unwrap_or(&[]),
+        }
     }
 
     pub fn to_vecs(&self) -> Vec<Vec<u8>> {

@@ -571,8 +571,7 @@ impl Connection {
                         let inline = self.parser.inline_buf().to_vec();
                         self.dispatch(Args::new(&inline, &spans)).await;
                     } else {
-                        self.dispatch(Args::with_raw(&buf[cmd_start..], &spans, consumed))
-                            .await;
+                        self.dispatch(Args::new(&buf[cmd_start..], &spans)).await;
                     }
                     if !self.stash.is_empty() {
                         self.absorb_stash(&mut buf);

@@ -197,13 +197,6 @@ pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
 /// `propagate` for a command as it came (the common case): encoded straight from
 /// its arguments.
 pub fn propagate_args(txn: Option<u64>, db: usize, args: &crate::commands::Args) {
-    if let Some(raw) = args.raw() {
-        // The request's own bytes are this command's RESP.
-        if !capture(txn, db, || raw.to_vec()) {
-            append_one(db, raw);
-        }
-        return;
-    }
     let bytes = args.iter().map(<[u8]>::len).sum();
     propagate_parts(txn, db, args.len(), bytes, args.iter());
 }

@@ -28,8 +28,6 @@ struct BatchCmd {
     proto: Protocol,
     args: (u32, u32),
     keys: (u32, u32),
-    /// The command's RESP as received, in `data` (`(0, 0)`: not kept).
-    raw: (u32, u32),
 }
 
 /// A run of commands for one shard, in the order they must execute there.
@@ -109,28 +107,6 @@ impl OwnedBatch {
         let a0 = self.spans.len() as u32;
         let k0 = self.key_spans.len() as u32;
         let mut next_key = key_positions.peekable();
-        if let Some(raw) = args.raw() {
-            // One copy of the request: the arguments are within it.
-            let base = self.data.len();
-            self.data.extend_from_slice(raw);
-            let raw_at = raw.as_ptr() as usize;
-            for i in 0..args.len() {
-                let a = args.get(i);
-                let start = base + (a.as_ptr() as usize - raw_at);
-                let span = ArgSpan {
-                    start: start as u32,
-                    end: (start + a.len()) as u32,
-                };
-                self.spans.push(span);
-                if next_key.peek() == Some(&i) {
-                    self.key_spans.push(span);
-                    next_key.next();
-                }
-            }
-            let i = self.finish(cmd, false, db, proto, a0, k0);
-            self.cmds[i].raw = (base as u32, self.data.len() as u32);
-            return i;
-        }
         for i in 0..args.len() {
             let span = self.push_arg(args.get(i));
             if next_key.peek() == Some(&i) {
@@ -192,7 +168,6 @@ impl OwnedBatch {
             proto,
             args: (a0, self.spans.len() as u32),
             keys: (k0, self.key_spans.len() as u32),
-            raw: (0, 0),
         });
         self.cmds.len() - 1
     }
@@ -340,10 +315,9 @@ fn run_one(
 ) -> Result<(), u64> {
     let c = batch.cmds[i];
     let run = handler_of(c.cmd, c.split_part);
-    let args = Args::with_raw_range(
+    let args = Args::new(
         &batch.data,
         &batch.spans[c.args.0 as usize..c.args.1 as usize],
-        c.raw,
     );
     let mut data = cell.data.borrow_mut();
     let spec = &table().specs[c.cmd as usize];

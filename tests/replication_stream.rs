@@ -664,6 +664,16 @@ fn set_repl_chooses_who_gets_a_scripts_commands() {
     cmd(&mut c, &["EXEC"]);
     repl.expect(&["set h 8"]);
 
+    // A key a REPL_NONE script finds expired is deleted on replicas too (Redis's
+    // propagateDeletion names both targets whatever the script chose).
+    cmd(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    cmd(&mut c, &["SET", "gone", "x", "PX", "1"]);
+    repl.expect(&["set gone x PXAT *"]);
+    std::thread::sleep(Duration::from_millis(20));
+    let script = "redis.set_repl(redis.REPL_NONE); return redis.call('get','gone')";
+    assert_eq!(cmd(&mut c, &["EVAL", script, "0"]), redis::Value::Nil);
+    repl.expect(&["del gone"]);
+
     // The master has everything; the AOF has a, c and d (and h), not b, e, f, g.
     let all = ["a", "b", "c", "d", "e", "f", "g", "h"];
     let got: Vec<Option<String>> = q(&mut c, &[&["MGET"][..], &all].concat());

@@ -194,30 +194,47 @@ pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
     propagate_slice(txn, db, &argv);
 }
 
+/// `propagate` for every reader whatever a script's `redis.set_repl` says: the
+/// deletion of a key found expired (Redis's propagateDeletion names both targets).
+pub fn propagate_to_all(txn: Option<u64>, db: usize, argv: Argv) {
+    let bytes = argv.iter().map(Vec::len).sum();
+    let parts = argv.iter().map(Vec::as_slice);
+    propagate_parts(txn, db, Some(REPL_ALL), argv.len(), bytes, parts);
+}
+
 /// `propagate` for a command as it came (the common case): encoded straight from
 /// its arguments.
 pub fn propagate_args(txn: Option<u64>, db: usize, args: &crate::commands::Args) {
     let bytes = args.iter().map(<[u8]>::len).sum();
-    propagate_parts(txn, db, args.len(), bytes, args.iter());
+    propagate_parts(txn, db, None, args.len(), bytes, args.iter());
 }
 
 /// `propagate` for arguments held as a slice.
 pub fn propagate_slice(txn: Option<u64>, db: usize, argv: &[Vec<u8>]) {
     let bytes = argv.iter().map(Vec::len).sum();
-    propagate_parts(txn, db, argv.len(), bytes, argv.iter().map(Vec::as_slice));
+    propagate_parts(
+        txn,
+        db,
+        None,
+        argv.len(),
+        bytes,
+        argv.iter().map(Vec::as_slice),
+    );
 }
 
-/// `n` arguments (`bytes` bytes in all) as one effect: into `txn`'s capture, or
-/// encoded straight into this thread's log.
+/// `n` arguments (`bytes` bytes in all) as one effect: into `txn`'s capture (for
+/// the readers `repl` names, else for those its script chose), or encoded straight
+/// into this thread's log.
 fn propagate_parts<'a>(
     txn: Option<u64>,
     db: usize,
+    repl: Option<u8>,
     n: usize,
     bytes: usize,
     parts: impl Iterator<Item = &'a [u8]>,
 ) {
     let mut parts = Some(parts);
-    let captured = capture(txn, db, || {
+    let captured = capture(txn, db, repl, || {
         let mut cmd = Vec::with_capacity(merge::sized_bound(n, bytes));
         if let Some(parts) = parts.take() {
             merge::encode_sized(&mut cmd, n, bytes, parts);
@@ -239,9 +256,15 @@ fn propagate_parts<'a>(
     });
 }
 
-/// Adds the command `encode` makes to `txn`'s capture (nothing while the capture's
-/// commands are for nobody); false when `txn` has none.
-fn capture(txn: Option<u64>, db: usize, encode: impl FnOnce() -> Vec<u8>) -> bool {
+/// Adds the command `encode` makes to `txn`'s capture, for the readers `repl` names
+/// or else those the capture's script chose (nothing when that is nobody); false
+/// when `txn` has none.
+fn capture(
+    txn: Option<u64>,
+    db: usize,
+    repl: Option<u8>,
+    encode: impl FnOnce() -> Vec<u8>,
+) -> bool {
     let Some(t) = txn else {
         return false;
     };
@@ -249,8 +272,9 @@ fn capture(txn: Option<u64>, db: usize, encode: impl FnOnce() -> Vec<u8>) -> boo
     let Some(c) = caps.iter_mut().find(|c| c.txn == t) else {
         return false;
     };
-    if c.repl != 0 {
-        c.cmds.push((db, c.repl, encode()));
+    let repl = repl.unwrap_or(c.repl);
+    if repl != 0 {
+        c.cmds.push((db, repl, encode()));
     }
     true
 }

@@ -5,7 +5,7 @@
 //! rule in `call()`). The executor and the coordinators' callers turn that into
 //! effects, after the DELs of the keys the command found expired.
 
-use super::{propagate, propagate_args, propagate_slice, Argv};
+use super::{propagate, propagate_args, propagate_slice, propagate_to_all, Argv};
 use crate::commands::table::flags;
 use crate::commands::{Args, CommandSpec};
 use crate::shard::ShardData;
@@ -170,7 +170,7 @@ pub fn drain_expired(data: &mut ShardData, txn: Option<u64>) {
     }
     for (i, db) in data.dbs.iter_mut().enumerate() {
         for (key, field) in std::mem::take(&mut db.expired_fields_log) {
-            propagate(txn, i, vec![b"HDEL".to_vec(), key, field]);
+            propagate_to_all(txn, i, vec![b"HDEL".to_vec(), key, field]);
         }
     }
     if data.dbs.iter().all(|d| d.expired_log.is_empty()) {
@@ -180,7 +180,7 @@ pub fn drain_expired(data: &mut ShardData, txn: Option<u64>) {
     let cmd: &[u8] = if unlink { b"UNLINK" } else { b"DEL" };
     for (i, db) in data.dbs.iter_mut().enumerate() {
         for key in std::mem::take(&mut db.expired_log) {
-            propagate(txn, i, vec![cmd.to_vec(), key]);
+            propagate_to_all(txn, i, vec![cmd.to_vec(), key]);
         }
     }
 }

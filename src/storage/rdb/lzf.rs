@@ -137,10 +137,10 @@ const SMALL_INPUT: usize = 1024;
 
 /// The same mapping as `Table` for a short input, kept in a few cache lines: an
 /// input of n bytes stores at most n slots, so an open-addressed table of 2n entries
-/// holds them. The 64 K-slot table costs a cache miss per lookup (its 512 KiB do not
-/// stay in L2), and a snapshot compresses every value longer than 20 bytes: those
-/// misses were the largest part of saving a small string, and they evicted the
-/// shard's hot keys while it served.
+/// holds them. The 64 K-slot table's 512 KiB do not stay in L2 when the values
+/// differ, so its lookups can miss, and a snapshot compresses every value longer
+/// than 20 bytes. (Measured on identical 32-byte values, where the big table stays
+/// cached: 110 ns a call against 150.)
 struct SmallTable {
     /// `(slot + 1) << 32 | pos`, 0 when empty.
     entries: Vec<u64>,

@@ -11,6 +11,8 @@
 #      RSS plus the fork child's private dirty pages (the copy-on-write), sampled
 #      every 50 ms, and the child's own report (rdb_last_cow_size).
 # Needs redis-server, redis-cli and target/release/{tessera,tessera-bench}.
+# ROUNDS (default 3): pairs of windows per server; the per-round ratios and their
+# median are printed (the host moves one window's p99 by 2x on its own).
 # ONLY=tessera skips redis-server.
 set -u
 K=${1:-10000000}
@@ -37,8 +39,13 @@ sample_peak() {
   done
   echo $peak
 }
+# Waits for the save to end with one redis-cli asking every 100 ms. Not a new
+# redis-cli and grep every 50 ms: each such process takes 2-3 ms of CPU to start,
+# which on a 2-CPU host delays the shards and the client (perf sched timehist, issue
+# 25's nineteenth session) and made the save window's p99 up to twice what the save
+# itself costs.
 wait_bgsave() {
-  while redis-cli -p $PORT info persistence | grep -q 'rdb_bgsave_in_progress:1'; do sleep 0.05; done
+  redis-cli -p $PORT -r -1 -i 0.1 info persistence 2>/dev/null | awk '/rdb_bgsave_in_progress:0/ {exit}'
 }
 p99() { awk '$1=="TOTAL" {print $7}' "$1"; }
 max_us() { awk '$1=="TOTAL" {print $10}' "$1"; }
@@ -53,7 +60,8 @@ measure() { # name pid kind(fork|tessera)
   local bench round s e
   # Alternating pairs: on a small host the client shares the cores, and one run's
   # p99 moves by several times from run to run.
-  for round in 1 2 3; do
+  local ratios=""
+  for round in $(seq ${ROUNDS:-3}); do
     $BENCH -p $PORT -t 1 -c 50 --ratio 0:1 --key-max $((K-1)) --rate $rate --test-time $SECS --quiet > $B/$name-quiet.txt 2>&1
     echo "$name round $round GET p99 without BGSAVE: $(p99 $B/$name-quiet.txt) us (max $(max_us $B/$name-quiet.txt) us)"
     $BENCH -p $PORT -t 1 -c 50 --ratio 0:1 --key-max $((K-1)) --rate $rate --test-time $SECS --quiet > $B/$name-save.txt 2>&1 &
@@ -61,7 +69,9 @@ measure() { # name pid kind(fork|tessera)
     sleep 1; s=$(date +%s%N); redis-cli -p $PORT bgsave >/dev/null; wait_bgsave; e=$(date +%s%N)
     wait $bench
     echo "$name round $round GET p99 with BGSAVE:    $(p99 $B/$name-save.txt) us (max $(max_us $B/$name-save.txt) us); BGSAVE took $(( (e - s) / 1000000 )) ms"
+    ratios="$ratios $(awk -v a="$(p99 $B/$name-save.txt)" -v b="$(p99 $B/$name-quiet.txt)" 'BEGIN {printf "%.2f", a / b}')"
   done
+  echo "$name p99 with / without BGSAVE per round:$ratios; median $(echo $ratios | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}')"
   local before; before=$(rss_kb $pid)
   rm -f $B/stop; sample_peak $pid $kind > $B/$name-peak.txt &
   local sampler=$!

@@ -212,6 +212,9 @@ pub fn fork_stats() -> (u64, u64) {
 
 /// Bytes of records the walks may have in flight to the writer before they wait.
 const MAX_IN_FLIGHT: usize = 16 << 20;
+/// Bytes of records a shard's database gathers before it hands them to the framing
+/// thread (all that is left goes at the walk's end).
+const HAND_OVER_AT: usize = 256 << 10;
 /// How long one step of a walk may run before the shard serves its clients again.
 const STEP: Duration = Duration::from_micros(200);
 /// The least time between two steps (the reactor's timers round it up to 1 ms).
@@ -611,9 +614,15 @@ fn step(
             keys += cut.keys_saved;
             ahead += cut.ahead_bytes;
         }
-        let bytes = db.take_snapshot_records();
-        if !bytes.is_empty() && !abandoned {
-            job.send(Piece::Records { db: i, bytes });
+        // Records go to the framing thread in batches: each hand-over wakes it and,
+        // through the pipe, the child, and on a host whose cores are busy serving
+        // every such wake-up is a chance to delay a shard. With the delay knob
+        // (`one_key`) each key goes at once, as a slow fork child writes it.
+        if done || abandoned || one_key || db.snapshot_records_len() >= HAND_OVER_AT {
+            let bytes = db.take_snapshot_records();
+            if !bytes.is_empty() && !abandoned {
+                job.send(Piece::Records { db: i, bytes });
+            }
         }
         if done {
             db.end_snapshot();

@@ -1203,6 +1203,11 @@ impl Db {
         self.cut.as_deref()
     }
 
+    /// Bytes of records written since the last `take_snapshot_records`.
+    pub fn snapshot_records_len(&self) -> usize {
+        self.cut.as_deref().map_or(0, |c| c.out.len())
+    }
+
     /// Takes the records written since the last call.
     pub fn take_snapshot_records(&mut self) -> Vec<u8> {
         self.cut

@@ -12,7 +12,8 @@
 #      every 50 ms, and the child's own report (rdb_last_cow_size).
 # Needs redis-server, redis-cli and target/release/{tessera,tessera-bench}.
 # ROUNDS (default 3): pairs of windows per server; the per-round ratios and their
-# median are printed (the host moves one window's p99 by 2x on its own).
+# median are printed (the host moves one window's p99 by 2x on its own). CONTROL=1
+# runs the same rounds with no BGSAVE in the second window of each pair.
 # ONLY=tessera skips redis-server.
 set -u
 K=${1:-10000000}
@@ -66,7 +67,13 @@ measure() { # name pid kind(fork|tessera)
     echo "$name round $round GET p99 without BGSAVE: $(p99 $B/$name-quiet.txt) us (max $(max_us $B/$name-quiet.txt) us)"
     $BENCH -p $PORT -t 1 -c 50 --ratio 0:1 --key-max $((K-1)) --rate $rate --test-time $SECS --quiet > $B/$name-save.txt 2>&1 &
     bench=$!
-    sleep 1; s=$(date +%s%N); redis-cli -p $PORT bgsave >/dev/null; wait_bgsave; e=$(date +%s%N)
+    if [ -n "${CONTROL:-}" ]; then
+      # The control: the same two windows with no save in the second, to show how
+      # far the host alone moves one window's p99 from the next.
+      s=$(date +%s%N); e=$s
+    else
+      sleep 1; s=$(date +%s%N); redis-cli -p $PORT bgsave >/dev/null; wait_bgsave; e=$(date +%s%N)
+    fi
     wait $bench
     echo "$name round $round GET p99 with BGSAVE:    $(p99 $B/$name-save.txt) us (max $(max_us $B/$name-save.txt) us); BGSAVE took $(( (e - s) / 1000000 )) ms"
     ratios="$ratios $(awk -v a="$(p99 $B/$name-save.txt)" -v b="$(p99 $B/$name-quiet.txt)" 'BEGIN {printf "%.2f", a / b}')"

@@ -1565,3 +1565,64 @@ fn wait_blocks_as_a_blocked_client() {
     let e = err(&mut m, &["WAIT", "1", "9223372036854775000"]);
     assert!(e.contains("timeout is out of range"), "{e}");
 }
+
+/// Sends one command as RESP on a raw connection and returns the reply's bytes once
+/// they contain `until`.
+fn raw_command(s: &mut std::net::TcpStream, args: &[&str], until: &str) -> String {
+    use std::io::Write as _;
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).expect("send");
+    String::from_utf8_lossy(&read_until_contains(s, until.as_bytes())).into_owned()
+}
+
+/// EXEC on a read-only replica refuses a transaction whose queued scripts declare
+/// that they write (a shebang without no-writes), as Redis's getCommandFlags counts
+/// them when they queue; a script without a shebang runs and meets the refusal at
+/// its write; a no-writes one runs (Redis's "no-writes shebang flag on replica").
+#[test]
+fn exec_on_a_replica_counts_what_queued_scripts_declare() {
+    let master = Server::start(2);
+    let mut m = master.client();
+    let replica = tessera_replica(master.port);
+    let mut r = replica.client();
+    let _: () = q(&mut m, &["SET", "x", "v"]);
+    wait_in_sync(&mut m, &mut r);
+    // Queued while the server is a master, so queueing is not refused.
+    let _: () = q(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    let queue = |script: &str, keys: &[&str]| {
+        let mut c = replica.raw();
+        assert!(raw_command(&mut c, &["MULTI"], "\r\n").starts_with("+OK"));
+        let n = keys.len().to_string();
+        let mut args = vec!["EVAL", script, &n];
+        args.extend_from_slice(keys);
+        let queued = raw_command(&mut c, &args, "\r\n");
+        assert!(queued.starts_with("+QUEUED"), "{queued}");
+        c
+    };
+    let mut declared_write = queue("#!lua\nreturn 1", &[]);
+    let mut undeclared = queue("redis.call('set','x','1') return 1", &["x"]);
+    let mut no_writes = queue(
+        "#!lua flags=no-writes\nredis.call('get','x') return 1",
+        &["x"],
+    );
+    let port = master.port.to_string();
+    let _: () = q(&mut r, &["REPLICAOF", "127.0.0.1", &port]);
+    // (A loading replica would answer -LOADING instead: wait out the full sync.)
+    wait_in_sync(&mut m, &mut r);
+
+    let reply = raw_command(&mut declared_write, &["EXEC"], "\r\n");
+    assert_eq!(
+        reply,
+        "-EXECABORT Transaction discarded because of: READONLY You can't write against a read only replica.\r\n"
+    );
+    let reply = raw_command(&mut undeclared, &["EXEC"], "script:");
+    assert!(
+        reply.starts_with("*1\r\n-READONLY You can't write against a read only replica. script:"),
+        "{reply}"
+    );
+    let reply = raw_command(&mut no_writes, &["EXEC"], ":1\r\n");
+    assert_eq!(reply, "*1\r\n:1\r\n");
+}

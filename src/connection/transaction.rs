@@ -71,16 +71,17 @@ impl Connection {
             self.finish_local(idx, before, t0, args);
             return;
         }
+        // Redis gathers each queued command's flags as it queues (a script's from
+        // its shebang or its function's flags): EXEC writes if one of them does.
+        // (Flags some queued command has, flags every one has.)
+        let (any, every) = state
+            .queue
+            .iter()
+            .map(|(i, argv)| queued_flags(*i, argv))
+            .fold((0, u32::MAX), |(any, every), f| (any | f, every & f));
         let gate = {
-            let specs = &commands::table().specs;
-            let write = state
-                .queue
-                .iter()
-                .any(|(i, _)| specs[*i as usize].has(flags::WRITE));
-            let stale_ok = state
-                .queue
-                .iter()
-                .all(|(i, _)| specs[*i as usize].has(flags::STALE));
+            let write = any & flags::WRITE != 0;
+            let stale_ok = every & flags::STALE != 0;
             let config = &self.session.cell.data.borrow().config;
             if self.session.shared.role.get().replays() {
                 None
@@ -91,10 +92,7 @@ impl Connection {
         if let Some(err) = gate {
             return self.exec_abort(idx, args, err).await;
         }
-        let denyoom = state
-            .queue
-            .iter()
-            .any(|(c, _)| commands::table().specs[*c as usize].has(flags::DENYOOM));
+        let denyoom = any & flags::DENYOOM != 0;
         if denyoom && self.home_out_of_memory() {
             return self
                 .exec_abort(idx, args, commands::OOM_ERR.trim_start_matches('-'))
@@ -150,5 +148,15 @@ impl Connection {
         // The commands EXEC ran propagated themselves (captured above).
         op.release(&cell).await;
         self.finish_local(idx, before, t0, args);
+    }
+}
+
+/// A queued command's flags for EXEC's checks: its table entry's, a script
+/// command's as its script declares them (`scripting::command_flags`).
+fn queued_flags(idx: u16, argv: &[Vec<u8>]) -> u32 {
+    let spec = &commands::table().specs[idx as usize];
+    match argv.get(1) {
+        Some(target) => crate::scripting::command_flags(spec.name, target, spec.flags),
+        None => spec.flags,
     }
 }

@@ -60,15 +60,50 @@ pub mod flags {
 /// whose shebang does not parse counts as writing. Any other command: true.
 pub fn may_write(command: &str, target: &[u8]) -> bool {
     let declared = match command {
-        "eval" => vm::parse_shebang(target).ok().map(|(f, _)| f),
-        "evalsha" => std::str::from_utf8(target)
-            .ok()
-            .and_then(|sha| script_get(&sha.to_ascii_lowercase()))
-            .and_then(|body| vm::parse_shebang(&body).ok().map(|(f, _)| f)),
-        "fcall" => functions::flags_of(target),
+        "eval" | "evalsha" | "fcall" => declared_flags(command, target),
         _ => None,
     };
     declared.is_none_or(|f| f & (flags::EVAL_COMPAT | flags::NO_WRITES) != flags::NO_WRITES)
+}
+
+/// The flags of the script or function a script command names (`target`: the
+/// script, its sha, or the function): None when it is not known or its shebang does
+/// not parse; `EVAL_COMPAT` for a script without a shebang.
+fn declared_flags(command: &str, target: &[u8]) -> Option<u32> {
+    match command {
+        "eval" | "eval_ro" => vm::parse_shebang(target).ok().map(|(f, _)| f),
+        "evalsha" | "evalsha_ro" => std::str::from_utf8(target)
+            .ok()
+            .filter(|sha| sha.len() == 40)
+            .and_then(|sha| script_get(&sha.to_ascii_lowercase()))
+            .and_then(|body| vm::parse_shebang(&body).ok().map(|(f, _)| f)),
+        "fcall" | "fcall_ro" => functions::flags_of(target),
+        _ => None,
+    }
+}
+
+/// A script command's flags as Redis's getCommandFlags gives them (what MULTI
+/// gathers for EXEC's checks): a script or function that declares its flags has
+/// them replace the command's own write, deny-oom, stale and may-replicate flags
+/// (scriptFlagsToCmdFlags); one without a shebang, not known, or whose shebang does
+/// not parse keeps `cmd_flags`, as does any other command.
+pub fn command_flags(command: &str, target: &[u8], cmd_flags: u32) -> u32 {
+    use crate::commands::table::flags as cmd;
+    let Some(declared) = declared_flags(command, target).filter(|f| f & flags::EVAL_COMPAT == 0)
+    else {
+        return cmd_flags;
+    };
+    let mut out = cmd_flags & !(cmd::STALE | cmd::DENYOOM | cmd::WRITE | cmd::MAY_REPLICATE);
+    if declared & (flags::ALLOW_OOM | flags::NO_WRITES) == 0 {
+        out |= cmd::DENYOOM;
+    }
+    if declared & flags::NO_WRITES == 0 {
+        out |= cmd::WRITE;
+    }
+    if declared & flags::ALLOW_STALE != 0 {
+        out |= cmd::STALE;
+    }
+    out
 }
 
 pub const BUSY_EVAL: &str =

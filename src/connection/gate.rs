@@ -44,10 +44,16 @@ pub(super) fn protected_mode_denies(cell: &ShardCell, peer: &crate::clients::Pee
 /// script's declared flags for EVAL / EVALSHA / FCALL): what CLIENT PAUSE WRITE holds.
 pub(super) fn may_write_or_propagate(idx: u16, args: &Args<'_>) -> bool {
     let t = commands::table();
-    if t.stat_flags(t.stat_id(idx, args)) & (flags::WRITE | flags::MAY_REPLICATE) == 0 {
+    let writes = flags::WRITE | flags::MAY_REPLICATE;
+    let own = t.stat_flags(t.stat_id(idx, args));
+    if own & writes == 0 {
         return false;
     }
-    args.len() < 2 || crate::scripting::may_write(t.specs[idx as usize].name, args.get(1))
+    // A script that declares flags writes unless it says no-writes; one without a
+    // shebang, unknown, or whose shebang does not parse keeps MAY_REPLICATE.
+    args.len() < 2
+        || crate::scripting::command_flags(t.specs[idx as usize].name, args.get(1), own) & writes
+            != 0
 }
 
 /// Redis 7.0's text for an unknown command, including up to 128 bytes of its arguments.

@@ -197,9 +197,7 @@ pub fn propagate(txn: Option<u64>, db: usize, argv: Argv) {
 /// `propagate` for every reader whatever a script's `redis.set_repl` says: the
 /// deletion of a key found expired (Redis's propagateDeletion names both targets).
 pub fn propagate_to_all(txn: Option<u64>, db: usize, argv: Argv) {
-    let bytes = argv.iter().map(Vec::len).sum();
-    let parts = argv.iter().map(Vec::as_slice);
-    propagate_parts(txn, db, Some(REPL_ALL), argv.len(), bytes, parts);
+    propagate_vecs(txn, db, Some(REPL_ALL), &argv);
 }
 
 /// `propagate` for a command as it came (the common case): encoded straight from
@@ -211,15 +209,14 @@ pub fn propagate_args(txn: Option<u64>, db: usize, args: &crate::commands::Args)
 
 /// `propagate` for arguments held as a slice.
 pub fn propagate_slice(txn: Option<u64>, db: usize, argv: &[Vec<u8>]) {
+    propagate_vecs(txn, db, None, argv);
+}
+
+/// `propagate_parts` for arguments held as a slice.
+fn propagate_vecs(txn: Option<u64>, db: usize, repl: Option<u8>, argv: &[Vec<u8>]) {
     let bytes = argv.iter().map(Vec::len).sum();
-    propagate_parts(
-        txn,
-        db,
-        None,
-        argv.len(),
-        bytes,
-        argv.iter().map(Vec::as_slice),
-    );
+    let parts = argv.iter().map(Vec::as_slice);
+    propagate_parts(txn, db, repl, argv.len(), bytes, parts);
 }
 
 /// `n` arguments (`bytes` bytes in all) as one effect: into `txn`'s capture (for

@@ -54,18 +54,6 @@ pub mod flags {
     ];
 }
 
-/// Whether `EVAL` / `EVALSHA` / `FCALL <script|sha|function> ...` may write, as
-/// Redis's getCommandFlags answers for CLIENT PAUSE WRITE: a script or function that
-/// declares its flags writes unless it says no-writes; one without flags, unknown, or
-/// whose shebang does not parse counts as writing. Any other command: true.
-pub fn may_write(command: &str, target: &[u8]) -> bool {
-    let declared = match command {
-        "eval" | "evalsha" | "fcall" => declared_flags(command, target),
-        _ => None,
-    };
-    declared.is_none_or(|f| f & (flags::EVAL_COMPAT | flags::NO_WRITES) != flags::NO_WRITES)
-}
-
 /// The flags of the script or function a script command names (`target`: the
 /// script, its sha, or the function): None when it is not known or its shebang does
 /// not parse; `EVAL_COMPAT` for a script without a shebang.

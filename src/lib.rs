@@ -3,6 +3,7 @@
 
 pub mod acl;
 pub mod clients;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod connection;

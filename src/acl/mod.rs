@@ -453,28 +453,6 @@ fn trim<'a>(s: &'a [u8], set: &[u8]) -> &'a [u8] {
     &s[start..end.max(start)]
 }
 
-/// `bits` random bits as hex (ACL GENPASS), from the kernel's CSPRNG.
-pub fn random_hex(bits: usize) -> String {
-    let chars = bits.div_ceil(4);
-    let mut bytes = vec![0u8; chars.div_ceil(2)];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: getrandom(2) writes at most the given length into the buffer.
-        let n = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if n > 0 {
-            filled += n as usize;
-        }
-    }
-    let mut hex = String::with_capacity(chars + 1);
-    for b in bytes {
-        hex.push_str(&format!("{b:02x}"));
-    }
-    hex.truncate(chars);
-    hex
-}
-
 /// The `requirepass` last given to the default user (None: not yet).
 static APPLIED_REQUIREPASS: Mutex<Option<String>> = Mutex::new(None);
 

@@ -248,7 +248,7 @@ fn genpass(g: &mut GlobalCtx<'_>) {
              positive number up to {GENPASS_MAX_BITS}"
         ));
     }
-    let pass = acl::random_hex(bits as usize);
+    let pass = crate::util::random_hex(bits as usize);
     g.w().bulk(pass.as_bytes());
 }
 

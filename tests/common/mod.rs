@@ -78,6 +78,26 @@ pub fn free_port() -> u16 {
         .expect("no free port")
 }
 
+/// A loopback port that is free and whose cluster bus port (port + 10000) is free
+/// too. Both are taken from below the kernel's ephemeral range (32768 up), so no
+/// outgoing connection and no `free_port()` of another test lands on them.
+pub fn free_cluster_port() -> u16 {
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+        ^ std::process::id();
+    loop {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let port = 20000 + (seed >> 8) as u16 % 2700;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
 impl Server {
     /// Starts `tessera --threads N` plus any extra arguments and waits for PING.
     pub fn start_with(threads: usize, extra: &[&str]) -> Server {
@@ -453,7 +473,18 @@ impl ReferenceRedis {
 
     /// redis-server with extra `--directive value` arguments after the defaults.
     pub fn start_with(extra: &[&str]) -> Option<ReferenceRedis> {
-        let port = free_port();
+        ReferenceRedis::start_on(free_port(), extra)
+    }
+
+    /// A redis-server with `--cluster-enabled yes` on a port whose bus port (port +
+    /// 10000) is free too, its nodes.conf in its own directory, then `extra`.
+    pub fn start_cluster_node(extra: &[&str]) -> Option<ReferenceRedis> {
+        let mut args = vec!["--cluster-enabled", "yes"];
+        args.extend_from_slice(extra);
+        ReferenceRedis::start_on(free_cluster_port(), &args)
+    }
+
+    pub fn start_on(port: u16, extra: &[&str]) -> Option<ReferenceRedis> {
         let child = redis_server_command(port, extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

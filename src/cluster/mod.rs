@@ -1,0 +1,130 @@
+//! Redis Cluster membership (issue 27), built from the bottom up.
+//!
+//! Tessera already routes by the 16384 cluster hash slots inside one process
+//! (`slot.rs`). This folder makes a Tessera process a member of a real Redis 7.0
+//! cluster, speaking its bus byte for byte so Tessera and redis-server nodes can
+//! share one cluster. What is here so far are the formats every later part stands
+//! on; `cluster-enabled` stays refused (config/params.rs) until the node can do
+//! everything a member must (gossip, failure detection, failover, redirections):
+//!
+//! - `wire.rs`: the cluster bus message (`clusterMsg` in Redis's cluster.h), framing,
+//!   decoding with Redis's own length checks, and encoding.
+
+pub mod wire;
+
+use std::fmt;
+
+/// The number of hash slots (`CLUSTER_SLOTS`).
+pub const SLOTS: usize = 16384;
+
+/// Length of a node ID: 40 hex characters, the size of a SHA-1 in hex.
+pub const NAME_LEN: usize = 40;
+
+/// A cluster node's ID as it travels on the bus: 40 bytes. Nodes name themselves
+/// with 40 random lowercase hex characters; a name read off the wire is kept as it
+/// came (Redis does not check it either), and `NodeName::parse` is the check
+/// commands and nodes.conf apply (Redis's verifyClusterNodeId).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeName(pub [u8; NAME_LEN]);
+
+impl NodeName {
+    /// The all-zero name: "no master" in a message's `slaveof` field.
+    pub const NULL: NodeName = NodeName([0; NAME_LEN]);
+
+    /// A fresh random name (createClusterNode with no name).
+    pub fn random() -> NodeName {
+        let hex = crate::util::random_hex(NAME_LEN * 4);
+        let mut name = [0u8; NAME_LEN];
+        name.copy_from_slice(hex.as_bytes());
+        NodeName(name)
+    }
+
+    /// `text` as a node ID if it is exactly 40 characters of 0-9 and a-f.
+    pub fn parse(text: &[u8]) -> Option<NodeName> {
+        let valid =
+            text.len() == NAME_LEN && text.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !valid {
+            return None;
+        }
+        let mut name = [0u8; NAME_LEN];
+        name.copy_from_slice(text);
+        Some(NodeName(name))
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.0 == [0; NAME_LEN]
+    }
+
+    pub fn as_bytes(&self) -> &[u8; NAME_LEN] {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl fmt::Debug for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeName({self})")
+    }
+}
+
+/// A node's flags, as the bus carries them (`CLUSTER_NODE_*` in cluster.h) and
+/// nodes.conf and CLUSTER NODES spell them.
+pub mod flags {
+    pub const MASTER: u16 = 1;
+    pub const REPLICA: u16 = 2;
+    /// Possibly failing: this node's own suspicion, not yet agreed.
+    pub const PFAIL: u16 = 4;
+    /// Failing, by agreement of a majority of masters.
+    pub const FAIL: u16 = 8;
+    pub const MYSELF: u16 = 16;
+    /// Added by MEET or gossip, first PONG not yet received.
+    pub const HANDSHAKE: u16 = 32;
+    pub const NOADDR: u16 = 64;
+    /// Send MEET rather than PING on the next connection.
+    pub const MEET: u16 = 128;
+    /// A master that may receive a migrating replica.
+    pub const MIGRATE_TO: u16 = 256;
+    /// A replica that will not try to fail over (`cluster-replica-no-failover`).
+    pub const NOFAILOVER: u16 = 512;
+
+    /// The flags in the order and spelling of nodes.conf and CLUSTER NODES
+    /// (redisNodeFlagsTable); MEET, MIGRATE_TO and NOFAILOVER's spelling matter
+    /// when reading a file, and a node with none of them prints `noflags`.
+    pub const NAMES: &[(u16, &str)] = &[
+        (MYSELF, "myself"),
+        (MASTER, "master"),
+        (REPLICA, "slave"),
+        (PFAIL, "fail?"),
+        (FAIL, "fail"),
+        (HANDSHAKE, "handshake"),
+        (NOADDR, "noaddr"),
+        (NOFAILOVER, "nofailover"),
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_names_are_valid_and_differ() {
+        let a = NodeName::random();
+        let b = NodeName::random();
+        assert_ne!(a, b);
+        assert_eq!(NodeName::parse(a.as_bytes()), Some(a));
+    }
+
+    #[test]
+    fn parse_accepts_only_forty_lowercase_hex_characters() {
+        assert!(NodeName::parse(&[b'a'; 40]).is_some());
+        assert!(NodeName::parse(&[b'a'; 39]).is_none());
+        assert!(NodeName::parse(&[b'A'; 40]).is_none());
+        assert!(NodeName::parse(&[b'g'; 40]).is_none());
+        assert!(NodeName::NULL.is_null());
+    }
+}

@@ -3,13 +3,24 @@
 //! Tessera already routes by the 16384 cluster hash slots inside one process
 //! (`slot.rs`). This folder makes a Tessera process a member of a real Redis 7.0
 //! cluster, speaking its bus byte for byte so Tessera and redis-server nodes can
-//! share one cluster. What is here so far are the formats every later part stands
-//! on; `cluster-enabled` stays refused (config/params.rs) until the node can do
-//! everything a member must (gossip, failure detection, failover, redirections):
+//! share one cluster. What is here so far are the formats and the data every later
+//! part stands on; `cluster-enabled` stays refused (config/params.rs) until the node
+//! can do everything a member must (gossip, failure detection, failover,
+//! redirections):
 //!
 //! - `wire.rs`: the cluster bus message (`clusterMsg` in Redis's cluster.h), framing,
-//!   decoding with Redis's own length checks, and encoding.
+//!   decoding with Redis's own length checks, and encoding;
+//! - `nodes_conf.rs`: `nodes.conf`, the node table as each member saves it, whose
+//!   line format is also CLUSTER NODES' reply;
+//! - `redirect.rs`: where a keyed command may run (Redis's getNodeByQuery): the
+//!   routing table a shard consults, MOVED / ASK / CROSSSLOT / TRYAGAIN /
+//!   CLUSTERDOWN and their texts, and the blocked-client redirect;
+//! - `nodes.rs`: the node table, the slot map, failure reports and config epochs,
+//!   with Redis's bookkeeping rules and no I/O.
 
+pub mod nodes;
+pub mod nodes_conf;
+pub mod redirect;
 pub mod wire;
 
 use std::fmt;

@@ -64,10 +64,14 @@ fn redis_server_command(port: u16, extra: &[&str]) -> Command {
 /// Every test server gets a directory of its own (`extra` may name another): one
 /// that saves at SHUTDOWN or loads at start must not meet another test's dump.rdb.
 fn private_dir_args(port: u16) -> [String; 2] {
-    let dir = std::env::temp_dir().join(format!("tessera-test-{}-{port}", std::process::id()));
+    let dir = private_dir(port);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::create_dir_all(&dir);
     ["--dir".into(), dir.display().to_string()]
+}
+
+fn private_dir(port: u16) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("tessera-test-{}-{port}", std::process::id()))
 }
 
 /// A loopback port nothing listens on right now.
@@ -546,6 +550,13 @@ impl ReferenceRedis {
         redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
             .and_then(|c| c.get_connection())
             .expect("connect to redis-server")
+    }
+}
+
+impl ReferenceRedis {
+    /// The directory it runs in (`--dir`): its dump.rdb, its nodes.conf.
+    pub fn dir(&self) -> std::path::PathBuf {
+        private_dir(self.port)
     }
 }
 

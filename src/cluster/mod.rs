@@ -16,8 +16,13 @@
 //!   routing table a shard consults, MOVED / ASK / CROSSSLOT / TRYAGAIN /
 //!   CLUSTERDOWN and their texts, and the blocked-client redirect;
 //! - `nodes.rs`: the node table, the slot map, failure reports and config epochs,
-//!   with Redis's bookkeeping rules and no I/O.
+//!   with Redis's bookkeeping rules and no I/O;
+//! - `membership.rs`: the bus protocol one node plays over that table (handshake,
+//!   gossip, failure detection, slot claims, the cluster state), as an engine fed
+//!   events and returning effects, so the I/O layer stays thin and a whole
+//!   cluster can be tested on a simulated clock.
 
+pub mod membership;
 pub mod nodes;
 pub mod nodes_conf;
 pub mod redirect;

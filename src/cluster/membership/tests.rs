@@ -1,0 +1,424 @@
+//! Whole clusters on a simulated clock: each node is a `Membership`, links are
+//! pairs of link ids, every message goes through the wire codec, and the clock
+//! moves in cron periods. Nodes meet, learn each other by gossip, agree on slot
+//! owners and epochs, and detect a dead node by majority.
+
+use super::*;
+use crate::cluster::nodes::NodeTable;
+use std::collections::{BTreeMap, VecDeque};
+
+const TIMEOUT: u64 = 2000;
+
+struct SimNode {
+    engine: Membership,
+    alive: bool,
+    port: u16,
+}
+
+/// One end of a simulated TCP connection: (node index, link id there).
+type End = (usize, LinkId);
+
+struct Sim {
+    nodes: Vec<SimNode>,
+    /// Each connected link end and the end it talks to.
+    peers: BTreeMap<End, End>,
+    in_flight: VecDeque<(End, Bytes)>,
+    /// Pairs of nodes that cannot reach each other (a partition).
+    cut: Vec<(usize, usize)>,
+    now: u64,
+    published: Vec<(usize, Vec<u8>)>,
+}
+
+impl Sim {
+    fn new(count: usize) -> Sim {
+        let nodes = (0..count)
+            .map(|i| {
+                let port = 7000 + i as u16;
+                let settings = Settings {
+                    node_timeout: TIMEOUT,
+                    announce_ip: None,
+                    hostname: format!("node-{i}"),
+                    port,
+                    pport: 0,
+                    cport: port + 10000,
+                    require_full_coverage: true,
+                    allow_replica_migration: true,
+                };
+                let table = NodeTable::new(NodeName::random(), flags::MASTER, 1_000_000);
+                SimNode {
+                    engine: Membership::new(table, settings, i as u64 + 1),
+                    alive: true,
+                    port,
+                }
+            })
+            .collect();
+        Sim {
+            nodes,
+            peers: BTreeMap::new(),
+            in_flight: VecDeque::new(),
+            cut: Vec::new(),
+            now: 1_000_000,
+            published: Vec::new(),
+        }
+    }
+
+    fn node(&self, i: usize) -> &Membership {
+        &self.nodes[i].engine
+    }
+
+    fn name(&self, i: usize) -> NodeName {
+        self.node(i).table.me().name
+    }
+
+    fn meet(&mut self, from: usize, to: usize) {
+        let port = self.nodes[to].port;
+        let now = self.now;
+        self.nodes[from]
+            .engine
+            .meet("127.0.0.1", port, port + 10000, now)
+            .unwrap();
+    }
+
+    /// Carries out every node's effects until nothing is left to do.
+    fn settle(&mut self) {
+        loop {
+            let mut progressed = false;
+            for i in 0..self.nodes.len() {
+                let effects = self.nodes[i].engine.take_effects();
+                progressed |= !effects.is_empty();
+                for effect in effects {
+                    self.apply(i, effect);
+                }
+            }
+            while let Some(((to, link), bytes)) = self.in_flight.pop_front() {
+                progressed = true;
+                if !self.nodes[to].alive {
+                    continue;
+                }
+                let message = wire::decode(&bytes).expect("what a node sends decodes");
+                let now = self.now;
+                self.nodes[to]
+                    .engine
+                    .on_message(link, message, "127.0.0.1", "127.0.0.1", now);
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    fn apply(&mut self, i: usize, effect: Effect) {
+        let now = self.now;
+        match effect {
+            Effect::Send { link, bytes } => {
+                if let Some(&peer) = self.peers.get(&(i, link)) {
+                    self.in_flight.push_back((peer, bytes));
+                }
+            }
+            Effect::Connect { link, cport, .. } => {
+                let target = self
+                    .nodes
+                    .iter()
+                    .position(|n| n.port + 10000 == cport && n.alive);
+                match target {
+                    Some(t) if self.nodes[i].alive && !self.is_cut(i, t) => {
+                        let accepted = self.nodes[t].engine.on_accept(now);
+                        self.peers.insert((i, link), (t, accepted));
+                        self.peers.insert((t, accepted), (i, link));
+                        self.nodes[i].engine.on_connected(link, now);
+                    }
+                    _ => self.nodes[i].engine.on_link_error(link),
+                }
+            }
+            Effect::Close { link } => {
+                if let Some(peer) = self.peers.remove(&(i, link)) {
+                    self.peers.remove(&peer);
+                    self.nodes[peer.0].engine.on_link_error(peer.1);
+                }
+            }
+            Effect::Publish { message, .. } => self.published.push((i, message)),
+            _ => {}
+        }
+    }
+
+    /// Runs the cluster for `ms` of simulated time.
+    fn run(&mut self, ms: u64) {
+        let end = self.now + ms;
+        while self.now < end {
+            self.now += CRON_PERIOD_MS;
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].alive {
+                    let now = self.now;
+                    self.nodes[i].engine.cron(now);
+                    self.nodes[i].engine.before_sleep(now);
+                }
+            }
+            self.settle();
+        }
+    }
+
+    fn is_cut(&self, a: usize, b: usize) -> bool {
+        self.cut.contains(&(a, b)) || self.cut.contains(&(b, a))
+    }
+
+    /// Nodes `a` and `b` can no longer reach each other: their links drop.
+    fn partition(&mut self, a: usize, b: usize) {
+        self.cut.push((a, b));
+        let ends: Vec<(End, End)> = self
+            .peers
+            .iter()
+            .filter(|(x, y)| self.is_cut(x.0, y.0))
+            .map(|(x, y)| (*x, *y))
+            .collect();
+        for (end, peer) in ends {
+            if self.peers.remove(&end).is_some() {
+                self.peers.remove(&peer);
+                self.nodes[end.0].engine.on_link_error(end.1);
+                self.nodes[peer.0].engine.on_link_error(peer.1);
+            }
+        }
+    }
+
+    /// A node stops: its connections drop (the peers see the links fail).
+    fn kill(&mut self, i: usize) {
+        self.nodes[i].alive = false;
+        let ends: Vec<End> = self
+            .peers
+            .keys()
+            .filter(|(n, _)| *n == i)
+            .copied()
+            .collect();
+        for end in ends {
+            if let Some(peer) = self.peers.remove(&end) {
+                self.peers.remove(&peer);
+                self.nodes[peer.0].engine.on_link_error(peer.1);
+            }
+        }
+    }
+
+    /// What node `i` thinks of node `j`.
+    fn view(&self, i: usize, j: usize) -> Option<&crate::cluster::nodes::Node> {
+        let table = &self.node(i).table;
+        table.lookup(&self.name(j)).and_then(|id| table.get(id))
+    }
+
+    fn knows_everyone(&self, i: usize) -> bool {
+        (0..self.nodes.len()).all(|j| self.view(i, j).is_some_and(|n| !n.in_handshake()))
+            && self.node(i).table.len() == self.nodes.len()
+    }
+
+    /// Gives each node an equal share of the slots.
+    fn split_slots(&mut self) {
+        let share = SLOTS / self.nodes.len();
+        for i in 0..self.nodes.len() {
+            let last = if i + 1 == self.nodes.len() {
+                SLOTS
+            } else {
+                (i + 1) * share
+            };
+            for slot in i * share..last {
+                self.nodes[i].engine.add_my_slot(slot);
+            }
+        }
+    }
+}
+
+fn joined(count: usize) -> Sim {
+    let mut sim = Sim::new(count);
+    for j in 1..count {
+        sim.meet(0, j);
+    }
+    sim.run(3000);
+    sim
+}
+
+#[test]
+fn met_nodes_learn_the_others_by_gossip() {
+    let sim = joined(4);
+    for i in 0..4 {
+        assert!(
+            sim.knows_everyone(i),
+            "node {i} knows {} nodes",
+            sim.node(i).table.len()
+        );
+        for j in 0..4 {
+            let n = sim.view(i, j).unwrap();
+            assert_eq!(n.port, 7000 + j as u16);
+            assert_eq!(n.ip, "127.0.0.1");
+            assert!(n.is_master());
+            if i != j {
+                assert_eq!(n.hostname, format!("node-{j}"), "hostname extension");
+            }
+        }
+    }
+}
+
+#[test]
+fn slot_claims_spread_and_epoch_collisions_resolve() {
+    let mut sim = joined(3);
+    sim.split_slots();
+    sim.run(5000);
+    for i in 0..3 {
+        for j in 0..3 {
+            let owner = sim
+                .node(i)
+                .table
+                .slot_owner(j * 5461)
+                .map(|o| sim.node(i).table.get(o).unwrap().name);
+            assert_eq!(
+                owner,
+                Some(sim.name(j)),
+                "node {i}'s owner of slot {}",
+                j * 5461
+            );
+        }
+        assert!(sim.node(i).state_ok(), "node {i}: every slot served");
+        assert_eq!(sim.node(i).size(), 3);
+    }
+    // Every master started at config epoch 0: collisions moved all but one apart.
+    let mut epochs: Vec<u64> = (0..3)
+        .map(|i| sim.node(i).table.me().config_epoch)
+        .collect();
+    epochs.sort();
+    epochs.dedup();
+    assert_eq!(epochs.len(), 3, "distinct config epochs: {epochs:?}");
+}
+
+#[test]
+fn a_dead_master_is_marked_failing_by_the_majority() {
+    let mut sim = joined(3);
+    sim.split_slots();
+    sim.run(5000);
+    sim.kill(2);
+    sim.run(TIMEOUT + 3000);
+    for i in 0..2 {
+        let dead = sim.view(i, 2).unwrap();
+        assert!(dead.failed(), "node {i} flags {:#x}", dead.flags);
+        assert!(
+            !sim.node(i).state_ok(),
+            "slots of a failed master: the cluster is down"
+        );
+    }
+}
+
+#[test]
+fn a_node_marked_failing_comes_back() {
+    let mut sim = joined(3);
+    sim.run(2000);
+    sim.kill(2);
+    sim.run(TIMEOUT + 3000);
+    assert!(
+        sim.view(0, 2).unwrap().failed(),
+        "a master without slots fails too"
+    );
+    sim.nodes[2].alive = true;
+    sim.run(3000);
+    assert!(
+        !sim.view(0, 2).unwrap().failed(),
+        "a master without slots is back at once"
+    );
+    assert!(!sim.view(0, 2).unwrap().timed_out());
+}
+
+#[test]
+fn publish_reaches_every_other_node() {
+    let mut sim = joined(3);
+    sim.nodes[1].engine.publish(b"news", b"hello", false);
+    sim.settle();
+    let mut who: Vec<usize> = sim.published.iter().map(|(i, _)| *i).collect();
+    who.sort();
+    assert_eq!(who, vec![0, 2]);
+}
+
+#[test]
+fn a_newer_claim_takes_slots_and_an_emptied_master_follows_it() {
+    let mut sim = joined(2);
+    for slot in 0..100 {
+        sim.nodes[0].engine.add_my_slot(slot);
+    }
+    sim.run(3000);
+    // Node 1 claims node 0's slots under a newer epoch, as a promoted replica
+    // would: node 0, left with none, becomes its replica.
+    let now = sim.now;
+    let engine = &mut sim.nodes[1].engine;
+    let me = engine.table.myself();
+    for slot in 0..100 {
+        engine.table.del_slot(slot);
+        engine.table.add_slot(me, slot);
+    }
+    engine.table.current_epoch += 10;
+    engine.table.me_mut().config_epoch = engine.table.current_epoch;
+    engine.before_sleep(now);
+    sim.run(3000);
+    let zero = sim.node(0);
+    assert_eq!(zero.table.me().slot_count(), 0);
+    assert!(zero.table.me().is_replica());
+    assert_eq!(
+        zero.table
+            .me()
+            .master()
+            .map(|m| zero.table.get(m).unwrap().name),
+        Some(sim.name(1))
+    );
+}
+
+#[test]
+fn a_stale_claimer_gets_an_update() {
+    // Cluster.c's example: node 0 serves slots 0-9; partitioned from node 1,
+    // it misses that node 1 took them under a newer epoch (as a promoted replica
+    // would). Node 2 heard node 1, so when node 0 claims the slots it sends node 0
+    // an UPDATE, and node 0, left without slots, follows node 1.
+    let mut sim = joined(3);
+    for slot in 0..10 {
+        sim.nodes[0].engine.add_my_slot(slot);
+    }
+    sim.run(3000);
+    sim.partition(0, 1);
+    let now = sim.now;
+    {
+        let engine = &mut sim.nodes[1].engine;
+        let me = engine.table.myself();
+        for slot in 0..10 {
+            engine.table.del_slot(slot);
+            engine.table.add_slot(me, slot);
+        }
+        engine.table.current_epoch += 50;
+        engine.table.me_mut().config_epoch = engine.table.current_epoch;
+        engine.before_sleep(now);
+    }
+    sim.run(3000);
+    let one = sim.name(1);
+    for i in [0, 2] {
+        let t = &sim.node(i).table;
+        let owner = t.slot_owner(0).map(|o| t.get(o).unwrap().name);
+        assert_eq!(owner, Some(one), "node {i}'s owner of slot 0");
+    }
+    let zero = &sim.node(0).table;
+    assert_eq!(zero.me().slot_count(), 0);
+    assert!(zero.me().is_replica());
+    assert!(
+        sim.node(0).messages_received[kind::UPDATE as usize] > 0,
+        "it learned by UPDATE"
+    );
+}
+
+#[test]
+fn handshakes_that_never_complete_expire() {
+    let mut sim = Sim::new(1);
+    let now = sim.now;
+    sim.nodes[0]
+        .engine
+        .meet("127.0.0.1", 9999, 19999, now)
+        .unwrap();
+    assert_eq!(
+        sim.nodes[0].engine.meet("127.0.0.1", 9999, 19999, now),
+        Err(MeetError::InProgress)
+    );
+    assert_eq!(sim.node(0).table.len(), 2);
+    sim.run(TIMEOUT + 500);
+    assert_eq!(
+        sim.node(0).table.len(),
+        1,
+        "nobody answers at 9999: the handshake node goes"
+    );
+}

@@ -1,9 +1,13 @@
 //! The membership engine (`tessera::cluster::membership`) as a member of a real
-//! Redis 7.0.15 cluster: a small threaded driver gives it TCP links, and it joins
-//! two redis-server nodes. The three agree on who serves which slot, Redis says
-//! `cluster_state:ok` with the engine serving a third of the slots, and when one
-//! redis-server is killed, the engine and the other redis-server mark it failing
-//! together (neither is a majority alone).
+//! Redis 7.0.15 cluster: a small threaded driver gives it TCP links.
+//! - It joins two redis-server nodes: the three agree on who serves which slot,
+//!   Redis says `cluster_state:ok` with the engine serving a third of the slots,
+//!   and when one redis-server is killed, the engine and the other redis-server
+//!   mark it failing together (neither is a majority alone).
+//! - As the replica of a redis-server master that dies, it asks the other
+//!   redis-server masters for their votes, gets them, and takes the slots.
+//! - CLUSTER FAILOVER on it pauses its redis-server master, which then follows
+//!   it as a replica.
 
 mod common;
 
@@ -51,8 +55,7 @@ impl EngineNode {
             port,
             pport: 0,
             cport: port + 10000,
-            require_full_coverage: true,
-            allow_replica_migration: true,
+            ..Settings::default()
         };
         let table = NodeTable::new(name, flags::MASTER, now_ms());
         let engine = Arc::new(Mutex::new(Membership::new(
@@ -284,4 +287,125 @@ fn the_engine_joins_a_redis_cluster_and_agrees_on_failures() {
         "cluster_state"
     ) == "fail"));
     assert!(eventually(Duration::from_secs(5), || !engine.with(|e| e.state_ok())));
+}
+
+/// Three redis-server masters splitting the slots, and the engine as a replica
+/// of the first, all met and agreed.
+fn three_masters_and_an_engine_replica() -> Option<(Vec<ReferenceRedis>, EngineNode)> {
+    let args = ["--cluster-node-timeout", "2000"];
+    let masters: Vec<ReferenceRedis> = (0..3)
+        .map(|_| ReferenceRedis::start_cluster_node(&args))
+        .collect::<Option<_>>()?;
+    let engine = EngineNode::start(2000);
+    let ranges = [("0", "5460"), ("5461", "10922"), ("10923", "16383")];
+    for (m, (first, last)) in masters.iter().zip(ranges) {
+        let _: () = q(&mut m.client(), &["CLUSTER", "ADDSLOTSRANGE", first, last]);
+    }
+    let mut c0 = masters[0].client();
+    for m in &masters[1..] {
+        let _: () = q(
+            &mut c0,
+            &["CLUSTER", "MEET", "127.0.0.1", &m.port.to_string()],
+        );
+    }
+    let _: () = q(
+        &mut c0,
+        &["CLUSTER", "MEET", "127.0.0.1", &engine.port.to_string()],
+    );
+    let master_id: String = q(&mut c0, &["CLUSTER", "MYID"]);
+    let knows_master = eventually(Duration::from_secs(15), || {
+        engine.with(|e| e.table.len() == 4 && e.table.iter().all(|(_, n)| !n.in_handshake()))
+    });
+    assert!(knows_master, "the engine never learned the three masters");
+    engine
+        .with(|e| e.replicate(master_id.as_bytes(), true))
+        .expect("CLUSTER REPLICATE");
+    let agreed = eventually(Duration::from_secs(15), || {
+        masters.iter().all(|m| {
+            let mut c = m.client();
+            let nodes: String = q(&mut c, &["CLUSTER", "NODES"]);
+            cluster_info(&mut c, "cluster_state") == "ok"
+                && nodes.lines().any(|l| {
+                    l.starts_with(&engine.name.to_string())
+                        && l.contains(&format!("slave {master_id}"))
+                })
+        })
+    });
+    assert!(
+        agreed,
+        "the masters never saw the engine as a replica of {master_id}"
+    );
+    Some((masters, engine))
+}
+
+/// Every live master's view: does the engine serve `slot`, as a master?
+fn masters_follow_the_engine(masters: &[ReferenceRedis], engine: &EngineNode, slot: &str) -> bool {
+    masters.iter().all(|m| {
+        let mut c = m.client();
+        let nodes: String = q(&mut c, &["CLUSTER", "NODES"]);
+        let line = nodes
+            .lines()
+            .find(|l| l.starts_with(&engine.name.to_string()))
+            .unwrap_or("")
+            .to_string();
+        let serves = line.contains("master")
+            && line
+                .split(' ')
+                .skip(8)
+                .any(|r| r.split('-').next() == Some(slot));
+        serves && cluster_info(&mut c, "cluster_state") == "ok"
+    })
+}
+
+#[test]
+fn redis_masters_elect_the_engine_when_its_master_dies() {
+    let Some((mut masters, engine)) = three_masters_and_an_engine_replica() else {
+        eprintln!("redis-server is not installed: skipping");
+        return;
+    };
+    drop(masters.remove(0));
+    let elected = eventually(Duration::from_secs(30), || {
+        engine.with(|e| e.table.me().is_master())
+            && masters_follow_the_engine(&masters, &engine, "0")
+    });
+    let (acks, flags) = engine.with(|e| {
+        (
+            e.messages_received[wire::kind::FAILOVER_AUTH_ACK as usize],
+            e.table.me().flags,
+        )
+    });
+    assert!(elected, "not elected: {acks} votes, flags {flags:#x}");
+    assert!(acks >= 2, "a majority of the three masters voted: {acks}");
+}
+
+#[test]
+fn cluster_failover_on_the_engine_demotes_its_redis_master() {
+    let Some((masters, engine)) = three_masters_and_an_engine_replica() else {
+        eprintln!("redis-server is not installed: skipping");
+        return;
+    };
+    engine
+        .with(|e| {
+            e.failover(
+                tessera::cluster::membership::FailoverOption::Default,
+                now_ms(),
+            )
+        })
+        .expect("CLUSTER FAILOVER");
+    let swapped = eventually(Duration::from_secs(15), || {
+        let nodes: String = q(&mut masters[0].client(), &["CLUSTER", "NODES"]);
+        let me = nodes
+            .lines()
+            .find(|l| l.contains("myself"))
+            .unwrap_or("")
+            .to_string();
+        me.contains(&format!("myself,slave {}", engine.name))
+            && masters_follow_the_engine(&masters[1..], &engine, "0")
+    });
+    let nodes: String = q(&mut masters[0].client(), &["CLUSTER", "NODES"]);
+    assert!(swapped, "the old master's view:\n{nodes}");
+    assert_eq!(
+        engine.with(|e| e.messages_sent[wire::kind::MFSTART as usize]),
+        1
+    );
 }

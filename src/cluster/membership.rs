@@ -18,16 +18,18 @@
 //! slot ownership by config epoch (claims in every PING and PONG, UPDATE for
 //! stale claimers, a master left without slots becoming a replica of the node
 //! that took them), config epoch collisions, PUBLISH, and the cluster state.
-//! Replica elections and manual failover (FAILOVER_AUTH_REQUEST / ACK, MFSTART)
-//! and replica migration come next, in their own module; until then those
-//! messages are counted and not acted on, which is why `cluster-enabled` is
-//! still refused.
+//! Replica elections, manual failover and replica migration are in
+//! `membership/failover.rs`.
 
 use super::nodes::{NodeId, NodeTable};
 use super::wire::{self, kind, Body, Extension, Gossip, Header, Message, PingBody};
 use super::{flags, NodeName, SLOTS};
 use bytes::Bytes;
 use std::collections::HashMap;
+
+mod failover;
+use failover::Election;
+pub use failover::{CantFailover, FailoverOption, MANUAL_FAILOVER_TIMEOUT_MS};
 
 /// How often `cron` is expected to run (clusterCron runs ten times a second).
 pub const CRON_PERIOD_MS: u64 = 100;
@@ -69,6 +71,34 @@ pub struct Settings {
     pub cport: u16,
     pub require_full_coverage: bool,
     pub allow_replica_migration: bool,
+    /// `cluster-replica-no-failover`: never run an election (manual ones aside).
+    pub replica_no_failover: bool,
+    /// `cluster-replica-validity-factor`: 0 lets any replica run, however stale.
+    pub replica_validity_factor: u64,
+    /// `repl-ping-replica-period`, in milliseconds.
+    pub repl_ping_period_ms: u64,
+    /// `cluster-migration-barrier`.
+    pub migration_barrier: usize,
+}
+
+impl Default for Settings {
+    /// Redis's defaults (ports aside, which come from the server's).
+    fn default() -> Settings {
+        Settings {
+            node_timeout: 15000,
+            announce_ip: None,
+            hostname: String::new(),
+            port: 0,
+            pport: 0,
+            cport: 0,
+            require_full_coverage: true,
+            allow_replica_migration: true,
+            replica_no_failover: false,
+            replica_validity_factor: 10,
+            repl_ping_period_ms: 10_000,
+            migration_barrier: 1,
+        }
+    }
 }
 
 /// What the engine asks the layer above to do, in order.
@@ -103,6 +133,14 @@ pub enum Effect {
         ip: String,
         port: u16,
     },
+    /// This node won its master's slots: stop replicating (replicationUnsetMaster).
+    StopReplicating,
+    /// A replica asked for a manual failover: refuse writes until `until` (or
+    /// `Unpause`), so it can catch up with our offset.
+    PauseWrites {
+        until: u64,
+    },
+    Unpause,
     /// Slots this master lost to a newer configuration while staying a master:
     /// their keys must go (Redis's dirty slots).
     DeleteKeysInSlots(Vec<u16>),
@@ -116,6 +154,8 @@ mod todo {
     pub const UPDATE_STATE: u8 = 1;
     pub const SAVE_CONFIG: u8 = 2;
     pub const FSYNC_CONFIG: u8 = 4;
+    pub const HANDLE_FAILOVER: u8 = 8;
+    pub const HANDLE_MANUAL_FAILOVER: u8 = 16;
 }
 
 pub struct Membership {
@@ -134,6 +174,9 @@ pub struct Membership {
     owner_not_claiming: Box<wire::SlotBitmap>,
     /// This node's replication offset, for the headers it sends.
     repl_offset: u64,
+    /// A replica: how long (ms) since it last heard from its master.
+    repl_data_age: u64,
+    election: Election,
     pings_sent: u64,
     iteration: u64,
     pfail_nodes: usize,
@@ -169,6 +212,8 @@ impl Membership {
             size: 0,
             owner_not_claiming: Box::new([0; wire::BITMAP_LEN]),
             repl_offset: 0,
+            repl_data_age: 0,
+            election: Election::default(),
             pings_sent: 0,
             iteration: 0,
             pfail_nodes: 0,
@@ -195,8 +240,12 @@ impl Membership {
         self.size
     }
 
-    pub fn set_repl_offset(&mut self, offset: u64) {
+    /// Replication as the server lives it: our offset (a master's stream
+    /// offset, or what a replica has processed) and, on a replica, how long ago
+    /// (ms) it last heard from its master, or since the link went down.
+    pub fn set_replication(&mut self, offset: u64, data_age_ms: u64) {
         self.repl_offset = offset;
+        self.repl_data_age = data_age_ms;
     }
 
     /// Whether `node`'s outbound link exists (CLUSTER NODES' connected).
@@ -388,7 +437,7 @@ impl Membership {
     }
 
     fn manual_failover_in_progress(&self) -> bool {
-        false
+        self.election.mf_end != 0
     }
 
     fn encode(&mut self, body: Body) -> Bytes {
@@ -557,6 +606,7 @@ impl Membership {
                     if h.current_epoch > self.table.current_epoch {
                         self.table.current_epoch = h.current_epoch;
                     }
+                    self.note_paused_master_offset(s, h);
                 }
             }
         }
@@ -576,9 +626,9 @@ impl Membership {
                 now,
             );
         }
-        let sender_name = message.header.sender;
-        match message.body {
-            Body::Fail { about } => self.on_fail(sender, &sender_name, &about, now),
+        let Message { header, body } = message;
+        match body {
+            Body::Fail { about } => self.on_fail(sender, &header.sender, &about, now),
             Body::Publish { channel, message } if sender.is_some() => {
                 self.effects.push(Effect::Publish {
                     channel,
@@ -598,8 +648,22 @@ impl Membership {
                 node,
                 slots,
             } if sender.is_some() => self.on_update(config_epoch, &node, &slots),
+            Body::FailoverAuthRequest => {
+                if let Some(s) = sender {
+                    self.vote_if_allowed(s, &header, now);
+                }
+            }
+            Body::FailoverAuthAck => {
+                if let Some(s) = sender {
+                    self.on_vote(s, header.current_epoch);
+                }
+            }
+            Body::MfStart => {
+                if let Some(s) = sender {
+                    self.on_mfstart(s, link, now);
+                }
+            }
             Body::Unknown { kind, .. } => tracing::warn!("Received unknown packet type: {kind}"),
-            // Elections and manual failover: not yet (see the module comment).
             _ => {}
         }
         true
@@ -944,6 +1008,7 @@ impl Membership {
                 port: m.port,
             });
         }
+        self.reset_manual_failover();
         self.effects.push(Effect::TopologyChanged);
     }
 
@@ -1239,6 +1304,7 @@ impl Membership {
         for &id in &ids {
             update_state |= self.check_node(id, now);
         }
+        self.replica_cron(now);
         if update_state || !self.state_ok {
             self.update_state(now);
         }
@@ -1319,6 +1385,16 @@ impl Membership {
                 return false;
             }
         }
+        // The replica of our manual failover hears from us continuously.
+        let mf_link = self
+            .outbound
+            .get(&id)
+            .copied()
+            .filter(|_| self.manual_failover_replica() == Some(id));
+        if let Some(l) = mf_link {
+            self.send_ping(l, kind::PING, now);
+            return false;
+        }
         if ping_sent == 0 {
             return false;
         }
@@ -1336,6 +1412,14 @@ impl Membership {
 
     /// clusterBeforeSleep: the state update and the config save events asked for.
     pub fn before_sleep(&mut self, now: u64) {
+        if self.todo & todo::HANDLE_MANUAL_FAILOVER != 0 {
+            if self.table.me().is_replica() {
+                self.handle_manual_failover();
+                self.handle_replica_failover(now);
+            }
+        } else if self.todo & todo::HANDLE_FAILOVER != 0 {
+            self.handle_replica_failover(now);
+        }
         if self.todo & todo::UPDATE_STATE != 0 {
             self.update_state(now);
         }

@@ -504,8 +504,8 @@ impl NodeTable {
     }
 
     /// Turns a node into a master (clusterSetNodeAsMaster): off its master's list,
-    /// REPLICA flag off, MASTER on. False when it already was a master. A master
-    /// that used to be a replica becomes a replica-migration target.
+    /// REPLICA flag off, MASTER on. False when it already was a master. Another
+    /// node that used to be a replica becomes a replica-migration target.
     pub fn set_as_master(&mut self, id: NodeId) -> bool {
         let Some(node) = self.get(id) else {
             return false;
@@ -517,8 +517,11 @@ impl NodeTable {
         if let Some(master) = was_replica_of {
             self.remove_replica(master, id);
         }
+        let myself = self.myself;
         if let Some(node) = self.get_mut(id) {
-            if was_replica_of.is_some() {
+            // Another node that took over from a master is a migration target;
+            // whether we are one is for the others to judge.
+            if was_replica_of.is_some() && id != myself {
                 node.flags |= flags::MIGRATE_TO;
             }
             node.flags &= !flags::REPLICA;

@@ -41,8 +41,7 @@ impl Sim {
                     port,
                     pport: 0,
                     cport: port + 10000,
-                    require_full_coverage: true,
-                    allow_replica_migration: true,
+                    ..Settings::default()
                 };
                 let table = NodeTable::new(NodeName::random(), flags::MASTER, 1_000_000);
                 SimNode {
@@ -421,4 +420,181 @@ fn handshakes_that_never_complete_expire() {
         1,
         "nobody answers at 9999: the handshake node goes"
     );
+}
+
+/// Three masters with the slots split, then replicas `count - 3` of them: node
+/// 3 + k replicates master k % 3.
+fn with_replicas(count: usize) -> Sim {
+    let mut sim = joined(count);
+    let share = SLOTS / 3;
+    for i in 0..3 {
+        let last = if i == 2 { SLOTS } else { (i + 1) * share };
+        for slot in i * share..last {
+            sim.nodes[i].engine.add_my_slot(slot);
+        }
+    }
+    sim.run(3000);
+    for r in 3..count {
+        let master = sim.name(r % 3).to_string();
+        sim.nodes[r]
+            .engine
+            .replicate(master.as_bytes(), true)
+            .unwrap();
+    }
+    sim.run(3000);
+    sim
+}
+
+fn owner_of(sim: &Sim, viewer: usize, slot: usize) -> Option<NodeName> {
+    let t = &sim.node(viewer).table;
+    t.slot_owner(slot).and_then(|o| t.get(o)).map(|n| n.name)
+}
+
+#[test]
+fn replicas_are_known_as_replicas_everywhere() {
+    let sim = with_replicas(6);
+    for viewer in 0..6 {
+        for r in 3..6 {
+            let n = sim.view(viewer, r).unwrap();
+            assert!(n.is_replica(), "node {viewer} sees {r} as {:#x}", n.flags);
+            let master = n
+                .master()
+                .and_then(|m| sim.node(viewer).table.get(m))
+                .map(|m| m.name);
+            assert_eq!(master, Some(sim.name(r % 3)));
+        }
+        assert!(sim.node(viewer).state_ok());
+    }
+}
+
+#[test]
+fn a_replica_is_elected_when_its_master_fails() {
+    let mut sim = with_replicas(6);
+    let slot = 0; // master 0's
+    sim.kill(0);
+    sim.run(TIMEOUT + 8000);
+    let three = sim.node(3);
+    assert!(three.table.me().is_master(), "the replica took over");
+    assert!(
+        three.messages_received[kind::FAILOVER_AUTH_ACK as usize] >= 2,
+        "with a majority of votes"
+    );
+    for viewer in 1..6 {
+        assert_eq!(
+            owner_of(&sim, viewer, slot),
+            Some(sim.name(3)),
+            "node {viewer}"
+        );
+        assert!(
+            sim.node(viewer).state_ok(),
+            "node {viewer}: the cluster is whole again"
+        );
+    }
+    // The new master's epoch is the election's, above every other.
+    let epoch = three.table.me().config_epoch;
+    assert!((1..6).filter(|&i| i != 3).all(
+        |i| sim.node(i).table.me().config_epoch < epoch || sim.node(i).table.me().is_replica()
+    ));
+}
+
+#[test]
+fn the_old_master_comes_back_as_a_replica() {
+    let mut sim = with_replicas(6);
+    sim.kill(0);
+    sim.run(TIMEOUT + 8000);
+    sim.nodes[0].alive = true;
+    sim.run(TIMEOUT + 6000);
+    let zero = &sim.node(0).table;
+    assert!(zero.me().is_replica(), "flags {:#x}", zero.me().flags);
+    assert_eq!(
+        zero.me().master().map(|m| zero.get(m).unwrap().name),
+        Some(sim.name(3))
+    );
+    assert_eq!(zero.me().slot_count(), 0);
+}
+
+#[test]
+fn manual_failover_swaps_a_master_and_its_replica() {
+    let mut sim = with_replicas(6);
+    let now = sim.now;
+    assert_eq!(
+        sim.nodes[1].engine.failover(FailoverOption::Default, now),
+        Err("You should send CLUSTER FAILOVER to a replica")
+    );
+    sim.nodes[4]
+        .engine
+        .failover(FailoverOption::Default, now)
+        .unwrap();
+    sim.run(3000);
+    assert!(sim.node(4).table.me().is_master(), "replica 4 took over");
+    assert!(sim.node(1).table.me().is_replica(), "master 1 follows it");
+    assert_eq!(owner_of(&sim, 2, SLOTS / 3), Some(sim.name(4)));
+    assert!(sim.node(1).messages_received[kind::MFSTART as usize] == 1);
+}
+
+#[test]
+fn takeover_needs_no_votes() {
+    let mut sim = with_replicas(6);
+    // Cut replica 5 off from the other masters: no election could win.
+    sim.partition(5, 0);
+    sim.partition(5, 1);
+    let now = sim.now;
+    sim.nodes[5]
+        .engine
+        .failover(FailoverOption::Takeover, now)
+        .unwrap();
+    sim.settle();
+    let five = sim.node(5);
+    assert!(five.table.me().is_master());
+    assert_eq!(five.messages_sent[kind::FAILOVER_AUTH_REQUEST as usize], 0);
+    assert_eq!(owner_of(&sim, 5, SLOTS - 1), Some(sim.name(5)));
+}
+
+#[test]
+fn a_master_votes_once_per_epoch_and_not_for_a_replica_of_a_live_master() {
+    let mut sim = with_replicas(6);
+    // Replica 3 asks without a failed master and without FORCEACK: denied.
+    let mut request = sim.node(3).header();
+    request.current_epoch = sim.node(1).table.current_epoch;
+    let now = sim.now;
+    let three = sim.node(1).table.lookup(&sim.name(3)).unwrap();
+    sim.nodes[1].engine.vote_if_allowed(three, &request, now);
+    assert_eq!(
+        sim.node(1).messages_sent[kind::FAILOVER_AUTH_ACK as usize],
+        0
+    );
+    // With FORCEACK it is granted, once for the epoch.
+    request.mflags[0] |= wire::mflags0::FORCEACK;
+    sim.nodes[1].engine.vote_if_allowed(three, &request, now);
+    sim.nodes[1].engine.vote_if_allowed(three, &request, now);
+    assert_eq!(
+        sim.node(1).messages_sent[kind::FAILOVER_AUTH_ACK as usize],
+        1
+    );
+}
+
+#[test]
+fn a_replica_migrates_to_an_orphaned_master() {
+    // Masters 0, 1, 2; replicas 3 and 6 of master 0, 4 of 1, 5 of 2.
+    let mut sim = with_replicas(7);
+    sim.kill(5);
+    sim.run(TIMEOUT + 12000);
+    let migrated: Vec<usize> = [3, 6]
+        .into_iter()
+        .filter(|&r| {
+            sim.node(r)
+                .table
+                .me()
+                .master()
+                .map(|m| sim.node(r).table.get(m).unwrap().name)
+                == Some(sim.name(2))
+        })
+        .collect();
+    assert_eq!(
+        migrated.len(),
+        1,
+        "exactly one of master 0's two replicas moved to master 2"
+    );
+    let expected = if sim.name(3) < sim.name(6) { 3 } else { 6 };
+    assert_eq!(migrated, vec![expected], "the one with the smaller name");
 }

@@ -1,5 +1,5 @@
 //! The membership engine (`tessera::cluster::membership`) as a member of a real
-//! Redis 7.0.15 cluster: a small threaded driver gives it TCP links.
+//! Redis 7.0.15 cluster, on the bus thread the server runs it on (`cluster::bus`).
 //! - It joins two redis-server nodes: the three agree on who serves which slot,
 //!   Redis says `cluster_state:ok` with the engine serving a third of the slots,
 //!   and when one redis-server is killed, the engine and the other redis-server
@@ -12,28 +12,28 @@
 mod common;
 
 use common::{eventually, free_cluster_port, q, ReferenceRedis};
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tessera::cluster::membership::{Effect, LinkId, Membership, Settings, CRON_PERIOD_MS};
+use std::net::TcpListener;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tessera::cluster::bus::{Bus, Host};
+use tessera::cluster::membership::{Effect, Membership, Settings};
 use tessera::cluster::nodes::NodeTable;
 use tessera::cluster::{flags, wire, NodeName};
 
-enum Event {
-    Accepted(TcpStream),
-    Connected(LinkId, TcpStream),
-    ConnectFailed(LinkId),
-    Frame(LinkId, Vec<u8>),
-    Closed(LinkId),
-}
-
-/// The engine on real sockets: one thread runs it, one per link reads frames.
+/// The engine on real sockets, run by the server's own bus thread
+/// (`cluster::bus`); the effects it leaves to the server are only recorded.
 struct EngineNode {
-    engine: Arc<Mutex<Membership>>,
+    bus: Bus,
     port: u16,
     name: NodeName,
+}
+
+struct RecordingHost;
+
+impl Host for RecordingHost {
+    fn effect(&mut self, _effect: Effect) {}
+    fn replication(&mut self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 fn now_ms() -> u64 {
@@ -50,139 +50,20 @@ impl EngineNode {
         let name = NodeName::random();
         let settings = Settings {
             node_timeout,
-            announce_ip: None,
-            hostname: String::new(),
             port,
-            pport: 0,
             cport: port + 10000,
             ..Settings::default()
         };
         let table = NodeTable::new(name, flags::MASTER, now_ms());
-        let engine = Arc::new(Mutex::new(Membership::new(
-            table,
-            settings,
-            u64::from(port),
-        )));
-        let (events, inbox) = channel();
-        let accepted = events.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                if accepted.send(Event::Accepted(stream)).is_err() {
-                    return;
-                }
-            }
-        });
-        let shared = engine.clone();
-        std::thread::spawn(move || {
-            let mut links: std::collections::HashMap<LinkId, TcpStream> = Default::default();
-            let mut next_cron = Instant::now();
-            loop {
-                let wait = next_cron.saturating_duration_since(Instant::now());
-                let event = inbox.recv_timeout(wait);
-                let mut engine = shared.lock().expect("engine");
-                let now = now_ms();
-                match event {
-                    Ok(Event::Accepted(stream)) => {
-                        let link = engine.on_accept(now);
-                        read_frames(link, stream.try_clone().expect("clone"), events.clone());
-                        links.insert(link, stream);
-                    }
-                    Ok(Event::Connected(link, stream)) => {
-                        read_frames(link, stream.try_clone().expect("clone"), events.clone());
-                        links.insert(link, stream);
-                        engine.on_connected(link, now);
-                    }
-                    Ok(Event::ConnectFailed(link)) | Ok(Event::Closed(link)) => {
-                        links.remove(&link);
-                        engine.on_link_error(link);
-                    }
-                    Ok(Event::Frame(link, bytes)) => {
-                        let Some(stream) = links.get(&link) else {
-                            continue;
-                        };
-                        let peer = stream
-                            .peer_addr()
-                            .map(|a| a.ip().to_string())
-                            .unwrap_or_default();
-                        let local = stream
-                            .local_addr()
-                            .map(|a| a.ip().to_string())
-                            .unwrap_or_default();
-                        match wire::decode(&bytes) {
-                            Ok(message) => {
-                                engine.on_message(link, message, &peer, &local, now);
-                            }
-                            Err(e) => panic!("redis-server sent a message we refuse: {e}"),
-                        }
-                    }
-                    Err(RecvTimeoutError::Timeout) => {
-                        engine.cron(now);
-                        next_cron += Duration::from_millis(CRON_PERIOD_MS);
-                    }
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
-                engine.before_sleep(now);
-                for effect in engine.take_effects() {
-                    match effect {
-                        Effect::Send { link, bytes } => {
-                            if let Some(stream) = links.get_mut(&link) {
-                                let _ = stream.write_all(&bytes);
-                            }
-                        }
-                        Effect::Connect { link, ip, cport } => {
-                            connect(link, ip, cport, events.clone())
-                        }
-                        Effect::Close { link } => {
-                            if let Some(stream) = links.remove(&link) {
-                                let _ = stream.shutdown(Shutdown::Both);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        });
-        EngineNode { engine, port, name }
+        let engine = Membership::new(table, settings, u64::from(port));
+        let bus =
+            Bus::start(engine, vec![listener], Box::new(RecordingHost)).expect("start the bus");
+        EngineNode { bus, port, name }
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Membership) -> T) -> T {
-        f(&mut self.engine.lock().expect("engine"))
+        self.bus.with_engine(f)
     }
-}
-
-fn connect(link: LinkId, ip: String, cport: u16, events: Sender<Event>) {
-    std::thread::spawn(move || {
-        let addr = format!("{ip}:{cport}");
-        let stream = addr
-            .parse()
-            .ok()
-            .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_secs(1)).ok());
-        let _ = events.send(match stream {
-            Some(s) => Event::Connected(link, s),
-            None => Event::ConnectFailed(link),
-        });
-    });
-}
-
-fn read_frames(link: LinkId, mut stream: TcpStream, events: Sender<Event>) {
-    std::thread::spawn(move || loop {
-        let mut frame = vec![0u8; 8];
-        if stream.read_exact(&mut frame).is_err() {
-            let _ = events.send(Event::Closed(link));
-            return;
-        }
-        let Ok(Some(len)) = wire::frame_len(&frame) else {
-            let _ = events.send(Event::Closed(link));
-            return;
-        };
-        frame.resize(len, 0);
-        if stream.read_exact(&mut frame[8..]).is_err()
-            || events.send(Event::Frame(link, frame)).is_err()
-        {
-            let _ = events.send(Event::Closed(link));
-            return;
-        }
-    });
 }
 
 fn cluster_info(c: &mut redis::Connection, field: &str) -> String {
@@ -408,4 +289,38 @@ fn cluster_failover_on_the_engine_demotes_its_redis_master() {
         engine.with(|e| e.messages_sent[wire::kind::MFSTART as usize]),
         1
     );
+}
+
+#[test]
+fn garbage_on_the_bus_port_closes_only_that_connection() {
+    use std::io::{Read, Write};
+    let engine = EngineNode::start(2000);
+    let mut junk =
+        std::net::TcpStream::connect(("127.0.0.1", engine.port + 10000)).expect("connect");
+    junk.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    junk.write_all(b"*1\r\n$4\r\nPING\r\n").expect("write");
+    let mut buf = [0u8; 16];
+    assert_eq!(junk.read(&mut buf).expect("the bus closes the link"), 0);
+    // A message announcing more than the bus accepts is refused the same way,
+    // before anything is buffered.
+    let mut huge =
+        std::net::TcpStream::connect(("127.0.0.1", engine.port + 10000)).expect("connect");
+    huge.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    huge.write_all(b"RCmb\xff\xff\xff\xff").expect("write");
+    assert_eq!(huge.read(&mut buf).expect("the bus closes the link"), 0);
+    // The bus still serves: a MEET from a real node completes.
+    let Some(redis) = ReferenceRedis::start_cluster_node(&[]) else {
+        return;
+    };
+    let _: () = q(
+        &mut redis.client(),
+        &["CLUSTER", "MEET", "127.0.0.1", &engine.port.to_string()],
+    );
+    assert!(eventually(Duration::from_secs(10), || engine.with(|e| e
+        .table
+        .len()
+        == 2
+        && e.table.iter().all(|(_, n)| !n.in_handshake()))));
 }

@@ -20,8 +20,10 @@
 //! - `membership.rs`: the bus protocol one node plays over that table (handshake,
 //!   gossip, failure detection, slot claims, the cluster state), as an engine fed
 //!   events and returning effects, so the I/O layer stays thin and a whole
-//!   cluster can be tested on a simulated clock.
+//!   cluster can be tested on a simulated clock;
+//! - `bus.rs`: the thread that owns the bus sockets and runs that engine on them.
 
+pub mod bus;
 pub mod membership;
 pub mod nodes;
 pub mod nodes_conf;

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 
 mod failover;
+mod routing;
 use failover::Election;
 pub use failover::{CantFailover, FailoverOption, MANUAL_FAILOVER_TIMEOUT_MS};
 
@@ -79,6 +80,14 @@ pub struct Settings {
     pub repl_ping_period_ms: u64,
     /// `cluster-migration-barrier`.
     pub migration_barrier: usize,
+    /// `cluster-allow-reads-when-down`.
+    pub allow_reads_when_down: bool,
+    /// `cluster-allow-pubsubshard-when-down`.
+    pub allow_pubsubshard_when_down: bool,
+    /// `tls-cluster`: `port` is the TLS port, `pport` the plaintext one.
+    pub tls_cluster: bool,
+    /// `cluster-preferred-endpoint-type`: how redirects name nodes.
+    pub preferred_endpoint: super::redirect::EndpointType,
 }
 
 impl Default for Settings {
@@ -97,6 +106,10 @@ impl Default for Settings {
             replica_validity_factor: 10,
             repl_ping_period_ms: 10_000,
             migration_barrier: 1,
+            allow_reads_when_down: false,
+            allow_pubsubshard_when_down: true,
+            tls_cluster: false,
+            preferred_endpoint: super::redirect::EndpointType::Ip,
         }
     }
 }

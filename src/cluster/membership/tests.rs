@@ -598,3 +598,43 @@ fn a_replica_migrates_to_an_orphaned_master() {
     let expected = if sim.name(3) < sim.name(6) { 3 } else { 6 };
     assert_eq!(migrated, vec![expected], "the one with the smaller name");
 }
+
+#[test]
+fn the_routing_table_sends_clients_to_the_slot_owner() {
+    use crate::cluster::redirect::{error_text, route, Query, Route};
+    let mut sim = joined(3);
+    sim.split_slots();
+    sim.run(5000);
+    let table = sim.node(0).routing_table();
+    assert!(table.state_ok);
+    let mut exists = |_: &[u8]| true;
+    let query = Query::default();
+    assert_eq!(
+        route(&table, &query, [(0u16, &b"k"[..])], &mut exists),
+        Route::Local
+    );
+    let theirs = route(&table, &query, [(16383u16, &b"k"[..])], &mut exists);
+    assert_eq!(
+        error_text(&table, &theirs, false).as_deref(),
+        Some("MOVED 16383 127.0.0.1:7002")
+    );
+    // A replica's table routes by its master's slots, and knows who it follows.
+    let mut sim = with_replicas(4);
+    let master = sim.name(0).to_string();
+    sim.nodes[3]
+        .engine
+        .replicate(master.as_bytes(), true)
+        .unwrap();
+    sim.run(1000);
+    let table = sim.node(3).routing_table();
+    let me = table.node(table.myself()).unwrap();
+    assert_eq!(
+        me.replica_of.and_then(|m| table.node(m)).map(|m| m.port),
+        Some(7000)
+    );
+    let moved = route(&table, &query, [(0u16, &b"k"[..])], &mut exists);
+    assert_eq!(
+        error_text(&table, &moved, false).as_deref(),
+        Some("MOVED 0 127.0.0.1:7000")
+    );
+}

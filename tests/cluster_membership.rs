@@ -13,10 +13,12 @@ mod common;
 
 use common::{eventually, free_cluster_port, q, ReferenceRedis};
 use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tessera::cluster::bus::{Bus, Host};
 use tessera::cluster::membership::{Effect, Membership, Settings};
 use tessera::cluster::nodes::NodeTable;
+use tessera::cluster::redirect::RoutingTable;
 use tessera::cluster::{flags, wire, NodeName};
 
 /// The engine on real sockets, run by the server's own bus thread
@@ -25,12 +27,22 @@ struct EngineNode {
     bus: Bus,
     port: u16,
     name: NodeName,
+    /// The routing table the bus published last (as the server will to shards).
+    routes: Arc<Mutex<Option<RoutingTable>>>,
 }
 
-struct RecordingHost;
+/// Publishes routing tables as the server will; the other effects are the
+/// server's business.
+struct RecordingHost {
+    routes: Arc<Mutex<Option<RoutingTable>>>,
+}
 
 impl Host for RecordingHost {
-    fn effect(&mut self, _effect: Effect) {}
+    fn effect(&mut self, effect: Effect, engine: &Membership) {
+        if effect == Effect::TopologyChanged {
+            *self.routes.lock().expect("routes") = Some(engine.routing_table());
+        }
+    }
     fn replication(&mut self) -> (u64, u64) {
         (0, 0)
     }
@@ -56,9 +68,17 @@ impl EngineNode {
         };
         let table = NodeTable::new(name, flags::MASTER, now_ms());
         let engine = Membership::new(table, settings, u64::from(port));
-        let bus =
-            Bus::start(engine, vec![listener], Box::new(RecordingHost)).expect("start the bus");
-        EngineNode { bus, port, name }
+        let routes = Arc::new(Mutex::new(None));
+        let host = RecordingHost {
+            routes: routes.clone(),
+        };
+        let bus = Bus::start(engine, vec![listener], Box::new(host)).expect("start the bus");
+        EngineNode {
+            bus,
+            port,
+            name,
+            routes,
+        }
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Membership) -> T) -> T {
@@ -131,6 +151,19 @@ fn the_engine_joins_a_redis_cluster_and_agrees_on_failures() {
             (Some(a.port), Some(b.port), Some(engine.port))
         );
     });
+    // The routes the bus published say the same.
+    {
+        let routes = engine.routes.lock().expect("routes");
+        let table = routes.as_ref().expect("a routing table was published");
+        let port = |slot| {
+            table
+                .owner(slot)
+                .and_then(|o| table.node(o))
+                .map(|n| n.port)
+        };
+        assert!(table.state_ok);
+        assert_eq!((port(0), port(16383)), (Some(a.port), Some(engine.port)));
+    }
     // Masters that started at epoch 0 move apart through collisions (each
     // collision moves one node per ping round, so it may take a few rounds).
     let mut epochs = Vec::new();

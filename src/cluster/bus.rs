@@ -23,8 +23,11 @@ use std::thread::JoinHandle;
 
 /// What the bus needs from the server around it.
 pub trait Host: Send {
-    /// Carries out an effect the bus does not handle itself (see `Effect`).
-    fn effect(&mut self, effect: Effect);
+    /// Carries out an effect the bus does not handle itself (see `Effect`), with
+    /// the engine's lock held so it can read the state the effect is about (the
+    /// node table to save, the routes to publish). It runs before the round's
+    /// messages go out: a node saves a configuration before announcing it.
+    fn effect(&mut self, effect: Effect, engine: &Membership);
     /// This node's replication offset and, on a replica, how long (ms) since it
     /// last heard from its master (`Membership::set_replication`).
     fn replication(&mut self) -> (u64, u64);
@@ -250,7 +253,7 @@ impl Worker {
                 engine.cron(now);
             }
             engine.before_sleep(now);
-            engine.take_effects()
+            self.host_effects(&mut engine)
         };
         // Carrying out effects can fail links (a refused connect), which the
         // engine must hear about, which may produce more effects.
@@ -264,8 +267,23 @@ impl Worker {
                 engine.on_link_error(link);
             }
             engine.before_sleep(now);
-            effects = engine.take_effects();
+            effects = self.host_effects(&mut engine);
         }
+    }
+
+    /// Takes the engine's effects, carries out the server's share under the
+    /// lock, and returns the socket work for after it.
+    fn host_effects(&mut self, engine: &mut Membership) -> Vec<Effect> {
+        let mut sockets = Vec::new();
+        for effect in engine.take_effects() {
+            match effect {
+                Effect::Send { .. } | Effect::Connect { .. } | Effect::Close { .. } => {
+                    sockets.push(effect)
+                }
+                other => self.host.effect(other, engine),
+            }
+        }
+        sockets
     }
 
     fn deliver(&mut self, engine: &mut Membership, link: LinkId, frames: Vec<Vec<u8>>, now: u64) {
@@ -287,7 +305,7 @@ impl Worker {
         }
     }
 
-    /// Carries out effects; returns the links whose connect failed at once.
+    /// Carries out the socket effects; returns the links whose connect failed at once.
     fn apply(&mut self, effects: Vec<Effect>) -> Vec<LinkId> {
         let mut failed = Vec::new();
         for effect in effects {
@@ -301,7 +319,8 @@ impl Worker {
                     }
                 },
                 Effect::Close { link } => self.close(link),
-                other => self.host.effect(other),
+                // The server's effects were carried out under the lock.
+                _ => {}
             }
         }
         failed

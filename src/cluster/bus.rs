@@ -358,35 +358,23 @@ impl Worker {
         }
     }
 
+    /// Watches a link: for input always, for EPOLLOUT while a connect is pending
+    /// (that is how its completion shows) or output waits.
     fn add_conn(&mut self, link: LinkId, conn: Conn) {
-        let interest = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
-        if register(
-            self.epoll.as_raw_fd(),
-            conn.stream.as_raw_fd(),
-            LINK_TOKEN_BASE + link.0,
-            interest,
-        )
-        .is_ok()
-        {
+        let mut interest = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+        if conn.wants_write {
+            interest |= libc::EPOLLOUT as u32;
+        }
+        let (epoll, fd) = (self.epoll.as_raw_fd(), conn.stream.as_raw_fd());
+        if register(epoll, fd, LINK_TOKEN_BASE + link.0, interest).is_ok() {
             self.conns.insert(link, conn);
         }
     }
 
     fn add_connecting(&mut self, link: LinkId, stream: TcpStream) {
-        let Some(mut conn) = new_conn(stream, true) else {
-            return;
-        };
-        conn.wants_write = true;
-        let interest = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP) as u32;
-        if register(
-            self.epoll.as_raw_fd(),
-            conn.stream.as_raw_fd(),
-            LINK_TOKEN_BASE + link.0,
-            interest,
-        )
-        .is_ok()
-        {
-            self.conns.insert(link, conn);
+        if let Some(mut conn) = new_conn(stream, true) {
+            conn.wants_write = true;
+            self.add_conn(link, conn);
         }
     }
 
@@ -584,7 +572,7 @@ fn start_connect(ip: &str, port: u16) -> io::Result<TcpStream> {
             .map_err(|_| io::Error::other("invalid address"))?,
         port,
     );
-    let (domain, storage, len) = sockaddr(&addr);
+    let (storage, len, domain) = crate::util::sockaddr::raw_sockaddr(&addr);
     // SAFETY: creates a socket owned by the TcpStream built from it below, and
     // passes connect a sockaddr that lives for the call with its true length.
     unsafe {
@@ -602,48 +590,6 @@ fn start_connect(ip: &str, port: u16) -> io::Result<TcpStream> {
             }
         }
         Ok(stream)
-    }
-}
-
-fn sockaddr(addr: &SocketAddr) -> (i32, libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_in fits in sockaddr_storage, which is aligned for it.
-            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
-            (
-                libc::AF_INET,
-                storage,
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_in6 fits in sockaddr_storage, which is aligned for it.
-            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
-            (
-                libc::AF_INET6,
-                storage,
-                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-            )
-        }
     }
 }
 

@@ -477,6 +477,11 @@ impl Membership {
     /// over our links to them.
     fn broadcast(&mut self, body: Body) {
         let bytes = self.encode(body);
+        self.broadcast_bytes(bytes);
+    }
+
+    /// Sends an encoded message as `broadcast` does.
+    fn broadcast_bytes(&mut self, bytes: Bytes) {
         let targets: Vec<LinkId> = self
             .table
             .iter()

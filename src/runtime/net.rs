@@ -287,45 +287,9 @@ fn set_opt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
 }
 
 fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
-    let r = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: bind with a correctly sized sockaddr_in.
-            unsafe {
-                libc::bind(
-                    fd,
-                    &sin as *const libc::sockaddr_in as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            }
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: bind with a correctly sized sockaddr_in6.
-            unsafe {
-                libc::bind(
-                    fd,
-                    &sin6 as *const libc::sockaddr_in6 as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                )
-            }
-        }
-    };
+    let (storage, len, _) = crate::util::sockaddr::raw_sockaddr(addr);
+    // SAFETY: bind with a sockaddr that lives for the call and its true length.
+    let r = unsafe { libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), len) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {

@@ -6,6 +6,7 @@ pub mod geohash;
 pub mod glob;
 pub mod long_double;
 pub mod prefetch;
+pub mod sockaddr;
 
 pub use cstr::{memtoull, repr, split_args, string2ll};
 

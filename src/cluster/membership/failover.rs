@@ -378,16 +378,7 @@ impl Membership {
             },
             &mut out,
         );
-        let bytes = Bytes::from(out);
-        let targets: Vec<LinkId> = self
-            .table
-            .iter()
-            .filter(|(_, n)| n.flags & (flags::MYSELF | flags::HANDSHAKE) == 0)
-            .filter_map(|(id, _)| self.outbound.get(&id).copied())
-            .collect();
-        for link in targets {
-            self.send(link, bytes.clone());
-        }
+        self.broadcast_bytes(Bytes::from(out));
     }
 
     /// clusterSendFailoverAuthIfNeeded: a master's vote.

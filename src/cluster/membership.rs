@@ -27,6 +27,7 @@ use super::{flags, NodeName, SLOTS};
 use bytes::Bytes;
 use std::collections::HashMap;
 
+pub mod admin;
 mod failover;
 mod routing;
 use failover::Election;
@@ -222,6 +223,9 @@ impl Membership {
             inbound: HashMap::new(),
             next_link: 1,
             state_ok: false,
+            // Redis starts at one and counts at the first state update, which a
+            // master makes two seconds after start; quorums come out the same
+            // (size / 2 + 1 is 1 either way), only CLUSTER INFO differs then.
             size: 0,
             owner_not_claiming: Box::new([0; wire::BITMAP_LEN]),
             repl_offset: 0,

@@ -21,9 +21,12 @@
 //!   gossip, failure detection, slot claims, the cluster state), as an engine fed
 //!   events and returning effects, so the I/O layer stays thin and a whole
 //!   cluster can be tested on a simulated clock;
-//! - `bus.rs`: the thread that owns the bus sockets and runs that engine on them.
+//! - `bus.rs`: the thread that owns the bus sockets and runs that engine on them;
+//! - `command.rs`: the CLUSTER command family over that engine (Redis 7.0.15's
+//!   replies and error texts), pure code a connection calls with the engine.
 
 pub mod bus;
+pub mod command;
 pub mod membership;
 pub mod nodes;
 pub mod nodes_conf;

@@ -15,7 +15,7 @@
 //! timers and messages belong to the layers above: nothing here does I/O or reads
 //! the clock (times are passed in, in milliseconds).
 
-use super::nodes_conf::{self, NodeLine, NodesConf};
+use super::nodes_conf::{NodeLine, NodesConf};
 use super::wire::{self, SlotBitmap, BITMAP_LEN};
 use super::{flags, NodeName, SLOTS};
 use std::collections::HashMap;
@@ -250,9 +250,13 @@ impl NodeTable {
     /// cluster the plaintext ports, CLUSTER NODES' text. `connected` says whether
     /// a node's bus link is up: links belong to the layer above.
     pub fn to_conf(&self, use_pport: bool, connected: impl Fn(NodeId) -> bool) -> NodesConf {
+        let mut ranges = self.slot_ranges_by_node();
         let nodes = self
             .iter()
-            .map(|(id, node)| self.line_of(id, node, use_pport, &connected))
+            .map(|(id, node)| {
+                let slots = ranges.remove(&id).unwrap_or_default();
+                self.line_of(id, node, slots, use_pport, &connected)
+            })
             .collect();
         NodesConf {
             nodes,
@@ -261,11 +265,14 @@ impl NodeTable {
         }
     }
 
-    /// One node's line (clusterGenNodeDescription).
+    /// One node's line (clusterGenNodeDescription), its `slots` taken from
+    /// `slot_ranges_by_node` so a whole table's lines walk the slot map once
+    /// (clusterGenNodesSlotsInfo) rather than once per node.
     pub fn line_of(
         &self,
         id: NodeId,
         node: &Node,
+        slots: Vec<(u16, u16)>,
         use_pport: bool,
         connected: &impl Fn(NodeId) -> bool,
     ) -> NodeLine {
@@ -291,7 +298,7 @@ impl NodeTable {
             pong_received: node.pong_received,
             config_epoch,
             connected: connected(id),
-            slots: nodes_conf::ranges_of(&node.slots),
+            slots,
             migrating: Vec::new(),
             importing: Vec::new(),
         };
@@ -427,6 +434,32 @@ impl NodeTable {
         self.by_name.remove(&node.name);
         self.free.push(id);
         true
+    }
+
+    /// The maximal runs of slots with one owner, in slot order: (first, last, owner).
+    pub fn slot_runs(&self) -> Vec<(u16, u16, NodeId)> {
+        let mut runs: Vec<(u16, u16, NodeId)> = Vec::new();
+        for slot in 0..SLOTS {
+            let Some(owner) = self.slot_owner(slot) else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some((_, last, o)) if *o == owner && usize::from(*last) + 1 == slot => {
+                    *last = slot as u16
+                }
+                _ => runs.push((slot as u16, slot as u16, owner)),
+            }
+        }
+        runs
+    }
+
+    /// Each node's slot ranges, ascending, from one walk of the slot map.
+    pub fn slot_ranges_by_node(&self) -> HashMap<NodeId, Vec<(u16, u16)>> {
+        let mut ranges: HashMap<NodeId, Vec<(u16, u16)>> = HashMap::new();
+        for (first, last, owner) in self.slot_runs() {
+            ranges.entry(owner).or_default().push((first, last));
+        }
+        ranges
     }
 
     // ---- replicas ----

@@ -638,3 +638,117 @@ fn the_routing_table_sends_clients_to_the_slot_owner() {
         Some("MOVED 0 127.0.0.1:7000")
     );
 }
+
+/// A small deterministic generator for the chaos schedule.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Kills, restarts, partitions and manual failovers at random, then heals
+/// everything and checks that the cluster converges: every live node agrees on every slot's owner, the
+/// owners are live masters with distinct config epochs, and the state is ok.
+fn chaos(seed: u64) {
+    let mut sim = with_replicas(6);
+    let mut dice = Dice(seed | 1);
+    for _ in 0..12 {
+        match dice.roll(5) {
+            0 => {
+                let victim = dice.roll(6) as usize;
+                // Never more than one node down: a majority of masters must
+                // survive for the cluster to heal without an operator.
+                if sim.nodes.iter().all(|n| n.alive) {
+                    sim.kill(victim);
+                }
+            }
+            1 => {
+                if let Some(dead) = sim.nodes.iter().position(|n| !n.alive) {
+                    sim.nodes[dead].alive = true;
+                }
+            }
+            2 => {
+                let (a, b) = (dice.roll(6) as usize, dice.roll(6) as usize);
+                if a != b {
+                    sim.partition(a, b);
+                }
+            }
+            3 => sim.cut.clear(),
+            _ => {
+                // CLUSTER FAILOVER on whichever node is a replica now (it may be
+                // refused: a master, a master down).
+                let node = dice.roll(6) as usize;
+                let now = sim.now;
+                if sim.nodes[node].alive {
+                    let _ = sim.nodes[node]
+                        .engine
+                        .failover(FailoverOption::Default, now);
+                }
+            }
+        }
+        sim.run(500 + dice.roll(4000));
+    }
+    sim.cut.clear();
+    for n in &mut sim.nodes {
+        n.alive = true;
+    }
+    sim.run(TIMEOUT * 8);
+    let owners: Vec<Vec<Option<NodeName>>> = (0..6)
+        .map(|i| {
+            (0..SLOTS)
+                .step_by(97)
+                .map(|s| owner_of(&sim, i, s))
+                .collect()
+        })
+        .collect();
+    for i in 1..6 {
+        assert_eq!(
+            owners[i], owners[0],
+            "seed {seed}: nodes 0 and {i} disagree on slot owners"
+        );
+    }
+    let mut epochs = Vec::new();
+    for owner in owners[0]
+        .iter()
+        .flatten()
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let i = (0..6)
+            .find(|&i| sim.name(i) == *owner)
+            .expect("an owner is a node");
+        let me = sim.node(i).table.me();
+        assert!(
+            me.is_master(),
+            "seed {seed}: slot owner {i} is not a master"
+        );
+        epochs.push(me.config_epoch);
+    }
+    let distinct: std::collections::BTreeSet<_> = epochs.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        epochs.len(),
+        "seed {seed}: masters share a config epoch {epochs:?}"
+    );
+    assert!(
+        owners[0].iter().all(Option::is_some),
+        "seed {seed}: a slot lost its owner"
+    );
+    for i in 0..6 {
+        assert!(
+            sim.node(i).state_ok(),
+            "seed {seed}: node {i} says the cluster is down"
+        );
+    }
+}
+
+#[test]
+fn the_cluster_converges_after_random_failures_and_partitions() {
+    for seed in 1u64..=50 {
+        chaos(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    }
+}

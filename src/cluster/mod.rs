@@ -3,10 +3,8 @@
 //! Tessera already routes by the 16384 cluster hash slots inside one process
 //! (`slot.rs`). This folder makes a Tessera process a member of a real Redis 7.0
 //! cluster, speaking its bus byte for byte so Tessera and redis-server nodes can
-//! share one cluster. What is here so far are the formats and the data every later
-//! part stands on; `cluster-enabled` stays refused (config/params.rs) until the node
-//! can do everything a member must (gossip, failure detection, failover,
-//! redirections):
+//! share one cluster. `cluster-enabled` stays refused (config/params.rs) until the
+//! server runs all of it:
 //!
 //! - `wire.rs`: the cluster bus message (`clusterMsg` in Redis's cluster.h), framing,
 //!   decoding with Redis's own length checks, and encoding;
@@ -23,7 +21,14 @@
 //!   cluster can be tested on a simulated clock;
 //! - `bus.rs`: the thread that owns the bus sockets and runs that engine on them;
 //! - `command.rs`: the CLUSTER command family over that engine (Redis 7.0.15's
-//!   replies and error texts), pure code a connection calls with the engine.
+//!   replies and error texts), pure code a connection calls with the engine;
+//! - `service.rs`: this process as a node: nodes.conf locked, loaded or created
+//!   and saved, the bus on the cluster port, the routing table shards consult.
+//!
+//! What is not here yet is the server side: `cluster-enabled` at startup, the
+//! redirect check in the connection gate, CLUSTER / ASKING / READONLY wired to
+//! connections, PUBLISH relayed over the bus, and the replication, pause and
+//! key-deletion effects carried out.
 
 pub mod bus;
 pub mod command;
@@ -31,6 +36,7 @@ pub mod membership;
 pub mod nodes;
 pub mod nodes_conf;
 pub mod redirect;
+pub mod service;
 pub mod wire;
 
 use std::fmt;

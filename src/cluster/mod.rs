@@ -23,7 +23,8 @@
 //! - `command.rs`: the CLUSTER command family over that engine (Redis 7.0.15's
 //!   replies and error texts), pure code a connection calls with the engine;
 //! - `service.rs`: this process as a node: nodes.conf locked, loaded or created
-//!   and saved, the bus on the cluster port, the routing table shards consult.
+//!   and saved, the bus on the cluster port, the routing table shards consult;
+//! - `settings.rs`: the `cluster-*` parameters as the node reads them.
 //!
 //! What is not here yet is the server side: `cluster-enabled` at startup, the
 //! redirect check in the connection gate, CLUSTER / ASKING / READONLY wired to
@@ -37,6 +38,7 @@ pub mod nodes;
 pub mod nodes_conf;
 pub mod redirect;
 pub mod service;
+pub mod settings;
 pub mod wire;
 
 use std::fmt;

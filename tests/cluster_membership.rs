@@ -14,12 +14,13 @@ mod common;
 use common::{eventually, free_cluster_port, q, ReferenceRedis};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tessera::cluster::bus::{Bus, Host};
 use tessera::cluster::membership::{Effect, Membership, Settings};
 use tessera::cluster::nodes::NodeTable;
 use tessera::cluster::redirect::RoutingTable;
 use tessera::cluster::{flags, wire, NodeName};
+use tessera::util::now_ms;
 
 /// The engine on real sockets, run by the server's own bus thread
 /// (`cluster::bus`); the effects it leaves to the server are only recorded.
@@ -46,13 +47,6 @@ impl Host for RecordingHost {
     fn replication(&mut self) -> (u64, u64) {
         (0, 0)
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl EngineNode {

@@ -8,9 +8,10 @@ mod common;
 use common::{eventually, free_cluster_port, q, scratch_dir, ReferenceRedis};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tessera::cluster::membership::{Effect, Membership, Settings};
 use tessera::cluster::service::{self, Server, Service, ServiceSettings};
+use tessera::util::now_ms;
 
 struct NoServer;
 
@@ -19,13 +20,6 @@ impl Server for NoServer {
     fn replication(&mut self) -> (u64, u64) {
         (0, 0)
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn start(conf: &Path, port: u16) -> Result<Service, String> {

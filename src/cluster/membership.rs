@@ -626,9 +626,5 @@ fn announced_or_peer_ip(h: &Header, peer_ip: &str) -> String {
     }
 }
 
-fn clear_slot(bitmap: &mut wire::SlotBitmap, slot: usize) {
-    bitmap[slot / 8] &= !(1 << (slot & 7));
-}
-
 #[cfg(test)]
 mod tests;

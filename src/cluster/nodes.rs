@@ -587,7 +587,7 @@ impl NodeTable {
         self.owners[slot] = None;
         if let Some(node) = self.get_mut(owner) {
             if wire::slot_is_set(&node.slots, slot) {
-                node.slots[slot / 8] &= !(1 << (slot & 7));
+                wire::clear_slot(&mut node.slots, slot);
                 node.slot_count -= 1;
             }
         }

@@ -114,7 +114,7 @@ pub fn start(
     let listeners = bind_bus(&settings.bind, settings.bus_port)?;
     let mut seed = [0u8; 8];
     seed.copy_from_slice(&name.0[..8]);
-    let mut engine = Membership::new(table, settings.engine, now ^ u64::from_le_bytes(seed));
+    let engine = Membership::new(table, settings.engine, now ^ u64::from_le_bytes(seed));
     let routes = Arc::new(Routes {
         generation: AtomicU64::new(0),
         table: RwLock::new(Arc::new(engine.routing_table())),
@@ -129,7 +129,6 @@ pub fn start(
     // once); a loaded one is saved again with this start's addresses.
     host.save(&engine, true)
         .map_err(|e| format!("Fatal: can't update cluster config file: {e}"))?;
-    engine.take_effects();
     let bus = Bus::start(engine, listeners, Box::new(host)).map_err(|e| e.to_string())?;
     Ok(Service { bus, routes, name })
 }

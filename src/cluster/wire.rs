@@ -659,5 +659,10 @@ pub fn set_slot(bitmap: &mut SlotBitmap, slot: usize) {
     bitmap[slot / 8] |= 1 << (slot & 7);
 }
 
+/// Clears `slot` in a bus bitmap (bitmapClearBit).
+pub fn clear_slot(bitmap: &mut SlotBitmap, slot: usize) {
+    bitmap[slot / 8] &= !(1 << (slot & 7));
+}
+
 #[cfg(test)]
 mod tests;

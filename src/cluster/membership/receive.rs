@@ -380,7 +380,7 @@ impl Membership {
             claimed += 1;
             let owner = self.table.slot_owner(slot);
             if owner == Some(sender) {
-                clear_slot(&mut self.owner_not_claiming, slot);
+                wire::clear_slot(&mut self.owner_not_claiming, slot);
                 continue;
             }
             if self.table.importing_from(slot).is_some() {
@@ -399,7 +399,7 @@ impl Membership {
                 }
                 self.table.del_slot(slot);
                 self.table.add_slot(sender, slot);
-                clear_slot(&mut self.owner_not_claiming, slot);
+                wire::clear_slot(&mut self.owner_not_claiming, slot);
                 self.todo |= todo::SAVE_CONFIG | todo::UPDATE_STATE | todo::FSYNC_CONFIG;
                 rebound = true;
             }

@@ -489,6 +489,18 @@ pub struct Session {
     pub error_counted: bool,
     /// Where the client's last write stands in the stream, for WAIT.
     pub last_write: LastWrite,
+    /// Cluster mode: ASKING and READONLY (Redis's CLIENT_ASKING, CLIENT_READONLY).
+    pub cluster: ClusterFlags,
+}
+
+/// A client's cluster-mode state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClusterFlags {
+    /// ASKING was sent: the next command (or the transaction it is in) may use
+    /// a slot this node imports.
+    pub asking: bool,
+    /// READONLY: reads of the master's slots are served on this replica.
+    pub readonly: bool,
 }
 
 impl Session {

@@ -365,7 +365,10 @@ fn refused_directives_read_as_redis_server_writes_them() {
     }
     // What Tessera cannot honour yet is refused with a reason, never ignored.
     for (conf, reason) in [
-        ("cluster-enabled yes\n", "Redis Cluster mode"),
+        (
+            "cluster-link-sendbuf-limit 1mb\n",
+            "does not limit cluster bus send buffers",
+        ),
         (
             "tls-dh-params-file /etc/dh.pem\n",
             "ECDHE key exchange only",

@@ -249,6 +249,14 @@ impl Membership {
         }
     }
 
+    /// Whether an effect not yet taken asks for new routes: a client command that
+    /// changed them republishes before it replies (`Service::with_engine`).
+    pub fn topology_pending(&self) -> bool {
+        self.effects
+            .iter()
+            .any(|e| matches!(e, Effect::TopologyChanged))
+    }
+
     pub fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.effects)
     }
@@ -265,6 +273,23 @@ impl Membership {
     /// Replication as the server lives it: our offset (a master's stream
     /// offset, or what a replica has processed) and, on a replica, how long ago
     /// (ms) it last heard from its master, or since the link went down.
+    /// CONFIG SET of `cluster-*` parameters: the new settings, this node's
+    /// announced ports, hostname and address with them (gossiped from the next
+    /// ping on, as Redis's apply functions do), and routes republished (the
+    /// down-state and endpoint settings are part of them).
+    pub fn apply_settings(&mut self, settings: Settings) {
+        let me = self.table.me_mut();
+        me.port = settings.port;
+        me.pport = settings.pport;
+        me.cport = settings.cport;
+        me.hostname = settings.hostname.clone();
+        if let Some(ip) = &settings.announce_ip {
+            me.ip = ip.clone();
+        }
+        self.settings = settings;
+        self.effects.push(Effect::TopologyChanged);
+    }
+
     pub fn set_replication(&mut self, offset: u64, data_age_ms: u64) {
         self.repl_offset = offset;
         self.repl_data_age = data_age_ms;

@@ -26,10 +26,10 @@
 //!   and saved, the bus on the cluster port, the routing table shards consult;
 //! - `settings.rs`: the `cluster-*` parameters as the node reads them.
 //!
-//! What is not here yet is the server side: `cluster-enabled` at startup, the
-//! redirect check in the connection gate, CLUSTER / ASKING / READONLY wired to
-//! connections, PUBLISH relayed over the bus, and the replication, pause and
-//! key-deletion effects carried out.
+//! The server side lives with the server: `server/cluster.rs` starts the node
+//! and carries out its effects on the shards, `connection/redirect.rs` is the
+//! redirect check of the connection gate, `commands/cluster.rs` the CLUSTER,
+//! ASKING, READONLY and READWRITE commands.
 
 pub mod bus;
 pub mod command;
@@ -42,6 +42,30 @@ pub mod settings;
 pub mod wire;
 
 use std::fmt;
+use std::sync::OnceLock;
+
+/// This process's node, once `cluster-enabled yes` started it.
+static NODE: OnceLock<service::Service> = OnceLock::new();
+
+/// The running node, or None outside cluster mode.
+#[inline]
+pub fn node() -> Option<&'static service::Service> {
+    NODE.get()
+}
+
+/// Whether this server runs in cluster mode (one load: the connection gate asks
+/// for every command).
+#[inline]
+pub fn enabled() -> bool {
+    NODE.get().is_some()
+}
+
+/// Makes `service` the process's node (once, at start).
+pub fn install(service: service::Service) {
+    if NODE.set(service).is_err() {
+        tracing::warn!("a second cluster node was started in one process; ignored");
+    }
+}
 
 /// The number of hash slots (`CLUSTER_SLOTS`).
 pub const SLOTS: usize = 16384;

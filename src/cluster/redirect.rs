@@ -569,6 +569,38 @@ pub fn redirect_blocked(table: &RoutingTable, client: &BlockedClient) -> Option<
     })
 }
 
+/// The second look a command gets where it runs, under its keys' locks: the gate
+/// routed it on the table of a moment ago, and since then its slot may have begun
+/// migrating (a key MIGRATE moved away meanwhile must now be asked for on the
+/// target, not recreated here) or been handed to another node. `None`: run it.
+///
+/// Clients the gate let through for a slot this node does not serve are a READONLY
+/// reader of our master's slot and an ASKING client of a slot we import; both
+/// still pass. MIGRATE is not keyed, so it never comes here. `keys` are the
+/// command's keys (all of one slot, the gate saw to it); `key_exists` as for
+/// `route`.
+pub fn recheck<'k, I>(
+    table: &RoutingTable,
+    keys: I,
+    key_exists: &mut dyn FnMut(&[u8]) -> bool,
+) -> Option<Route>
+where
+    I: IntoIterator<Item = &'k [u8]>,
+{
+    let mut keys = keys.into_iter().peekable();
+    let slot = crate::slot::key_slot(keys.peek()?);
+    let owner = table.owner(slot)?;
+    if owner != table.myself {
+        if table.replicates(owner) || table.importing_from(slot).is_some() {
+            return None;
+        }
+        return Some(Route::Moved { slot, node: owner });
+    }
+    let to = table.migrating_to(slot)?;
+    keys.any(|k| !key_exists(k))
+        .then_some(Route::Ask { slot, node: to })
+}
+
 pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 pub const TRYAGAIN: &str = "TRYAGAIN Multiple keys request during rehashing of slot";
 pub const CLUSTERDOWN: &str = "CLUSTERDOWN The cluster is down";

@@ -17,7 +17,7 @@ use super::{flags, NodeName};
 use std::net::{IpAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// What the server does for the cluster node.
 pub trait Server: Send {
@@ -63,11 +63,34 @@ impl Routes {
     }
 }
 
+/// One thread's copy of the routing table: a shard looks at the shared table
+/// only when its generation moved, so routing a command costs a load, not a
+/// lock and a reference count on a line every core writes.
+#[derive(Default)]
+pub struct RoutesCopy {
+    copy: Option<(u64, Arc<RoutingTable>)>,
+}
+
+impl RoutesCopy {
+    /// The current table, refreshed first if the node published a newer one.
+    pub fn get(&mut self, routes: &Routes) -> &RoutingTable {
+        let generation = routes.generation();
+        if self.copy.as_ref().is_none_or(|(g, _)| *g != generation) {
+            self.copy = Some((generation, routes.current()));
+        }
+        match &self.copy {
+            Some((_, table)) => table,
+            None => unreachable!("set just above"),
+        }
+    }
+}
+
 /// The running node.
 pub struct Service {
     bus: Bus,
     routes: Arc<Routes>,
     name: NodeName,
+    config: Arc<ConfigFile>,
 }
 
 impl Service {
@@ -81,9 +104,24 @@ impl Service {
     }
 
     /// Runs `f` on the engine and sends what it produced at once (see
-    /// `Bus::with_engine`).
+    /// `Bus::with_engine`). Routes it changed are republished before this
+    /// returns: a client told OK for CLUSTER SETSLOT ... MIGRATING must find
+    /// every command after it routed by the new table (a key created here once the
+    /// slot migrates would be left behind).
     pub fn with_engine<T>(&self, f: impl FnOnce(&mut Membership) -> T) -> T {
-        self.bus.with_engine(f)
+        self.bus.with_engine(|engine| {
+            let result = f(engine);
+            if engine.topology_pending() {
+                self.routes.publish(engine.routing_table());
+            }
+            result
+        })
+    }
+
+    /// CLUSTER SAVECONFIG: nodes.conf written and fsynced now.
+    pub fn save_config(&self) -> std::io::Result<()> {
+        self.bus
+            .with_engine(|engine| self.config.save(engine, true))
     }
 }
 
@@ -119,18 +157,27 @@ pub fn start(
         generation: AtomicU64::new(0),
         table: RwLock::new(Arc::new(engine.routing_table())),
     });
-    let mut host = ServiceHost {
+    let config = Arc::new(ConfigFile {
         path,
-        lock,
+        lock: Mutex::new(lock),
+    });
+    let host = ServiceHost {
+        config: config.clone(),
         routes: routes.clone(),
         server,
     };
     // A new identity is saved before anyone hears of it (clusterInit saves at
     // once); a loaded one is saved again with this start's addresses.
-    host.save(&engine, true)
+    config
+        .save(&engine, true)
         .map_err(|e| format!("Fatal: can't update cluster config file: {e}"))?;
     let bus = Bus::start(engine, listeners, Box::new(host)).map_err(|e| e.to_string())?;
-    Ok(Service { bus, routes, name })
+    Ok(Service {
+        bus,
+        routes,
+        name,
+        config,
+    })
 }
 
 /// The bus port on every address, as Redis listens on it (`bind`).
@@ -138,35 +185,42 @@ fn bind_bus(addresses: &[IpAddr], port: u16) -> Result<Vec<TcpListener>, String>
     addresses
         .iter()
         .map(|ip| {
-            TcpListener::bind((*ip, port)).map_err(|e| {
+            crate::runtime::listen_exclusive((*ip, port).into()).map_err(|e| {
                 format!("Could not create server TCP listening socket {ip}:{port}: {e}")
             })
         })
         .collect()
 }
 
-/// The bus's host: nodes.conf and the routes here, the rest to the server.
-struct ServiceHost {
+/// nodes.conf and the lock held on it. The bus thread saves when the engine asks,
+/// a client's CLUSTER SAVECONFIG on demand; both hold the engine's lock meanwhile.
+struct ConfigFile {
     path: PathBuf,
-    lock: ConfigLock,
-    routes: Arc<Routes>,
-    server: Box<dyn Server>,
+    lock: Mutex<ConfigLock>,
 }
 
-impl ServiceHost {
+impl ConfigFile {
     /// clusterSaveConfig: the node table as CLUSTER NODES prints it (plaintext
     /// ports, handshake nodes left out by the renderer) and the epochs.
-    fn save(&mut self, engine: &Membership, fsync: bool) -> std::io::Result<()> {
+    fn save(&self, engine: &Membership, fsync: bool) -> std::io::Result<()> {
         let conf = engine.table.to_conf(false, |id| engine.connected(id));
-        nodes_conf::save(&self.path, &conf, fsync, Some(&mut self.lock))
+        let mut lock = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        nodes_conf::save(&self.path, &conf, fsync, Some(&mut lock))
     }
+}
+
+/// The bus's host: nodes.conf and the routes here, the rest to the server.
+struct ServiceHost {
+    config: Arc<ConfigFile>,
+    routes: Arc<Routes>,
+    server: Box<dyn Server>,
 }
 
 impl Host for ServiceHost {
     fn effect(&mut self, effect: Effect, engine: &Membership) {
         match effect {
             Effect::SaveConfig { fsync } => {
-                if let Err(e) = self.save(engine, fsync) {
+                if let Err(e) = self.config.save(engine, fsync) {
                     // clusterSaveConfigOrDie: a node must not go on announcing a
                     // configuration it could not persist.
                     tracing::warn!("Fatal: can't update cluster config file: {e}");

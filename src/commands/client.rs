@@ -69,6 +69,9 @@ fn select(ctx: &mut ClientCtx) {
     let dbs = ctx.session.cell.data.borrow().dbs.len();
     match parse_i64(ctx.args.get(1)) {
         None => ctx.out.error(NOT_INT),
+        Some(n) if n != 0 && crate::cluster::enabled() => {
+            ctx.out.error("ERR SELECT is not allowed in cluster mode")
+        }
         Some(n) if n < 0 || n as usize >= dbs => ctx.out.error(DB_INDEX_OUT_OF_RANGE),
         Some(n) => {
             ctx.session.set_db(n as usize);

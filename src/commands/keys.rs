@@ -70,6 +70,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec { acl: &[], ..kcmd!("object", -2, READONLY, K2, keyed(object), "2.2.3", "A container for object introspection commands") },
     kcmd!("dump", 2, READONLY, K1, keyed(dump_cmd), "2.6.0", "Return a serialized version of the value stored at the specified key."),
     CommandSpec { acl: &["@keyspace", "@dangerous"], ..kcmd!("restore", -4, WRITE | DENYOOM, K1, keyed(restore), "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.") },
+    CommandSpec { acl: &["@keyspace", "@dangerous"], ..kcmd!("restore-asking", -4, WRITE | DENYOOM, K1, keyed(restore), "3.0.0", "An internal command for migrating keys in a cluster") },
     CommandSpec { acl: &["@keyspace", "@dangerous"], ..kcmd!("keys", 2, READONLY, KeySpec::None, Kind::Global(keys), "1.0.0", "Find all keys matching the given pattern") },
     kcmd!("scan", -2, READONLY, KeySpec::None, Kind::Global(scan), "2.8.0", "Incrementally iterate the keys space"),
     kcmd!("randomkey", 1, READONLY, KeySpec::None, Kind::Global(randomkey), "1.0.0", "Return a random key from the keyspace"),
@@ -430,22 +431,26 @@ fn parse_copy_opts(
         db: cur_db,
         replace: false,
     };
+    let mut db = cur_db as i64;
     let mut i = 3;
     while i < args.len() {
         if args[i].eq_ignore_ascii_case(b"replace") {
             o.replace = true;
         } else if args[i].eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
-            let n = parse_i64(args[i + 1]).ok_or(NOT_INT)?;
-            if n < 0 || n as usize >= databases {
-                return Err(DB_INDEX_OUT_OF_RANGE);
-            }
-            o.db = n as usize;
+            db = parse_i64(args[i + 1]).ok_or(NOT_INT)?;
             i += 1;
         } else {
             return Err(SYNTAX_ERR);
         }
         i += 1;
     }
+    if crate::cluster::enabled() && (cur_db != 0 || db != 0) {
+        return Err("ERR Copying to another database is not allowed in cluster mode");
+    }
+    if db < 0 || db as usize >= databases {
+        return Err(DB_INDEX_OUT_OF_RANGE);
+    }
+    o.db = db as usize;
     Ok(o)
 }
 
@@ -521,6 +526,9 @@ fn copy_across<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 }
 
 fn move_cmd(ctx: &mut ExecCtx) {
+    if crate::cluster::enabled() {
+        return ctx.error("ERR MOVE is not allowed in cluster mode");
+    }
     let Some(target) = parse_i64(ctx.args.get(2)) else {
         return ctx.error(NOT_INT);
     };

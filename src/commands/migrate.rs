@@ -8,6 +8,9 @@
 //! own, and each key whose RESTORE the target acknowledged is deleted here unless
 //! COPY was given. The deletions propagate as one DEL of those keys.
 //!
+//! In cluster mode the target gets RESTORE-ASKING, which it serves in a slot it
+//! is importing.
+//!
 //! Not as Redis: the connection is made for each call, not cached for 10 seconds (so
 //! INFO's migrate_cached_sockets stays 0 and SELECT is sent every time), and it is
 //! never TLS (Redis uses TLS for MIGRATE only with `tls-cluster`, a cluster-mode
@@ -233,7 +236,14 @@ async fn attempt(req: &Request, dumped: &[Dumped]) -> Outcome {
             (*at - now).max(1)
         };
         let ttl = ttl.to_string();
-        let mut argv: Vec<&[u8]> = vec![b"RESTORE", key, ttl.as_bytes(), payload];
+        // In a cluster the target imports the slot: RESTORE-ASKING is served there
+        // before the slot is its own (Redis's migrateCommand).
+        let restore: &[u8] = if crate::cluster::enabled() {
+            b"RESTORE-ASKING"
+        } else {
+            b"RESTORE"
+        };
+        let mut argv: Vec<&[u8]> = vec![restore, key, ttl.as_bytes(), payload];
         if req.replace {
             argv.push(b"REPLACE");
         }

@@ -122,6 +122,14 @@ fn spublish<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 async fn publish_to(g: &mut GlobalCtx<'_>, shard: bool) {
     let cell = g.session.cell.clone();
     let n = ps::publish(&cell, shard, g.arg(1), g.arg(2)).await;
+    // In a cluster the message reaches the other nodes (SPUBLISH: those of this
+    // shard) over the bus, and replicas that way too, not by the replication
+    // stream (Redis's clusterPropagatePublish).
+    if let Some(node) = crate::cluster::node() {
+        let (channel, message) = (g.arg(1), g.arg(2));
+        node.with_engine(|engine| engine.publish(channel, message, shard));
+        g.propagation.nothing();
+    }
     g.w().integer(n as i64);
 }
 

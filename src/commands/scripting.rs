@@ -186,6 +186,9 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         in_script: true,
         error_counted: false,
         last_write: Default::default(),
+        // The script's commands are routed as its caller's (scriptVerifyClusterState
+        // copies ASKING and READONLY).
+        cluster: s.cluster,
     }
 }
 

@@ -149,6 +149,10 @@ async fn flush(g: &mut GlobalCtx<'_>, only: Option<usize>) {
 
 fn swapdb<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
     Box::pin(async move {
+        // Not allowed in cluster mode: there is only db 0.
+        if crate::cluster::enabled() {
+            return g.w().error("ERR SWAPDB is not allowed in cluster mode");
+        }
         let dbs = g.session.cell.data.borrow().dbs.len();
         let Some(a) = parse_i64(&g.args[1]) else {
             return g.w().error("ERR invalid first DB index");
@@ -330,7 +334,10 @@ fn render_info(
                     let _ = write!(out, "errorstat_{k}:count={v}\r\n");
                 }
             }
-            "cluster" => out.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
+            "cluster" => {
+                let on = u8::from(crate::cluster::enabled());
+                let _ = write!(out, "# Cluster\r\ncluster_enabled:{on}\r\n");
+            }
             "keyspace" => info_keyspace(reports, &mut out),
             "commandstats" => {
                 out.push_str("# Commandstats\r\n");

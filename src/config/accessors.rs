@@ -85,6 +85,11 @@ impl Config {
         self.uint_at(IDX_TCP_KEEPALIVE)
     }
 
+    /// `cluster-enabled` (immutable: read once at start).
+    pub fn cluster_enabled(&self) -> bool {
+        self.bool_param("cluster-enabled").unwrap_or(false)
+    }
+
     pub fn protected_mode(&self) -> bool {
         self.bool_at(IDX_PROTECTED_MODE)
     }

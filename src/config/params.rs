@@ -24,8 +24,6 @@ const CLUSTER_ENDPOINT_NAMES: &[&str] = &["ip", "hostname", "unknown-endpoint"];
 const TLS_AUTH_CLIENTS_NAMES: &[&str] = &["no", "yes", "optional"];
 
 /// Why parameters of features still to come accept only their defaults.
-const CLUSTER_NOT_YET: &str =
-    "Tessera does not run in Redis Cluster mode yet: cluster-* settings other than the defaults are refused";
 const TLS_DH_PARAMS: &str =
     "Tessera's TLS (rustls) offers ECDHE key exchange only: DH parameters would not be used, so tls-dh-params-file is refused";
 const REPLICA_NOT_YET: &str =
@@ -344,29 +342,31 @@ const TABLE: &[ConfigParam] = &[
     int("active-defrag-cycle-max", 1, 99, "25").only_default(DEFRAG_NOT_YET),
     int("active-defrag-max-scan-fields", 1, LONG_MAX, "1000").only_default(DEFRAG_NOT_YET),
     // Cluster mode.
-    boolean("cluster-enabled", "no").flag(IMMUTABLE).only_default(CLUSTER_NOT_YET),
-    string("cluster-config-file", "nodes.conf").flag(IMMUTABLE).only_default(CLUSTER_NOT_YET),
-    int("cluster-port", 0, 65535, "0").flag(IMMUTABLE).only_default(CLUSTER_NOT_YET),
-    int("cluster-node-timeout", 0, LONG_MAX, "15000").only_default(CLUSTER_NOT_YET),
-    string("cluster-announce-ip", "").only_default(CLUSTER_NOT_YET),
-    int("cluster-announce-port", 0, 65535, "0").only_default(CLUSTER_NOT_YET),
-    int("cluster-announce-bus-port", 0, 65535, "0").only_default(CLUSTER_NOT_YET),
-    int("cluster-announce-tls-port", 0, 65535, "0").only_default(CLUSTER_NOT_YET),
-    string("cluster-announce-hostname", "").only_default(CLUSTER_NOT_YET),
+    boolean("cluster-enabled", "no").flag(IMMUTABLE),
+    string("cluster-config-file", "nodes.conf").flag(IMMUTABLE),
+    int("cluster-port", 0, 65535, "0").flag(IMMUTABLE),
+    int("cluster-node-timeout", 0, LONG_MAX, "15000"),
+    string("cluster-announce-ip", ""),
+    int("cluster-announce-port", 0, 65535, "0"),
+    int("cluster-announce-bus-port", 0, 65535, "0"),
+    int("cluster-announce-tls-port", 0, 65535, "0"),
+    string("cluster-announce-hostname", ""),
     enumeration("cluster-preferred-endpoint-type", CLUSTER_ENDPOINT_NAMES, "ip")
-        .only_default(CLUSTER_NOT_YET),
-    boolean("cluster-require-full-coverage", "yes").only_default(CLUSTER_NOT_YET),
+        ,
+    boolean("cluster-require-full-coverage", "yes"),
     boolean("cluster-replica-no-failover", "no")
         .alias(&["cluster-slave-no-failover"])
-        .only_default(CLUSTER_NOT_YET),
+        ,
     int("cluster-replica-validity-factor", 0, INT_MAX, "10")
         .alias(&["cluster-slave-validity-factor"])
-        .only_default(CLUSTER_NOT_YET),
-    int("cluster-migration-barrier", 0, INT_MAX, "1").only_default(CLUSTER_NOT_YET),
-    boolean("cluster-allow-replica-migration", "yes").only_default(CLUSTER_NOT_YET),
-    boolean("cluster-allow-reads-when-down", "no").only_default(CLUSTER_NOT_YET),
-    boolean("cluster-allow-pubsubshard-when-down", "yes").only_default(CLUSTER_NOT_YET),
-    memory("cluster-link-sendbuf-limit", 0, LONG_MAX_U, "0").only_default(CLUSTER_NOT_YET),
+        ,
+    int("cluster-migration-barrier", 0, INT_MAX, "1"),
+    boolean("cluster-allow-replica-migration", "yes"),
+    boolean("cluster-allow-reads-when-down", "no"),
+    boolean("cluster-allow-pubsubshard-when-down", "yes"),
+    memory("cluster-link-sendbuf-limit", 0, LONG_MAX_U, "0").only_default(
+        "Tessera does not limit cluster bus send buffers yet: cluster-link-sendbuf-limit must stay 0",
+    ),
     // Tessera's own: shard threads (0 = one per CPU) and CPU pinning.
     int("threads", 0, 4096, "0").flag(FIXED),
     special("cpus", Special::CpuList, "").flag(FIXED),

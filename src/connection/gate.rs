@@ -13,6 +13,13 @@ pub(super) enum Gate {
     Refuse(Option<u16>, String),
     /// A script is running too long (BUSY): refused, and EXEC aborts its transaction.
     Busy(&'static str),
+    /// Cluster mode, a migrating or importing slot, and keys on other shards:
+    /// `run_command` asks them, then routes (`cluster_lookup_route`) and makes the
+    /// checks that follow routing (`refusal_after_routing`).
+    ClusterLookup,
+    /// Cluster mode: the command goes to another node, or the cluster refuses it
+    /// (-MOVED, -ASK, -CLUSTERDOWN ...). EXEC discards its transaction.
+    Redirect(String),
 }
 
 /// Redis 7.0's reply to a client refused by protected mode, word for word: clients
@@ -54,6 +61,19 @@ pub(super) fn may_write_or_propagate(idx: u16, args: &Args<'_>) -> bool {
     args.len() < 2
         || crate::scripting::command_flags(t.specs[idx as usize].name, args.get(1), own) & writes
             != 0
+}
+
+/// Whether a command writes, with a script's declared flags for EVAL / EVALSHA /
+/// FCALL (Redis's getCommandFlags & CMD_WRITE, what cluster routing asks).
+pub(super) fn command_writes(idx: u16, args: &Args<'_>) -> bool {
+    let t = commands::table();
+    let own = t.stat_flags(t.stat_id(idx, args));
+    let effective = if args.len() < 2 {
+        own
+    } else {
+        crate::scripting::command_flags(t.specs[idx as usize].name, args.get(1), own)
+    };
+    effective & flags::WRITE != 0
 }
 
 /// Redis 7.0's text for an unknown command, including up to 128 bytes of its arguments.
@@ -144,6 +164,7 @@ impl Connection {
             && !crate::persistence::loading()
             && !crate::persistence::async_loading()
             && !commands::table().is_container(idx)
+            && !crate::cluster::enabled()
     }
 
     /// `gate`'s checks one by one, in processCommand order.
@@ -193,6 +214,22 @@ impl Connection {
                 return Gate::Refuse(Some(idx), msg);
             }
         }
+        match self.cluster_verdict(idx, spec, args) {
+            None | Some(redirect::ClusterVerdict::Local) => {}
+            Some(redirect::ClusterVerdict::Redirect(msg)) => return Gate::Redirect(msg),
+            Some(redirect::ClusterVerdict::NeedsLookup) => return Gate::ClusterLookup,
+        }
+        self.refusal_after_routing(idx, spec, stat)
+    }
+
+    /// `refusal`'s checks that come after cluster routing, in processCommand order.
+    pub(super) fn refusal_after_routing(
+        &self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        stat: u16,
+    ) -> Gate {
+        let t = commands::table();
         if self.session.shared.pubsub.active()
             && self.session.proto == Protocol::Resp2
             && !commands::pubsub::allowed_while_subscribed(spec.name)

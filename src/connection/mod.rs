@@ -20,6 +20,7 @@
 mod gate;
 mod master_link;
 mod pipeline;
+mod redirect;
 mod takeover;
 mod transaction;
 
@@ -276,6 +277,7 @@ async fn serve_as(
             in_script: false,
             error_counted: false,
             last_write: Default::default(),
+            cluster: Default::default(),
         },
         end: initial.len(),
         buf: initial,
@@ -735,6 +737,16 @@ impl Connection {
     /// make `run_fast` decline (as CLIENT PAUSE does), or ordinary keyed commands
     /// would skip it.
     async fn run_command(&mut self, args: Args<'_>) {
+        let asking = self.session.cluster.asking && !args.get(0).eq_ignore_ascii_case(b"asking");
+        self.run_command_checked(args).await;
+        // ASKING holds for the next command, or for the transaction it opens
+        // (Redis's resetClient clears it after any other command outside MULTI).
+        if asking && self.session.multi.is_none() {
+            self.session.cluster.asking = false;
+        }
+    }
+
+    async fn run_command_checked(&mut self, args: Args<'_>) {
         if !self.session.acl_refresh() {
             // The client's user was deleted: the connection ends (ACL DELUSER and
             // ACL LOAD close it too, this catches a command already on its way).
@@ -756,7 +768,14 @@ impl Connection {
         let t = commands::table();
         let stat = t.stat_id(idx, &args);
         self.session.shared.last_cmd.set(t.stat_name(stat));
-        match self.gate(idx, spec, stat, &args) {
+        let mut verdict = self.gate(idx, spec, stat, &args);
+        if let Gate::ClusterLookup = verdict {
+            verdict = match self.cluster_lookup_route(idx, spec, &args).await {
+                Some(msg) => Gate::Redirect(msg),
+                None => self.refusal_after_routing(idx, spec, stat),
+            };
+        }
+        match verdict {
             Gate::Pass => {}
             Gate::Refuse(cmd, msg) => return self.reject(cmd, &msg),
             Gate::Busy(busy) => {
@@ -765,6 +784,8 @@ impl Connection {
                 }
                 return self.reject(Some(idx), busy);
             }
+            Gate::ClusterLookup => {}
+            Gate::Redirect(msg) => return self.redirect(idx, spec, &msg).await,
         }
         // CLIENT PAUSE holds a command after every refusal and before MULTI queues
         // it, as Redis's processCommand; what EXEC or a script runs is never held.

@@ -111,6 +111,7 @@ impl Connection {
             || shared.tracking.caching_given()
             || crate::observe::monitoring()
             || self.pipe.locked
+            || session.cluster.asking
         {
             return false;
         }

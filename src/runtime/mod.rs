@@ -25,7 +25,8 @@ use std::time::Duration;
 pub use executor::JoinHandle;
 pub use mesh::{build_mesh, MeshEnds, MeshReceiver, MeshSenders};
 pub use net::{
-    probe_bind, BindAddr, Listener, PeerAddr, ReadWaker, TcpListener, TcpStream, UnixListener,
+    listen_exclusive, probe_bind, BindAddr, Listener, PeerAddr, ReadWaker, TcpListener, TcpStream,
+    UnixListener,
 };
 pub use tls::TlsSession;
 

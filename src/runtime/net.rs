@@ -249,6 +249,22 @@ impl UnixListener {
 /// Binds `addr` once without SO_REUSEPORT (IPv6-only for IPv6, as the listeners
 /// are) and lets it go: whether the shards' listeners can have the address.
 pub fn probe_bind(addr: SocketAddr) -> io::Result<()> {
+    bind_exclusive(addr).map(drop)
+}
+
+/// A blocking listener on `addr` that no other socket shares (no SO_REUSEPORT;
+/// IPv6-only for IPv6, so `*` and `::*` can both have the port): the cluster
+/// bus's, which one thread serves.
+pub fn listen_exclusive(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let listener = bind_exclusive(addr)?;
+    // SAFETY: listen on a socket the listener owns.
+    if unsafe { libc::listen(listener.as_raw_fd(), 1024) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(listener)
+}
+
+fn bind_exclusive(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let domain = if addr.is_ipv6() {
         libc::AF_INET6
     } else {
@@ -260,12 +276,13 @@ pub fn probe_bind(addr: SocketAddr) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fd is a fresh socket we own; dropping the listener closes it.
-    let _owner = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    let owner = unsafe { std::net::TcpListener::from_raw_fd(fd) };
     set_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     if addr.is_ipv6() {
         set_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
     }
-    bind(fd, &addr)
+    bind(fd, &addr)?;
+    Ok(owner)
 }
 
 fn set_opt(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {

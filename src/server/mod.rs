@@ -12,6 +12,7 @@ use crate::runtime;
 use crate::shard::{self, fabric::Job};
 use crate::slot::SlotTable;
 
+pub mod cluster;
 pub mod crash;
 pub mod listeners;
 pub mod log;
@@ -180,6 +181,20 @@ pub fn run(config: Config) -> i32 {
         .map(|a| (a, false))
         .chain(tls.into_iter().map(|a| (a, true)))
         .collect();
+    // clusterInit: the node (its nodes.conf and bus port) exists before any data
+    // loads or any client is served.
+    if config.cluster_enabled() {
+        let mut ips: Vec<std::net::IpAddr> = Vec::new();
+        for (a, _) in &listen {
+            if !ips.contains(&a.addr.ip()) {
+                ips.push(a.addr.ip());
+            }
+        }
+        if let Err(e) = cluster::start(&config, &ips) {
+            tracing::warn!("{e}");
+            return 1;
+        }
+    }
     process::write_pidfile(&config);
     process::set_proc_title(&config);
     let _ = process::apply_oom_score_adj(&config);
@@ -290,6 +305,9 @@ pub fn run(config: Config) -> i32 {
                 if i == 0 {
                     runtime::spawn_detached(crate::replication::link::run(cell.clone()));
                     runtime::spawn_detached(crate::replication::run_cron(cell.clone()));
+                    if crate::cluster::enabled() {
+                        runtime::spawn_detached(cluster::run_effects(cell.clone()));
+                    }
                 }
                 let mut listeners = Vec::new();
                 for (a, tls) in &addrs {
@@ -471,6 +489,9 @@ pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
     if named(b"oom-score-adj") {
         process::apply_oom_score_adj(config)?;
     }
+    if named(b"cluster-") {
+        cluster::config_changed(config);
+    }
     Ok(())
 }
 
@@ -540,8 +561,13 @@ fn show_banner(config: &Config, shards: usize) {
     let to_tty = config.logfile().is_empty()
         && !config.syslog_enabled()
         && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mode = if config.cluster_enabled() {
+        "cluster"
+    } else {
+        "standalone"
+    };
     if !(config.always_show_logo() || to_tty) {
-        tracing::info!("Running mode=standalone, port={}.", config.port());
+        tracing::info!("Running mode={mode}, port={}.", config.port());
         return;
     }
     let pid = std::process::id();
@@ -551,7 +577,7 @@ fn show_banner(config: &Config, shards: usize) {
         "\n\
          \x20   +---+---+---+---+     Tessera {version} (Redis {REDIS_VERSION} compatible) 64 bit\n\
          \x20   |   |###|   |###|\n\
-         \x20   +---+---+---+---+     Running in standalone mode\n\
+         \x20   +---+---+---+---+     Running in {mode} mode\n\
          \x20   |###|   |###|   |     Port: {port}\n\
          \x20   +---+---+---+---+     PID: {pid}\n\
          \x20   |   |###|   |###|     Shards: {shards}\n\

@@ -102,6 +102,12 @@ where
 {
     let before = out.len();
     let spec = &table().specs[call.cmd as usize];
+    if let Some(node) = crate::cluster::node() {
+        if let Some(refused) = cluster_recheck(node, data, &call) {
+            ReplyWriter::new(out, call.proto).error(&refused);
+            return record_stats(data, &call, Some(&out[before..]));
+        }
+    }
     data.tracking.writer = call.client;
     // A replica applying its master's command sees the keys the master saw.
     crate::storage::entry::set_replaying(
@@ -162,6 +168,33 @@ where
         }
     }
     record_stats(data, &call, failed.then(|| &out[before..]))
+}
+
+/// Cluster mode: the command's slot as the node sees it now, under the keys'
+/// locks (`cluster::redirect::recheck`). The master's stream and the AOF are
+/// applied whatever the slots say. Some: the redirect to reply instead.
+#[inline(never)]
+fn cluster_recheck<'k, K, I>(
+    node: &crate::cluster::service::Service,
+    data: &mut ShardData,
+    call: &Call<'_, K>,
+) -> Option<String>
+where
+    K: Fn() -> I,
+    I: Iterator<Item = &'k [u8]>,
+{
+    if crate::persistence::loading()
+        || (crate::replication::is_replica()
+            && call.client == crate::replication::link::master_client())
+    {
+        return None;
+    }
+    let table = data.routes.get(node.routes());
+    let db = &data.dbs[call.db];
+    let now = call.now;
+    let route =
+        crate::cluster::redirect::recheck(table, (call.keys)(), &mut |k| db.peek_live(k, now))?;
+    crate::cluster::redirect::error_text(table, &route, false)
 }
 
 /// The change counter (what the handler counted, else one per key changed) and the

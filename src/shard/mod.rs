@@ -35,6 +35,9 @@ use locks::{KeyLocks, TxnId};
 pub struct ShardData {
     pub id: usize,
     pub dbs: Vec<Db>,
+    /// In cluster mode, the executor's copy of the node's routing table (its
+    /// last look before a command runs, `exec::cluster_recheck`).
+    pub routes: crate::cluster::service::RoutesCopy,
     /// A replica's diskless load with repl-diskless-load swapdb: the master's keys
     /// go here while `dbs` is still served, and replace it once the load succeeded
     /// (empty otherwise).
@@ -224,6 +227,8 @@ pub struct ShardCell {
     pub info: Arc<ServerInfo>,
     /// Pipeline batches for other shards, sent once per round (`hops`).
     pub outbox: hops::ShardOutbox,
+    /// In cluster mode, this shard's copy of the node's routing table.
+    pub routes: RefCell<crate::cluster::service::RoutesCopy>,
     txn_counter: Cell<u64>,
 }
 
@@ -266,6 +271,7 @@ pub fn new_shard_data(
     let mut data = ShardData {
         id,
         dbs,
+        routes: Default::default(),
         loading_dbs: Vec::new(),
         mem: crate::storage::evict::MemState::from_config(&config, slots.shards()),
         lazy: Default::default(),
@@ -307,6 +313,7 @@ pub fn new_cell(
         clients: RefCell::new(ClientRegistry::default()),
         info,
         outbox: hops::ShardOutbox::default(),
+        routes: RefCell::default(),
         txn_counter: Cell::new(0),
     })
 }

@@ -968,6 +968,26 @@ impl Db {
         self.slots.get(idx).map_or(0, |s| s.table.capacity())
     }
 
+    /// Deletes every key of a slot index (a cluster master's slot taken over by
+    /// another node) and returns them. Each is logged for the effect stream and
+    /// for tracking clients as a key storage deleted on its own, so replicas and
+    /// the AOF see its DEL.
+    pub fn delete_slot(&mut self, idx: usize) -> Vec<Vec<u8>> {
+        let keys: Vec<Vec<u8>> = self.slot_entries(idx).map(|e| e.key().to_vec()).collect();
+        for key in &keys {
+            let hash = self.hasher.hash_one(&key[..]);
+            self.remove_at(idx, hash, key);
+            if STREAM_READERS.any() {
+                self.expired_log.push(key.clone());
+                super::events::note_stream_logged();
+            }
+            if TRACKING_CLIENTS.any() {
+                self.tracking_expired.push(key.clone());
+            }
+        }
+        keys
+    }
+
     /// Number of entries (expired or not) in a slot index.
     pub fn slot_len(&self, idx: usize) -> usize {
         self.slots.get(idx).map_or(0, |s| s.table.len())

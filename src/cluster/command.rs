@@ -252,6 +252,27 @@ fn parse_integer(arg: &[u8], out: &mut ReplyWriter<'_>) -> Option<i64> {
     value
 }
 
+/// DEBUG CLUSTERLINK KILL <to|from|all> <node-id> (debug.c): drops this node's
+/// bus links with that node; the cron reconnects them.
+pub fn debug_clusterlink_kill(
+    engine: &mut Membership,
+    direction: &[u8],
+    node: &[u8],
+    out: &mut ReplyWriter<'_>,
+) {
+    let Some(id) = lookup(&engine.table, node) else {
+        return error_with(out, "Unknown node ", node);
+    };
+    let (to, from) = match direction.to_ascii_lowercase().as_slice() {
+        b"to" => (true, false),
+        b"from" => (false, true),
+        b"all" => (true, true),
+        _ => return error_with(out, "Unknown direction ", direction),
+    };
+    engine.kill_links(id, to, from);
+    out.ok();
+}
+
 /// clusterLookupNode: a node ID is 40 characters of a-z and 0-9
 /// (verifyClusterNodeId), anything else names no node.
 fn lookup(table: &NodeTable, text: &[u8]) -> Option<NodeId> {

@@ -336,6 +336,21 @@ impl Membership {
         self.new_link(None, now)
     }
 
+    /// DEBUG CLUSTERLINK KILL: drops the link to `node` (`to`), the one from it
+    /// (`from`), or both; the cron connects again as after a link error.
+    pub fn kill_links(&mut self, node: NodeId, to: bool, from: bool) {
+        if to {
+            if let Some(link) = self.outbound.get(&node).copied() {
+                self.free_link(link);
+            }
+        }
+        if from {
+            if let Some(link) = self.inbound.get(&node).copied() {
+                self.free_link(link);
+            }
+        }
+    }
+
     /// A link failed or the peer closed it (handleLinkIOError): forget it; the
     /// cron reconnects outbound links.
     pub fn on_link_error(&mut self, link: LinkId) {

@@ -24,7 +24,8 @@ use crate::clients::ClientShared;
 use crate::protocol::reply::ReplyWriter;
 use crate::protocol::Protocol;
 use crate::shard::blocking::{
-    unblocked_error, BlockState, LocalServe, ServedReply, UNBLOCK_NONE, UNBLOCK_ROLE_CHANGE,
+    unblocked_error, BlockState, LocalServe, ServedReply, UNBLOCK_CLUSTER_REDIRECT, UNBLOCK_NONE,
+    UNBLOCK_ROLE_CHANGE,
 };
 use crate::shard::exec::{self, Wake, Written};
 use crate::shard::multi::MultiShardOp;
@@ -452,6 +453,18 @@ async fn wait_end(
     match wait(&r.state, deadline).await {
         WaitEnd::Served(bytes) => g.out.extend_from_slice(&bytes),
         WaitEnd::Woken => return None,
+        WaitEnd::Unblocked(UNBLOCK_CLUSTER_REDIRECT) => {
+            let key = r.first_key();
+            let write = g.args[0].eq_ignore_ascii_case(b"blmove")
+                || g.args[0].eq_ignore_ascii_case(b"brpoplpush");
+            match crate::connection::redirect::blocked_redirect(g.session, key, write) {
+                Some(msg) => g.error(&msg),
+                None => {
+                    r.state.clear_unblock();
+                    return None;
+                }
+            }
+        }
         WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => g.w().null_array(),
         WaitEnd::Unblocked(mode) => match unblocked_error(mode) {
             Some(msg) => {
@@ -969,6 +982,11 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
+    /// The first key it waits on (all of one slot in cluster mode).
+    pub(crate) fn first_key(&self) -> &[u8] {
+        self.keys.first().map_or(&[][..], Vec::as_slice)
+    }
+
     /// Registers on every key's shard while `op` holds the keys, so no write can slip
     /// between the empty try and the registration. `broadcast`: see `BlockState`.
     pub(crate) async fn register(

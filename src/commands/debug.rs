@@ -109,6 +109,18 @@ pub(super) fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 debug_encoding_dump(g, Dump::Quicklist { full }).await
             }
             "reload" => debug_reload(g).await,
+            "clusterlink" if g.args.len() == 5 && g.args[2].eq_ignore_ascii_case(b"kill") => {
+                let Some(node) = crate::cluster::node() else {
+                    return g.w().error(
+                        "ERR Debug option only available for cluster mode enabled setup!",
+                    );
+                };
+                let (direction, id) = (g.args[3].clone(), g.args[4].clone());
+                let mut out = g.w();
+                node.with_engine(|engine| {
+                    crate::cluster::command::debug_clusterlink_kill(engine, &direction, &id, &mut out)
+                });
+            }
             "loadaof" => {
                 let cell = g.session.cell.clone();
                 match crate::persistence::aof_load::debug_loadaof(&cell).await {
@@ -240,6 +252,8 @@ pub(super) fn debug<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     "    The optional argument (0 by default) sets the level of detail",
                     "PAUSE-CRON <0|1>",
                     "    Stop periodic cron job processing.",
+                    "CLUSTERLINK KILL <to|from|all> <node-id>",
+                    "    Kills the link based on the direction to/from (both) with the provided node.",
                 ],
             ),
             _ => g.subcommand_syntax_error("DEBUG"),

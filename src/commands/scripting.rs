@@ -20,7 +20,7 @@ use crate::clients::{ClientShared, ReplyMode, Session};
 use crate::protocol::reply::{Protocol, ReplyWriter};
 use crate::scripting::functions::{self, Policy};
 use crate::scripting::vm::{self, Job, RunJob, Target};
-use crate::scripting::{self, Running};
+use crate::scripting::{self, flags as script_flags, Running};
 use crate::shard::exec::{execute, Call, Wake};
 use crate::shard::locks::LockOwner;
 use crate::shard::multi::MultiShardOp;
@@ -207,6 +207,23 @@ async fn run_script(
     } else {
         Vec::new()
     };
+    // In a cluster a script keeps to one slot unless it says otherwise (a script
+    // without a shebang may cross slots, as before Redis 7), and one flagged
+    // no-cluster does not run at all (scriptPrepareForRun).
+    let declared = g.args.get(1).and_then(|target| {
+        let command = String::from_utf8_lossy(&g.args[0]).to_ascii_lowercase();
+        scripting::declared_flags(&command, target)
+    });
+    let cross_slot_ok = declared
+        .is_none_or(|f| f & (script_flags::EVAL_COMPAT | script_flags::ALLOW_CROSS_SLOT) != 0);
+    if crate::cluster::enabled()
+        && declared.is_some_and(|f| {
+            f & script_flags::EVAL_COMPAT == 0 && f & script_flags::NO_CLUSTER != 0
+        })
+    {
+        return g.error("ERR Can not run script on cluster, 'no-cluster' flag is set.");
+    }
+    let mut script_slot = keys.first().map(|k| crate::slot::key_slot(k));
     let cell = g.session.cell.clone();
     let owner = LockOwner {
         id: g.session.exec_owner.unwrap_or_else(|| cell.next_txn_id()),
@@ -249,8 +266,12 @@ async fn run_script(
                 crate::effects::set_capture_repl(owner.id, repl);
             }
             let deny_oom = oom && !c.allow_oom;
+            let slot = ScriptSlot {
+                first: &mut script_slot,
+                cross_slot_ok,
+            };
             crate::runtime::block_on_nested(call(
-                &mut fake, c.argv, c.ro, deny_oom, now, &mut wrote, &read,
+                &mut fake, c.argv, c.ro, deny_oom, now, &mut wrote, &read, slot,
             ))
         })
     };
@@ -368,8 +389,16 @@ fn acl_check_cmd(fake: &Session, argv: &[Vec<u8>]) -> Vec<u8> {
     }
 }
 
+/// In cluster mode, the slot a script's keys keep to (its declared keys', else
+/// the first one it touched) and whether it may leave it.
+struct ScriptSlot<'a> {
+    first: &'a mut Option<u16>,
+    cross_slot_ok: bool,
+}
+
 /// Runs one `redis.call` for the script and returns its reply. `read` is set once
 /// the script calls a read-only command (client tracking then remembers its keys).
+#[allow(clippy::too_many_arguments)]
 async fn call(
     fake: &mut Session,
     argv: Vec<Vec<u8>>,
@@ -378,6 +407,7 @@ async fn call(
     now: u64,
     wrote: &mut bool,
     read: &std::cell::Cell<bool>,
+    slot: ScriptSlot<'_>,
 ) -> Vec<u8> {
     let proto = fake.proto;
     let Some((idx, spec)) = super::lookup(&argv[0]) else {
@@ -419,6 +449,20 @@ async fn call(
     if !fake.acl_open {
         if let Some(e) = acl_refusal(fake, idx, &argv) {
             return refuse(fake, Some(idx), &e);
+        }
+    }
+    if crate::cluster::enabled() && !obeys(fake) {
+        let refused = crate::connection::redirect::script_refusal(
+            fake,
+            idx,
+            spec,
+            &argv,
+            slot.first,
+            slot.cross_slot_ok,
+        )
+        .await;
+        if let Some(e) = refused {
+            return refuse(fake, Some(idx), e);
         }
     }
     let write = spec.has(WRITE);

@@ -20,7 +20,9 @@ use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, Cross, KeySpec, Kind, K1};
 use super::{parse_i64, Args, ExecCtx, GlobalCtx, NOT_INT, SYNTAX_ERR, WRONGTYPE};
 use crate::protocol::reply::{Protocol, ReplyWriter};
-use crate::shard::blocking::{unblocked_error, BlockState, UNBLOCK_NONE, UNBLOCK_ROLE_CHANGE};
+use crate::shard::blocking::{
+    unblocked_error, BlockState, UNBLOCK_CLUSTER_REDIRECT, UNBLOCK_NONE, UNBLOCK_ROLE_CHANGE,
+};
 use crate::shard::exec::{self, Wake, Written};
 use crate::shard::multi::MultiShardOp;
 use crate::shard::{ShardCell, ShardData};
@@ -1668,6 +1670,21 @@ async fn read_generic(g: &mut GlobalCtx<'_>, group_cmd: bool) {
                 WaitEnd::TimedOut | WaitEnd::Unblocked(UNBLOCK_NONE) => {
                     drop(reg);
                     return g.w().null_array();
+                }
+                WaitEnd::Unblocked(UNBLOCK_CLUSTER_REDIRECT) => {
+                    let write = g.args[0].eq_ignore_ascii_case(b"xreadgroup");
+                    let redirect = crate::connection::redirect::blocked_redirect(
+                        g.session,
+                        r.first_key(),
+                        write,
+                    );
+                    match redirect {
+                        Some(msg) => {
+                            drop(reg);
+                            return g.error(&msg);
+                        }
+                        None => r.state.clear_unblock(),
+                    }
                 }
                 WaitEnd::Unblocked(mode) => {
                     drop(reg);

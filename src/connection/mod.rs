@@ -20,7 +20,7 @@
 mod gate;
 mod master_link;
 mod pipeline;
-mod redirect;
+pub(crate) mod redirect;
 mod takeover;
 mod transaction;
 

@@ -178,30 +178,7 @@ impl Connection {
 
     /// The command and client as routing sees them.
     fn query_of(&self, idx: u16, spec: &'static commands::CommandSpec, args: &Args<'_>) -> Query {
-        let client = ClientFlags {
-            asking: self.session.cluster.asking,
-            readonly: self.session.cluster.readonly,
-            in_multi: self.session.multi.is_some(),
-            master_link: self.session.shared.role.get() == crate::clients::ClientRole::Master,
-            aof_loading: self.session.shared.role.get() == crate::clients::ClientRole::AofLoader,
-        };
-        let kind = if spec.name == "exec" {
-            let t = commands::table();
-            let queued_write = self.session.multi.as_ref().is_some_and(|m| {
-                m.queue
-                    .iter()
-                    .any(|(i, _)| t.specs[*i as usize].has(flags::WRITE))
-            });
-            CommandKind::Exec { queued_write }
-        } else {
-            kind_of(spec)
-        };
-        Query {
-            kind,
-            write: gate::command_writes(idx, args),
-            asking_command: spec.name == "restore-asking",
-            client,
-        }
+        session_query(&self.session, idx, spec, args)
     }
 
     /// A command routing refused: the redirect error, counted as a rejected call.
@@ -215,4 +192,155 @@ impl Connection {
         }
         self.reject(Some(idx), msg);
     }
+}
+
+/// The command `session` is about to run, and the client, as routing sees them.
+pub(crate) fn session_query(
+    session: &crate::clients::Session,
+    idx: u16,
+    spec: &'static commands::CommandSpec,
+    args: &Args<'_>,
+) -> Query {
+    let role = session.shared.role.get();
+    let client = ClientFlags {
+        asking: session.cluster.asking,
+        readonly: session.cluster.readonly,
+        in_multi: session.multi.is_some(),
+        master_link: role == crate::clients::ClientRole::Master,
+        aof_loading: role == crate::clients::ClientRole::AofLoader,
+    };
+    let kind = if spec.name == "exec" {
+        let t = commands::table();
+        let queued_write = session.multi.as_ref().is_some_and(|m| {
+            m.queue
+                .iter()
+                .any(|(i, _)| t.specs[*i as usize].has(flags::WRITE))
+        });
+        CommandKind::Exec { queued_write }
+    } else {
+        kind_of(spec)
+    };
+    Query {
+        kind,
+        write: gate::command_writes(idx, args),
+        asking_command: spec.name == "restore-asking",
+        client,
+    }
+}
+
+/// What a script's `redis.call` may not do in a cluster (Redis's
+/// scriptVerifyClusterState): touch keys this node does not serve, run while the
+/// cluster is down, or — unless the script allows cross-slot keys — touch a slot
+/// other than the first one it used (its declared keys' slot, `script_slot`).
+pub(crate) async fn script_refusal(
+    fake: &crate::clients::Session,
+    idx: u16,
+    spec: &'static commands::CommandSpec,
+    argv: &[Vec<u8>],
+    script_slot: &mut Option<u16>,
+    cross_slot_ok: bool,
+) -> Option<&'static str> {
+    crate::cluster::node()?;
+    if !has_keys(spec) {
+        return None;
+    }
+    let owned = OwnedArgs::new(argv);
+    let args = owned.args();
+    let keys: Vec<(u16, Vec<u8>)> = spec
+        .keys
+        .positions(&args)
+        .map(|i| (crate::slot::key_slot(args.get(i)), args.get(i).to_vec()))
+        .collect();
+    let first_slot = keys.first().map(|(slot, _)| *slot)?;
+    let cell = fake.cell.clone();
+    let mut found = Vec::with_capacity(keys.len());
+    for (_, key) in &keys {
+        let key = key.clone();
+        let live = cell
+            .call(cell.shard_of(&key), move |c| {
+                c.data.borrow().dbs[0].peek_live(&key, crate::util::now_ms())
+            })
+            .await;
+        found.push(live);
+    }
+    let query = session_query(fake, idx, spec, &args);
+    let mut answers = found.into_iter();
+    let mut exists = |_: &[u8]| answers.next().unwrap_or(false);
+    let pairs = keys.iter().map(|(slot, k)| (*slot, k.as_slice()));
+    let route = with_routes(&cell, |t| redirect::route(t, &query, pairs, &mut exists))?;
+    match route {
+        Route::Local => {}
+        Route::DownReadOnlyState => {
+            return Some(
+                "ERR Script attempted to execute a write command while the cluster is down and readonly",
+            )
+        }
+        Route::DownState => {
+            return Some("ERR Script attempted to execute a command while the cluster is down")
+        }
+        _ => return Some("ERR Script attempted to access a non local key in a cluster node"),
+    }
+    if cross_slot_ok {
+        return None;
+    }
+    match *script_slot {
+        None => *script_slot = Some(first_slot),
+        Some(slot) if slot != first_slot => {
+            return Some("ERR Script attempted to access keys that do not hash to the same slot")
+        }
+        Some(_) => {}
+    }
+    None
+}
+
+/// Cluster mode: the error a client blocked on `key` gets now, if its slot is no
+/// longer served here or the cluster failed (Redis's
+/// clusterRedirectBlockedClientIfNeeded). `write`: the blocking command writes
+/// (BLMOVE), so a READONLY replica cannot keep it.
+pub(crate) fn blocked_redirect(
+    session: &crate::clients::Session,
+    key: &[u8],
+    write: bool,
+) -> Option<String> {
+    let client = redirect::BlockedClient {
+        on: redirect::BlockedOn::Keys {
+            slot: crate::slot::key_slot(key),
+        },
+        readonly: session.cluster.readonly,
+        last_command_write: write,
+    };
+    with_routes(&session.cell, |t| {
+        let route = redirect::redirect_blocked(t, &client)?;
+        redirect::error_text(t, &route, false)
+    })
+    .flatten()
+}
+
+/// Every shard: clients blocked on keys whose slot this node no longer serves
+/// (or while the cluster is down) are unblocked to redirect themselves. Run when
+/// the routes change.
+pub(crate) async fn redirect_blocked_clients(cell: &std::rc::Rc<ShardCell>) {
+    cell.call_all(|c| {
+        let data = c.data.borrow();
+        if data.blocked.is_empty() {
+            return;
+        }
+        with_routes(c, |t| {
+            data.blocked.unblock_where(
+                |_, key| {
+                    let client = redirect::BlockedClient {
+                        on: redirect::BlockedOn::Keys {
+                            slot: crate::slot::key_slot(key),
+                        },
+                        // Looked at again by the client with its own flags.
+                        readonly: true,
+                        last_command_write: false,
+                    };
+                    redirect::redirect_blocked(t, &client).is_some()
+                },
+                crate::shard::blocking::UNBLOCK_CLUSTER_REDIRECT,
+            );
+        });
+    })
+    .await;
 }

@@ -57,7 +57,7 @@ pub mod flags {
 /// The flags of the script or function a script command names (`target`: the
 /// script, its sha, or the function): None when it is not known or its shebang does
 /// not parse; `EVAL_COMPAT` for a script without a shebang.
-fn declared_flags(command: &str, target: &[u8]) -> Option<u32> {
+pub fn declared_flags(command: &str, target: &[u8]) -> Option<u32> {
     match command {
         "eval" | "eval_ro" => vm::parse_shebang(target).ok().map(|(f, _)| f),
         "evalsha" | "evalsha_ro" => std::str::from_utf8(target)

@@ -132,7 +132,9 @@ async fn apply(cell: &Rc<ShardCell>, effect: Effect) {
                 .await;
         }
         Effect::DeleteKeysInSlots(slots) => delete_keys_in_slots(cell, slots).await,
-        Effect::TopologyChanged => {}
+        Effect::TopologyChanged => {
+            crate::connection::redirect::redirect_blocked_clients(cell).await
+        }
         // The bus carries these out itself.
         Effect::Send { .. } | Effect::Connect { .. } | Effect::Close { .. } => {}
         Effect::SaveConfig { .. } => {}

@@ -49,6 +49,11 @@ pub const UNBLOCK_ERROR: u8 = 2;
 /// and the connection closes after it.
 pub const UNBLOCK_ROLE_CHANGE: u8 = 3;
 
+/// Cluster mode: the slot of its keys is no longer served here, or the cluster
+/// failed; the client works out its redirect (`connection::redirect::
+/// blocked_redirect`) and keeps waiting if there is none after all.
+pub const UNBLOCK_CLUSTER_REDIRECT: u8 = 4;
+
 /// The error a client unblocked with `mode` gets (None: the timeout's reply).
 pub fn unblocked_error(mode: u8) -> Option<&'static str> {
     match mode {
@@ -164,6 +169,11 @@ impl BlockState {
         self.wake_task();
     }
 
+    /// Back to waiting after an unblock that turned out not to apply.
+    pub fn clear_unblock(&self) {
+        self.unblock.store(UNBLOCK_NONE, Ordering::SeqCst);
+    }
+
     /// It stops waiting: later wake-ups pass it over.
     pub fn finish(&self) {
         self.done.store(true, Ordering::SeqCst);
@@ -263,6 +273,18 @@ impl Blocked {
         match self.by_key.get(&(db, key.to_vec())) {
             Some(q) => q.iter().filter(|s| !s.is_done()).cloned().collect(),
             None => Vec::new(),
+        }
+    }
+
+    /// Unblocks with `mode` every client waiting on a key `pick` chooses (a slot
+    /// that moved away: Redis's clusterRedirectBlockedClientIfNeeded).
+    pub fn unblock_where(&self, mut pick: impl FnMut(usize, &[u8]) -> bool, mode: u8) {
+        for ((db, key), q) in &self.by_key {
+            if pick(*db, key) {
+                for s in q.iter().filter(|s| !s.is_done()) {
+                    s.unblock(mode);
+                }
+            }
         }
     }
 

@@ -9,7 +9,9 @@
 #      `tessera --threads 2`, failing if any unit passes fewer tests than its floor in
 #      tests/compat/floors.tsv;
 #   5. the suite's spawn half (../shared/tools/redis-compat-spawn), where the framework
-#      starts its own servers, for the units of tests/compat/floors-spawn.tsv.
+#      starts its own servers, for the units of tests/compat/floors-spawn.tsv;
+#   6. redis-py 5.2.1's cluster tests against a Tessera cluster and a redis-server one
+#      (tests/redis-py-cluster.sh): Tessera must pass 95% of what redis-server passes.
 # Ends with a plain "N passed, N failed" line for the compat floors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -134,5 +136,10 @@ check_floors() {
 }
 check_floors "$FLOORS" "$OUT/results.tsv" compat
 check_floors "$SPAWN_FLOORS" "$SPAWN_OUT/results.tsv" spawn
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+
+# 6. redis-py's cluster tests (about 2 minutes, fetching redis-py from PyPI once).
+echo "== redis-py cluster tests"
+py_cluster=ok
+bash "$ROOT/tests/redis-py-cluster.sh" "$ROOT/target/release/tessera" || py_cluster=FAIL
+echo "$passed passed, $failed failed; redis-py cluster: $py_cluster"
+[ "$failed" -eq 0 ] && [ "$py_cluster" = ok ]

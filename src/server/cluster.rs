@@ -24,6 +24,9 @@ use std::task::{Poll, Waker};
 /// Starts the node on the bus port of every address in `bind` and installs it
 /// (`crate::cluster::node`). The error is the line to log before exiting.
 pub fn start(config: &Config, bind: &[IpAddr]) -> Result<(), String> {
+    if config.bool_param("tls-cluster") == Some(true) {
+        return Err(TLS_BUS_REFUSED.into());
+    }
     let bus_port = settings::bus_port(config).map_err(str::to_string)?;
     let settings = ServiceSettings {
         config_file: settings::config_file(config),
@@ -35,6 +38,10 @@ pub fn start(config: &Config, bind: &[IpAddr]) -> Result<(), String> {
     crate::cluster::install(node);
     Ok(())
 }
+
+/// What `tls-cluster yes` gets in cluster mode: the bus has no TLS yet.
+pub const TLS_BUS_REFUSED: &str =
+    "tls-cluster yes is not supported yet: Tessera's cluster bus is plaintext";
 
 /// A CONFIG SET of `cluster-*` parameters: the engine reads its settings again.
 pub fn config_changed(config: &Config) {

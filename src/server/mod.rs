@@ -489,7 +489,13 @@ pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
     if named(b"oom-score-adj") {
         process::apply_oom_score_adj(config)?;
     }
-    if named(b"cluster-") {
+    if named(b"tls-cluster")
+        && crate::cluster::enabled()
+        && config.bool_param("tls-cluster") == Some(true)
+    {
+        return Err(cluster::TLS_BUS_REFUSED.into());
+    }
+    if named(b"cluster-") || named(b"tls-cluster") {
         cluster::config_changed(config);
     }
     Ok(())

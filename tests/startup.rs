@@ -334,6 +334,11 @@ fn refused_directives_read_as_redis_server_writes_them() {
         ("", &["--unixsocketperm", "1000"]),
         ("", &["--oom-score-adj-values", "1 x 3"]),
         ("", &["--daemonize", "maybe"]),
+        // A cluster chooses masters itself.
+        (
+            "cluster-enabled yes\n",
+            &["--replicaof", "127.0.0.1", "7304"],
+        ),
         // ACL users: checked as the file is read (Redis names the word at the
         // merged rule's index, not the rule: kept).
         ("user alice on bogus\n", &[]),

@@ -147,6 +147,10 @@ fn replicaof<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 
 /// REPLICAOF host port / NO ONE (Redis's replicaofCommand).
 async fn replicaof_async(g: &mut GlobalCtx<'_>) {
+    // In a cluster the cluster chooses masters (CLUSTER REPLICATE, failover).
+    if crate::cluster::enabled() {
+        return g.w().error("ERR REPLICAOF not allowed in cluster mode.");
+    }
     if replication::failover::state() != replication::failover::State::None {
         return g.w().error("ERR REPLICAOF not allowed while failing over.");
     }
@@ -185,6 +189,11 @@ fn failover<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 
 /// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms] (Redis's failoverCommand).
 async fn failover_async(g: &mut GlobalCtx<'_>) {
+    if crate::cluster::enabled() {
+        return g.w().error(
+            "ERR FAILOVER not allowed in cluster mode. Use CLUSTER FAILOVER command instead.",
+        );
+    }
     let cell = g.session.cell.clone();
     let argc = g.args.len();
     let arg = |i: usize| g.args.get(i).map_or(&[][..], |a| a.as_slice());

@@ -42,6 +42,7 @@ impl Config {
         text.push_str(&parsed.options);
         config.load_str(&text)?;
         config.check_logfile()?;
+        config.check_cluster_replicaof()?;
         Ok(config)
     }
 }

@@ -192,6 +192,15 @@ impl Config {
             .map_err(DirectiveError::Fatal)
     }
 
+    /// A cluster node's master is chosen by the cluster (CLUSTER REPLICATE), never
+    /// by `replicaof` (loadServerConfigFromString's sanity check).
+    pub(super) fn check_cluster_replicaof(&self) -> Result<(), String> {
+        if self.cluster_enabled() && self.replicaof().is_some() {
+            return Err(fatal("replicaof directive not allowed in cluster mode"));
+        }
+        Ok(())
+    }
+
     /// Redis refuses to start when the log file cannot be opened.
     pub(super) fn check_logfile(&self) -> Result<(), String> {
         let logfile = self.logfile();

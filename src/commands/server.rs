@@ -426,9 +426,13 @@ fn info_clients(reports: &[ShardReport], maxclients: usize, out: &mut String) {
     let (tc, ..) = crate::tracking::info_counts();
     let max_in = reports.iter().map(|r| r.buffer_peaks.0).max().unwrap_or(0);
     let max_out = reports.iter().map(|r| r.buffer_peaks.1).max().unwrap_or(0);
+    // getClusterConnectionsCount: a link each way to every other known node.
+    let bus = crate::cluster::node().map_or(0, |node| {
+        node.with_engine(|engine| engine.table.len().saturating_sub(1) * 2)
+    });
     let _ = write!(
         out,
-        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:{max_in}\r\nclient_recent_max_output_buffer:{max_out}\r\nblocked_clients:{blocked}\r\ntracking_clients:{tc}\r\nclients_in_timeout_table:0\r\n",
+        "# Clients\r\nconnected_clients:{n}\r\ncluster_connections:{bus}\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:{max_in}\r\nclient_recent_max_output_buffer:{max_out}\r\nblocked_clients:{blocked}\r\ntracking_clients:{tc}\r\nclients_in_timeout_table:0\r\n",
         maxclients
     );
 }

@@ -474,7 +474,7 @@ impl Membership {
             .and_then(|m| self.table.get(m));
         let claimer = master.unwrap_or(me);
         let mut mflags = [0; 3];
-        if me.is_master() && self.manual_failover_in_progress() {
+        if me.is_master() && self.manual_failover_in_progress() && self.election.mf_paused {
             mflags[0] |= wire::mflags0::PAUSED;
         }
         Header {

@@ -133,6 +133,10 @@ async fn apply(cell: &Rc<ShardCell>, effect: Effect) {
         Effect::PauseWrites { until } => {
             cell.call_all(move |c| c.data.borrow_mut().pause_clients(until, true))
                 .await;
+            let offset = settled_offset().await;
+            if let Some(node) = crate::cluster::node() {
+                node.with_engine(|engine| engine.writes_paused(offset, crate::util::now_ms()));
+            }
         }
         Effect::Unpause => {
             cell.call_all(|c| c.data.borrow_mut().unpause_clients())
@@ -146,6 +150,23 @@ async fn apply(cell: &Rc<ShardCell>, effect: Effect) {
         Effect::Send { .. } | Effect::Connect { .. } | Effect::Close { .. } => {}
         Effect::SaveConfig { .. } => {}
     }
+}
+
+/// The replication offset once writes are held: a write that passed the pause
+/// check before the pause may still be on its way to the stream, so read until
+/// it stands still (a few ms; at most 100). The replica takes this offset as
+/// final and waits to reach exactly it.
+async fn settled_offset() -> u64 {
+    let mut offset = crate::effects::offset();
+    for _ in 0..20 {
+        crate::runtime::sleep(std::time::Duration::from_millis(5)).await;
+        let now = crate::effects::offset();
+        if now == offset {
+            break;
+        }
+        offset = now;
+    }
+    offset
 }
 
 /// Redis's delKeysInSlot for every slot this master lost while staying a master:

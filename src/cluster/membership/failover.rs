@@ -68,6 +68,9 @@ pub(super) struct Election {
     pub(super) mf_end: u64,
     /// On a master: the replica that asked for the manual failover.
     mf_replica: Option<NodeId>,
+    /// On a master: the server confirmed that writes are held (`writes_paused`),
+    /// so the offset we announce is final and pings may say PAUSED.
+    pub(super) mf_paused: bool,
     /// On a replica: the offset the paused master announced.
     mf_master_offset: Option<u64>,
     mf_can_start: bool,
@@ -144,6 +147,7 @@ impl Membership {
         self.election.mf_end = 0;
         self.election.mf_can_start = false;
         self.election.mf_replica = None;
+        self.election.mf_paused = false;
         self.election.mf_master_offset = None;
     }
 
@@ -186,9 +190,12 @@ impl Membership {
         }
     }
 
-    /// MFSTART from one of our replicas: pause writes and ping it right away
-    /// with our offset.
-    pub(super) fn on_mfstart(&mut self, sender: NodeId, link: LinkId, now: u64) {
+    /// MFSTART from one of our replicas: pause writes. Redis pings the replica
+    /// at once with its offset, read after its (single-threaded) pause took
+    /// hold; here the shards pause asynchronously and writes may still be on
+    /// their way, so the PAUSED ping waits for `writes_paused` with the offset
+    /// of then. A replica takes the first PAUSED offset it hears as final.
+    pub(super) fn on_mfstart(&mut self, sender: NodeId, _link: LinkId, now: u64) {
         let myself = self.table.myself();
         if self.table.get(sender).and_then(|s| s.master()) != Some(myself) {
             return;
@@ -202,7 +209,23 @@ impl Membership {
             "Manual failover requested by replica {}.",
             self.name_of(sender)
         );
-        self.send_ping(link, kind::PING, now);
+    }
+
+    /// The server held writes for the manual failover a replica asked for, and
+    /// `offset` is where its stream stands now: announce it to the replica
+    /// (with PAUSED from now on).
+    pub fn writes_paused(&mut self, offset: u64, now: u64) {
+        let Some(replica) = self.manual_failover_replica() else {
+            return;
+        };
+        if self.election.mf_paused {
+            return;
+        }
+        self.election.mf_paused = true;
+        self.repl_offset = offset;
+        if let Some(link) = self.outbound.get(&replica).copied() {
+            self.send_ping(link, kind::PING, now);
+        }
     }
 
     /// Whether this master is pinging `node` continuously for its manual failover.

@@ -136,6 +136,8 @@ impl Sim {
                 }
             }
             Effect::Publish { message, .. } => self.published.push((i, message)),
+            // A server holds writes at once here: nothing is written in the sim.
+            Effect::PauseWrites { .. } => self.nodes[i].engine.writes_paused(0, now),
             _ => {}
         }
     }

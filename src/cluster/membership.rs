@@ -208,18 +208,24 @@ pub struct Membership {
     effects: Vec<Effect>,
 }
 
+/// This node's own entry as `settings` announce it: ports, hostname and, when
+/// set, `cluster-announce-ip`.
+fn announce_as(table: &mut NodeTable, settings: &Settings) {
+    let me = table.me_mut();
+    me.port = settings.port;
+    me.pport = settings.pport;
+    me.cport = settings.cport;
+    me.hostname = settings.hostname.clone();
+    if let Some(ip) = &settings.announce_ip {
+        me.ip = ip.clone();
+    }
+}
+
 impl Membership {
     /// The engine for `table` (freshly created or loaded from nodes.conf). `seed`
     /// drives the random choices (gossip entries, which node to ping).
     pub fn new(mut table: NodeTable, settings: Settings, seed: u64) -> Membership {
-        let me = table.me_mut();
-        me.port = settings.port;
-        me.pport = settings.pport;
-        me.cport = settings.cport;
-        me.hostname = settings.hostname.clone();
-        if let Some(ip) = &settings.announce_ip {
-            me.ip = ip.clone();
-        }
+        announce_as(&mut table, &settings);
         Membership {
             table,
             settings,
@@ -278,14 +284,7 @@ impl Membership {
     /// ping on, as Redis's apply functions do), and routes republished (the
     /// down-state and endpoint settings are part of them).
     pub fn apply_settings(&mut self, settings: Settings) {
-        let me = self.table.me_mut();
-        me.port = settings.port;
-        me.pport = settings.pport;
-        me.cport = settings.cport;
-        me.hostname = settings.hostname.clone();
-        if let Some(ip) = &settings.announce_ip {
-            me.ip = ip.clone();
-        }
+        announce_as(&mut self.table, &settings);
         self.settings = settings;
         self.effects.push(Effect::TopologyChanged);
     }

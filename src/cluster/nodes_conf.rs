@@ -27,6 +27,7 @@ use std::io::{self, Write as _};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, OnceLock};
 
 use super::wire::{set_slot, slot_is_set, BITMAP_LEN};
 use super::{flags, NodeName, SLOTS};
@@ -744,13 +745,34 @@ fn write_and_rename(
     }
     fs::rename(tmp, path)?;
     if let Some(lock) = lock {
-        // Dropping the old descriptor releases the lock on the replaced inode.
-        lock.file = file;
+        // Closing the old descriptor releases the lock on the replaced inode.
+        close_in_background(std::mem::replace(&mut lock.file, file));
     }
     if fsync {
         sync_parent_dir(path)?;
     }
     Ok(())
+}
+
+/// Closes the replaced nodes.conf's last descriptor on a thread of its own. That
+/// close frees an unlinked inode, which can wait for the filesystem's journal
+/// (over a second on a loaded ext4), and the bus thread saving under the
+/// engine's lock must not stall that long: its peers would stop hearing from it
+/// and mark it failing.
+fn close_in_background(file: File) {
+    static CLOSER: OnceLock<Option<mpsc::Sender<File>>> = OnceLock::new();
+    let closer = CLOSER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<File>();
+        std::thread::Builder::new()
+            .name("nodes-conf-close".into())
+            .spawn(move || rx.into_iter().for_each(drop))
+            .ok()
+            .map(|_| tx)
+    });
+    // Without the thread (it could not start, or is gone) the caller closes it.
+    if let Some(tx) = closer {
+        let _ = tx.send(file);
+    }
 }
 
 /// Makes a rename in `path`'s directory durable.

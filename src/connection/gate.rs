@@ -136,7 +136,12 @@ impl Connection {
         args: &Args<'_>,
     ) -> Gate {
         if self.no_refusal_can_apply(idx, spec, args) {
-            return Gate::Pass;
+            // In cluster mode routing is then the only check that can refuse.
+            return match self.cluster_verdict(idx, spec, args) {
+                None | Some(redirect::ClusterVerdict::Local) => Gate::Pass,
+                Some(redirect::ClusterVerdict::Redirect(msg)) => Gate::Redirect(msg),
+                Some(redirect::ClusterVerdict::NeedsLookup) => Gate::ClusterLookup,
+            };
         }
         self.refusal(idx, spec, stat, args)
     }
@@ -164,7 +169,6 @@ impl Connection {
             && !crate::persistence::loading()
             && !crate::persistence::async_loading()
             && !commands::table().is_container(idx)
-            && !crate::cluster::enabled()
     }
 
     /// `gate`'s checks one by one, in processCommand order.

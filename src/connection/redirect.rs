@@ -61,15 +61,15 @@ impl Connection {
         {
             return None;
         }
-        let home = self.session.cell.clone();
-        let now = crate::util::now_ms();
+        // Asked only while the first key's slot is migrating or importing.
+        let home = &self.session.cell;
         let mut remote = false;
         let mut exists = |key: &[u8]| {
             if home.shard_of(key) != home.id {
                 remote = true;
                 return false;
             }
-            home.data.borrow().dbs[0].peek_live(key, now)
+            home.data.borrow().dbs[0].peek_live(key, crate::util::now_ms())
         };
         let route = self.route_with(idx, spec, args, &mut exists)?;
         if remote {

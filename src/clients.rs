@@ -475,12 +475,14 @@ pub struct Session {
     pub reply_mode: ReplyMode,
     /// Close the connection once pending replies are written (QUIT, protocol errors).
     pub close_after_reply: bool,
-    /// MULTI state: the queued commands, or None outside a transaction.
-    pub multi: Option<MultiState>,
+    /// MULTI state: the queued commands, or None outside a transaction. Boxed:
+    /// every connection's task carries its session, most never open one.
+    pub multi: Option<Box<MultiState>>,
     /// While EXEC runs: the lock owner of the transaction.
     pub exec_owner: Option<crate::shard::locks::TxnId>,
     /// Keys this client WATCHes: (db, key, flag set by any write to it, expired then).
-    pub watched: Vec<WatchedKey>,
+    /// Boxed for the reason `multi` is.
+    pub watched: Option<Box<Vec<WatchedKey>>>,
     /// The fake client a Lua script's commands run as (Redis's CLIENT_SCRIPT).
     pub in_script: bool,
     /// The reply just produced is an error already counted in the error stats (a
@@ -501,6 +503,31 @@ pub struct ClusterFlags {
     pub asking: bool,
     /// READONLY: reads of the master's slots are served on this replica.
     pub readonly: bool,
+    /// ASKING was the command just before this one.
+    pub asking_fresh: bool,
+}
+
+impl ClusterFlags {
+    /// ASKING: the next command (or the transaction it opens) may use an
+    /// importing slot.
+    pub fn ask(&mut self) {
+        self.asking = true;
+        self.asking_fresh = true;
+    }
+
+    /// A command begins (`in_multi`: the client is inside MULTI): ASKING lasts
+    /// for the one command after it, or through a transaction, as Redis's
+    /// resetClient clears it after any other command outside MULTI.
+    #[inline]
+    pub fn next_command(&mut self, in_multi: bool) {
+        if self.asking {
+            if self.asking_fresh {
+                self.asking_fresh = false;
+            } else if !in_multi {
+                self.asking = false;
+            }
+        }
+    }
 }
 
 impl Session {

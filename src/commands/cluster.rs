@@ -65,7 +65,7 @@ fn asking(ctx: &mut ClientCtx) {
     if !crate::cluster::enabled() {
         return ctx.out.error(DISABLED);
     }
-    ctx.session.cluster.asking = true;
+    ctx.session.cluster.ask();
     ctx.out.ok();
 }
 

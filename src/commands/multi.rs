@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::strings::cmd;
 use super::table::{flags::*, CommandSpec, KeySpec, Kind};
 use super::{ClientCtx, GlobalCtx};
-use crate::clients::{MultiState, Session, WatchedKey};
+use crate::clients::{Session, WatchedKey};
 
 type Fut<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
@@ -47,7 +47,7 @@ fn multi(ctx: &mut ClientCtx) {
     if ctx.session.multi.is_some() {
         return ctx.out.error("ERR MULTI calls can not be nested");
     }
-    ctx.session.multi = Some(MultiState::default());
+    ctx.session.multi = Some(Box::default());
     ctx.session.shared.multi_count.set(0);
     ctx.out.ok();
 }
@@ -76,7 +76,8 @@ fn watch<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
         let db = g.session.db;
         let cell = g.session.cell.clone();
         for key in std::mem::take(&mut g.args).into_iter().skip(1) {
-            let already = g.session.watched.iter().any(|w| w.db == db && w.key == key);
+            let already = (g.session.watched.iter().flat_map(|w| w.iter()))
+                .any(|w| w.db == db && w.key == key);
             if already {
                 continue;
             }
@@ -93,12 +94,15 @@ fn watch<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     live
                 })
                 .await;
-            g.session.watched.push(WatchedKey {
-                db,
-                key,
-                dirty: flag,
-                expired_at_watch: !existed,
-            });
+            g.session
+                .watched
+                .get_or_insert_with(Box::default)
+                .push(WatchedKey {
+                    db,
+                    key,
+                    dirty: flag,
+                    expired_at_watch: !existed,
+                });
         }
         g.w().ok();
     })
@@ -114,7 +118,7 @@ fn unwatch<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 /// Forgets every WATCH of the session, on the shards that hold them.
 pub async fn unwatch_all(session: &mut Session) {
     let cell = session.cell.clone();
-    for w in std::mem::take(&mut session.watched) {
+    for w in session.watched.take().map(|w| *w).unwrap_or_default() {
         let shard = cell.shard_of(&w.key);
         cell.tell(shard, move |c| {
             c.data.borrow_mut().watches.remove(w.db, &w.key, &w.dirty)
@@ -127,7 +131,7 @@ pub async fn unwatch_all(session: &mut Session) {
 /// and gone now (deleted or expired). Called while EXEC holds every shard.
 pub async fn watched_dirty(session: &Session) -> bool {
     let cell = session.cell.clone();
-    for w in &session.watched {
+    for w in session.watched.iter().flat_map(|w| w.iter()) {
         if w.dirty.load(Ordering::SeqCst) {
             return true;
         }

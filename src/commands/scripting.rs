@@ -182,7 +182,7 @@ fn fake_session(s: &Session, txn: u64) -> Session {
         close_after_reply: false,
         multi: None,
         exec_owner: Some(txn),
-        watched: Vec::new(),
+        watched: None,
         in_script: true,
         error_counted: false,
         last_write: Default::default(),

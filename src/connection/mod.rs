@@ -273,7 +273,7 @@ async fn serve_as(
             close_after_reply: false,
             multi: None,
             exec_owner: None,
-            watched: Vec::new(),
+            watched: None,
             in_script: false,
             error_counted: false,
             last_write: Default::default(),
@@ -737,16 +737,8 @@ impl Connection {
     /// make `run_fast` decline (as CLIENT PAUSE does), or ordinary keyed commands
     /// would skip it.
     async fn run_command(&mut self, args: Args<'_>) {
-        let asking = self.session.cluster.asking && !args.get(0).eq_ignore_ascii_case(b"asking");
-        self.run_command_checked(args).await;
-        // ASKING holds for the next command, or for the transaction it opens
-        // (Redis's resetClient clears it after any other command outside MULTI).
-        if asking && self.session.multi.is_none() {
-            self.session.cluster.asking = false;
-        }
-    }
-
-    async fn run_command_checked(&mut self, args: Args<'_>) {
+        let in_multi = self.session.multi.is_some();
+        self.session.cluster.next_command(in_multi);
         if !self.session.acl_refresh() {
             // The client's user was deleted: the connection ends (ACL DELUSER and
             // ACL LOAD close it too, this catches a command already on its way).
@@ -768,13 +760,14 @@ impl Connection {
         let t = commands::table();
         let stat = t.stat_id(idx, &args);
         self.session.shared.last_cmd.set(t.stat_name(stat));
-        let mut verdict = self.gate(idx, spec, stat, &args);
-        if let Gate::ClusterLookup = verdict {
-            verdict = match self.cluster_lookup_route(idx, spec, &args).await {
-                Some(msg) => Gate::Redirect(msg),
-                None => self.refusal_after_routing(idx, spec, stat),
-            };
-        }
+        let verdict = match self.gate(idx, spec, stat, &args) {
+            // Boxed, as the redirect below: rare paths whose futures every
+            // connection's task would otherwise carry (tests/conn_memory.rs).
+            Gate::ClusterLookup => {
+                Box::pin(self.cluster_gate_after_lookup(idx, spec, stat, &args)).await
+            }
+            other => other,
+        };
         match verdict {
             Gate::Pass => {}
             Gate::Refuse(cmd, msg) => return self.reject(cmd, &msg),
@@ -785,7 +778,7 @@ impl Connection {
                 return self.reject(Some(idx), busy);
             }
             Gate::ClusterLookup => {}
-            Gate::Redirect(msg) => return self.redirect(idx, spec, &msg).await,
+            Gate::Redirect(msg) => return Box::pin(self.redirect(idx, spec, msg)).await,
         }
         // CLIENT PAUSE holds a command after every refusal and before MULTI queues
         // it, as Redis's processCommand; what EXEC or a script runs is never held.
@@ -794,7 +787,7 @@ impl Connection {
             && self.session.cell.data.borrow().client_pause.is_set()
         {
             let may_write = self.pause_may_write(idx, &args);
-            self.wait_out_pause(may_write).await;
+            Box::pin(self.wait_out_pause(may_write)).await;
             if self.session.close_after_reply {
                 return;
             }

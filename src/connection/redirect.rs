@@ -9,6 +9,7 @@
 //! whether each key is here; keys of this shard are answered at once, keys of
 //! other shards need a hop, which the gate leaves to `cluster_lookup_route`.
 
+use super::gate::Gate;
 use super::*;
 use crate::cluster::redirect::{self, ClientFlags, CommandKind, Query, Route, RoutingTable};
 
@@ -109,6 +110,21 @@ impl Connection {
         }
     }
 
+    /// The gate's verdict for `Gate::ClusterLookup`: the keys asked where they
+    /// live, routed, then the checks that follow routing.
+    pub(super) async fn cluster_gate_after_lookup(
+        &self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        stat: u16,
+        args: &Args<'_>,
+    ) -> Gate {
+        match self.cluster_lookup_route(idx, spec, args).await {
+            Some(msg) => Gate::Redirect(msg),
+            None => self.refusal_after_routing(idx, spec, stat),
+        }
+    }
+
     fn verdict_of(&self, route: Route) -> ClusterVerdict {
         if route.is_local() {
             return ClusterVerdict::Local;
@@ -184,13 +200,13 @@ impl Connection {
     /// A command routing refused: the redirect error, counted as a rejected call.
     /// EXEC's transaction is discarded (a client retries it whole on the right
     /// node); a command queued in MULTI makes EXEC fail (Redis's flagTransaction).
-    pub(super) async fn redirect(&mut self, idx: u16, spec: &commands::CommandSpec, msg: &str) {
+    pub(super) async fn redirect(&mut self, idx: u16, spec: &commands::CommandSpec, msg: String) {
         if spec.name == "exec" && self.session.multi.is_some() {
             self.session.multi = None;
             self.session.shared.multi_count.set(-1);
             commands::multi::unwatch_all(&mut self.session).await;
         }
-        self.reject(Some(idx), msg);
+        self.reject(Some(idx), &msg);
     }
 }
 

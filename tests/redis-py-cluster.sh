@@ -47,9 +47,11 @@ EOF
 }
 
 WORK=$(mktemp -d)
-PIDS=()
+# The nodes' pids, in a file: `cluster` runs in a command substitution's subshell.
 cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    if [ -f "$WORK/pids" ]; then
+        xargs -r kill -9 <"$WORK/pids" 2>/dev/null || true
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -63,7 +65,7 @@ cluster() {
         mkdir -p "$dir"
         (cd "$dir" && exec "$bin" --port "$port" --cluster-enabled yes --save "" \
             --cluster-node-timeout 5000 --logfile "$dir/log" >/dev/null 2>&1) &
-        PIDS+=($!)
+        echo $! >>"$WORK/pids"
         nodes="$nodes 127.0.0.1:$port"
     done
     for i in 0 1 2 3 4 5; do

@@ -137,13 +137,24 @@ impl Connection {
     ) -> Gate {
         if self.no_refusal_can_apply(idx, spec, args) {
             // In cluster mode routing is then the only check that can refuse.
-            return match self.cluster_verdict(idx, spec, args) {
-                None | Some(redirect::ClusterVerdict::Local) => Gate::Pass,
-                Some(redirect::ClusterVerdict::Redirect(msg)) => Gate::Redirect(msg),
-                Some(redirect::ClusterVerdict::NeedsLookup) => Gate::ClusterLookup,
-            };
+            return self.cluster_gate(idx, spec, args).unwrap_or(Gate::Pass);
         }
         self.refusal(idx, spec, stat, args)
+    }
+
+    /// The cluster check as the gate's verdict; None when the command runs here.
+    #[inline(always)]
+    fn cluster_gate(
+        &self,
+        idx: u16,
+        spec: &'static commands::CommandSpec,
+        args: &Args<'_>,
+    ) -> Option<Gate> {
+        match self.cluster_verdict(idx, spec, args)? {
+            redirect::ClusterVerdict::Local => None,
+            redirect::ClusterVerdict::Redirect(msg) => Some(Gate::Redirect(msg)),
+            redirect::ClusterVerdict::NeedsLookup => Some(Gate::ClusterLookup),
+        }
     }
 
     /// The common case in a few loads: no container and no protected command, with
@@ -218,10 +229,8 @@ impl Connection {
                 return Gate::Refuse(Some(idx), msg);
             }
         }
-        match self.cluster_verdict(idx, spec, args) {
-            None | Some(redirect::ClusterVerdict::Local) => {}
-            Some(redirect::ClusterVerdict::Redirect(msg)) => return Gate::Redirect(msg),
-            Some(redirect::ClusterVerdict::NeedsLookup) => return Gate::ClusterLookup,
+        if let Some(verdict) = self.cluster_gate(idx, spec, args) {
+            return verdict;
         }
         self.refusal_after_routing(idx, spec, stat)
     }

@@ -48,6 +48,11 @@ pub static CONNECTED_CLIENTS: AtomicUsize = AtomicUsize::new(0);
 
 const READ_CHUNK: usize = 16 * 1024;
 
+/// Commands a reading-ahead connection queues for other shards before it sends them
+/// (`Connection::launch`): a 16 KB read of SETs holds about 180 for each of two
+/// shards, so the peers run a few reads' worth at a time.
+const READ_AHEAD_LAUNCH: usize = 512;
+
 /// Bytes of the read buffer one key-prefetch glance may read: a -P 16 batch of GETs or
 /// SETs is well under 1 KB, and bigger commands gain little from it.
 const PREFETCH_SCAN_BYTES: usize = 4096;
@@ -96,6 +101,44 @@ struct Pipeline {
     split_slow: Vec<(u32, u32, u32, u32)>,
     split_args: Vec<u8>,
     split_spans: Vec<ArgSpan>,
+    /// The generation sent ahead while this one is parsed (read-ahead, see
+    /// `Connection::launch`); allocated the first time the connection reads ahead.
+    in_flight: Option<Box<InFlight>>,
+}
+
+/// A pipeline generation whose batches are on the other shards while the connection
+/// parses the input that came after it: its parts in request order, the local
+/// replies among them, and the hops it waits for. One at most: it is finished
+/// before the next generation leaves, so a connection still has at most one batch
+/// per shard in flight.
+#[derive(Default)]
+struct InFlight {
+    active: bool,
+    waiting: Vec<(usize, crate::shard::hops::HopWait)>,
+    /// Emptied batches back from earlier generations, one per shard: the next
+    /// generation queues into these while this one's batches travel.
+    spare_batches: Vec<OwnedBatch>,
+    order: Vec<Part>,
+    scratch: Vec<u8>,
+    merge_parts: Vec<(u16, u32)>,
+    merge_order: Vec<u16>,
+    split_slow: Vec<(u32, u32, u32, u32)>,
+    split_args: Vec<u8>,
+    split_spans: Vec<ArgSpan>,
+}
+
+impl InFlight {
+    /// Trades the request-ordered parts (and what they point into) with `pipe`'s:
+    /// a generation moves into or out of the box without copying or allocating.
+    fn swap_parts(&mut self, pipe: &mut Pipeline) {
+        std::mem::swap(&mut self.order, &mut pipe.order);
+        std::mem::swap(&mut self.scratch, &mut pipe.scratch);
+        std::mem::swap(&mut self.merge_parts, &mut pipe.merge_parts);
+        std::mem::swap(&mut self.merge_order, &mut pipe.merge_order);
+        std::mem::swap(&mut self.split_slow, &mut pipe.split_slow);
+        std::mem::swap(&mut self.split_args, &mut pipe.split_args);
+        std::mem::swap(&mut self.split_spans, &mut pipe.split_spans);
+    }
 }
 
 const NO_PART: u32 = u32::MAX;
@@ -117,6 +160,7 @@ impl Pipeline {
             split_slow: Vec::new(),
             split_args: Vec::new(),
             split_spans: Vec::new(),
+            in_flight: None,
         }
     }
 
@@ -131,8 +175,19 @@ impl Pipeline {
         !self.part_of.is_empty()
     }
 
+    /// No reply owed: nothing queued here and no generation in flight (while one is,
+    /// even a local reply must wait its turn in the scratch buffer).
     fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.order.is_empty() && !self.has_in_flight()
+    }
+
+    fn has_in_flight(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|f| f.active)
+    }
+
+    /// Commands queued for other shards and not sent yet.
+    fn queued_remote(&self) -> usize {
+        self.batches.iter().map(OwnedBatch::len).sum()
     }
 }
 
@@ -332,6 +387,9 @@ impl Connection {
             // messages) go out before its replies, as Redis had them queued already.
             self.take_pushes();
             let ran = self.process_input().await;
+            if !self.read_ahead().await {
+                return;
+            }
             if self.obuf_closed {
                 return;
             }
@@ -345,25 +403,8 @@ impl Connection {
                 // loop at P=1, waiting for the round raised the median latency by half.
                 crate::runtime::yield_to_round_end().await;
             }
-            self.check_replies();
-            if !self.out.is_empty() {
-                // Under appendfsync always, nothing is acknowledged before the AOF
-                // holds it on disk (group commit: one fsync for every core's round).
-                crate::persistence::aof::wait_durable().await;
-                let n = self.out.len() as u64;
-                if !self.write_out().await {
-                    return;
-                }
-                self.session.cell.data.borrow_mut().stats.net_output_bytes += n;
-                self.out.clear();
-                if self.out.capacity() > 4 * 1024 * 1024 {
-                    self.out = Vec::new();
-                }
-                let shared = &self.session.shared;
-                shared.reply_buf_cap.set(self.out.capacity());
-                shared
-                    .reply_buf_peak
-                    .set(shared.reply_buf_peak.get().max(n as usize));
+            if !self.write_replies().await {
+                return;
             }
             if self.session.close_after_reply || self.session.shared.killed.get() {
                 return;
@@ -375,6 +416,56 @@ impl Connection {
                 return;
             }
         }
+    }
+
+    /// Sends the replies produced so far. False when the client is gone or was closed
+    /// over its output limit.
+    async fn write_replies(&mut self) -> bool {
+        self.check_replies();
+        if self.out.is_empty() {
+            return true;
+        }
+        // Under appendfsync always, nothing is acknowledged before the AOF holds it on
+        // disk (group commit: one fsync for every core's round).
+        crate::persistence::aof::wait_durable().await;
+        let n = self.out.len() as u64;
+        if !self.write_out().await {
+            return false;
+        }
+        self.session.cell.data.borrow_mut().stats.net_output_bytes += n;
+        self.out.clear();
+        if self.out.capacity() > 4 * 1024 * 1024 {
+            self.out = Vec::new();
+        }
+        let shared = &self.session.shared;
+        shared.reply_buf_cap.set(self.out.capacity());
+        shared
+            .reply_buf_peak
+            .set(shared.reply_buf_peak.get().max(n as usize));
+        true
+    }
+
+    /// While the last read left commands queued or a generation in flight
+    /// (`may_read_ahead`): sends the replies finished so far, then parses whatever
+    /// input is already waiting, without waiting for more; once none is, waits for
+    /// every reply as any flush does. False when the client went away.
+    async fn read_ahead(&mut self) -> bool {
+        while !self.pipe.is_empty() {
+            if self.obuf_closed || !self.write_replies().await {
+                return false;
+            }
+            match crate::runtime::first(self.read_more(), std::future::ready(())).await {
+                crate::runtime::First::A(true) => {
+                    self.process_input().await;
+                }
+                crate::runtime::First::A(false) => return false,
+                crate::runtime::First::B(()) => {
+                    self.flush().await;
+                    self.session.last_write.settle();
+                }
+            }
+        }
+        true
     }
 
     /// Writes all of `out`. While the client does not read, the unwritten rest is its
@@ -611,13 +702,23 @@ impl Connection {
             }
         }
         if !self.obuf_closed {
-            self.flush().await;
-            if self.out.len() >= self.obuf_watch {
-                self.check_output_limit();
+            if self.may_read_ahead() {
+                // Otherwise the next read's commands join this generation: the peers
+                // are woken once per READ_AHEAD_LAUNCH commands, not once per read.
+                if self.pipe.queued_remote() >= READ_AHEAD_LAUNCH {
+                    self.launch().await;
+                }
+            } else {
+                self.flush().await;
+                if self.out.len() >= self.obuf_watch {
+                    self.check_output_limit();
+                }
             }
         }
-        // Every command of the batch is done: its writes are in the stream.
-        self.session.last_write.settle();
+        if self.pipe.is_empty() {
+            // Every command of the batch is done: its writes are in the stream.
+            self.session.last_write.settle();
+        }
         self.buf = buf;
         self.spans = spans;
         if self.start == self.end {

@@ -6,6 +6,11 @@
 use super::*;
 use crate::shard::merge::merge_replies;
 
+/// Replies a reading-ahead connection may hold before it stops to write them: the
+/// generation in flight is finished before the next leaves, so this bounds its
+/// pending output to about twice as much.
+const READ_AHEAD_MAX_OUTPUT: usize = 128 * 1024;
+
 /// Where a keyed command's keys live.
 pub(super) enum KeyShard {
     /// All on this shard (also a command with no key: it runs at home).
@@ -451,8 +456,91 @@ impl Connection {
         }
     }
 
+    /// Whether to send this read's batches now and parse the input already waiting
+    /// while the other shards run them, instead of waiting for their replies first
+    /// (`launch`). A client streaming a long pipeline (`redis-cli --pipe`) otherwise
+    /// leaves its home shard and the others taking turns, each asleep while the other
+    /// works, woken once per read. Only a plain client qualifies: replies on, RESP2,
+    /// no MULTI, pub/sub, tracking, monitor, replication role or output limit, and a
+    /// split command (which locks its shards) ends it. The socket must still be
+    /// marked readable (the last read filled the buffer), so a client that waits for
+    /// its replies never costs a read that finds nothing.
+    pub(super) fn may_read_ahead(&self) -> bool {
+        let session = &self.session;
+        let shared = &session.shared;
+        self.stream.input_may_be_waiting()
+            && !self.pipe.locked
+            && self.pipe.batches.iter().any(|b| !b.is_empty())
+            && self.obuf_watch == usize::MAX
+            && self.out.len() + self.pipe.scratch.len() < READ_AHEAD_MAX_OUTPUT
+            && self.master.is_none()
+            && self.reply_check.is_none()
+            && self.replica_link.is_none()
+            && self.monitor.is_none()
+            && session.multi.is_none()
+            && session.reply_mode == ReplyMode::On
+            && session.proto == Protocol::Resp2
+            && !session.close_after_reply
+            && !shared.killed.get()
+            && !shared.tracking.on()
+            && !shared.pubsub.active()
+            && !shared.pubsub.has_pushes()
+    }
+
+    /// Sends the pending batches as the generation in flight, once the one before it
+    /// is finished (its replies assembled into `out`), and lets the round end so the
+    /// outbox sends them now. The pipeline starts the next generation empty.
+    pub(super) async fn launch(&mut self) {
+        self.finish_in_flight().await;
+        let cell = self.session.cell.clone();
+        let n = cell.shard_count();
+        let mut f = self.pipe.in_flight.take().unwrap_or_default();
+        f.spare_batches.resize_with(n, OwnedBatch::default);
+        for s in 0..n {
+            if self.pipe.batches[s].is_empty() {
+                continue;
+            }
+            let next = std::mem::take(&mut f.spare_batches[s]);
+            let mut b = std::mem::replace(&mut self.pipe.batches[s], next);
+            (b.client, b.home) = (self.session.id(), cell.id);
+            let r = std::mem::take(&mut self.pipe.spare_replies[s]);
+            f.waiting.push((s, cell.hop(s, b, r)));
+        }
+        f.swap_parts(&mut self.pipe);
+        f.active = true;
+        self.pipe.in_flight = Some(f);
+        self.mark = None;
+        crate::runtime::yield_to_round_end().await;
+    }
+
+    /// Waits for the generation in flight and writes its replies to `out`.
+    pub(super) async fn finish_in_flight(&mut self) {
+        let Some(mut f) = self.pipe.in_flight.take() else {
+            return;
+        };
+        if f.active {
+            let mut replies = std::mem::take(&mut self.pipe.replies);
+            replies.clear();
+            replies.resize_with(self.session.cell.shard_count(), || None);
+            for (s, wait) in f.waiting.drain(..) {
+                let (r, mut b) = wait.await;
+                replies[s] = Some(r);
+                b.clear();
+                f.spare_batches[s] = b;
+            }
+            // The generation's parts come back for assembly; the newer generation
+            // waits in the box meanwhile and returns after.
+            f.swap_parts(&mut self.pipe);
+            self.complete_generation(replies);
+            f.swap_parts(&mut self.pipe);
+            f.active = false;
+        }
+        self.pipe.in_flight = Some(f);
+    }
+
     /// Sends every pending batch, waits for the replies and writes them in order.
     pub(super) async fn flush(&mut self) {
+        self.finish_in_flight().await;
         if self.pipe.is_empty() {
             return;
         }
@@ -493,6 +581,13 @@ impl Connection {
             }
             self.pipe.waiting = waiting;
         }
+        self.complete_generation(replies);
+        self.pipe.locked = false;
+    }
+
+    /// Writes the replies of a generation whose batches all came back (`replies`, per
+    /// shard) to `out` in request order, then empties the generation.
+    fn complete_generation(&mut self, mut replies: Vec<Option<BatchReply>>) {
         // Invalidations of keys evicted while these commands waited for memory go
         // before their replies, as Redis evicts before it runs a command. (Those of
         // keys the commands wrote themselves go after, as in Redis.)
@@ -521,7 +616,6 @@ impl Connection {
         self.pipe.scratch.clear();
         self.pipe.merge_parts.clear();
         self.pipe.merge_order.clear();
-        self.pipe.locked = false;
     }
 
     /// One multi-shard operation over all pending batches: lock and run shard by shard

@@ -368,6 +368,13 @@ impl TcpStream {
         self.tls = Some(Box::new(session));
     }
 
+    /// Whether input may be waiting right now: the last read filled its buffer (or a
+    /// readiness edge came since), so a read would likely not find the socket empty.
+    /// Costs no system call. Always false on TLS, whose session buffers on its own.
+    pub fn input_may_be_waiting(&self) -> bool {
+        self.tls.is_none() && self.reg.state.readable.get()
+    }
+
     /// Whether the stream is encrypted.
     pub fn is_tls(&self) -> bool {
         self.tls.is_some()

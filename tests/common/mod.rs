@@ -84,8 +84,12 @@ pub fn free_port() -> u16 {
 
 /// A loopback port that is free and whose cluster bus port (port + 10000) is free
 /// too. Both are taken from below the kernel's ephemeral range (32768 up), so no
-/// outgoing connection and no `free_port()` of another test lands on them.
+/// outgoing connection and no `free_port()` of another test lands on them. A port is
+/// handed out once per test process: tests run in parallel threads, and two of them
+/// could otherwise both find a port free before either binds it.
 pub fn free_cluster_port() -> u16 {
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -94,9 +98,11 @@ pub fn free_cluster_port() -> u16 {
     loop {
         seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         let port = 20000 + (seed >> 8) as u16 % 2700;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+        if !handed_out.contains(&port)
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
             && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok()
         {
+            handed_out.push(port);
             return port;
         }
     }

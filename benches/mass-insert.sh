@@ -8,7 +8,8 @@
 #
 #   benches/mass-insert.sh [KEYS] [ROUNDS] [THREADS] [VALUE_BYTES]   (defaults 1000000 3 2 10)
 #
-# TESSERA_ARGS adds options to Tessera's command line. Needs redis-server and redis-cli
+# TESSERA_ARGS adds options to Tessera's command line; TESSERA_BIN runs another build
+# (default target/release/tessera). Needs redis-server and redis-cli
 # (apt-get install redis-server redis-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +40,8 @@ def start(name, port):
     if name == "redis-server":
         argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     else:
-        argv = ["target/release/tessera", "--port", str(port), "--threads", str(threads)]
+        binary = os.environ.get("TESSERA_BIN", "target/release/tessera")
+        argv = [binary, "--port", str(port), "--threads", str(threads), "--save", ""]
         argv += shlex.split(os.environ.get("TESSERA_ARGS", ""))
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):

@@ -855,3 +855,42 @@ fn switch_between_plaintext_and_tls_ports_at_run_time() {
     );
     assert!(pong(plain, &[]));
 }
+
+/// A CONFIG SET refused while it is applied leaves every parameter it named as it
+/// was, on every shard, as Redis restores them. `tls-cluster yes` on a cluster node
+/// passes the TLS checks here (the certificates load) and is then refused, since the
+/// bus has no TLS. The shard that took the command used to keep the new values.
+#[test]
+fn refused_config_set_changes_nothing() {
+    let certs = make_certs("refused-config-set");
+    let bus_port = free_port().to_string();
+    let nodes_conf = certs.path("nodes.conf");
+    let (s, _) = start_tls(
+        &certs,
+        &[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &bus_port,
+            "--cluster-config-file",
+            &nodes_conf,
+        ],
+    );
+    // New connections land on either shard.
+    for _ in 0..6 {
+        let mut c = s.client();
+        let refused = redis::cmd("CONFIG")
+            .arg(&["SET", "loglevel", "warning", "tls-cluster", "yes"])
+            .query::<()>(&mut c)
+            .expect_err("tls-cluster yes is refused")
+            .to_string();
+        assert!(
+            refused.contains("CONFIG SET failed - tls-cluster yes is not supported yet"),
+            "{refused}"
+        );
+        for (name, value) in [("tls-cluster", "no"), ("loglevel", "notice")] {
+            let got: Vec<String> = q(&mut c, &["CONFIG", "GET", name]);
+            assert_eq!(got, [name, value]);
+        }
+    }
+}

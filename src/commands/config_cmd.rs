@@ -80,6 +80,8 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                 if denied_while_loading(&pairs) {
                     return g.w().error(crate::persistence::LOADING_ERR);
                 }
+                // What a failure past the checks restores (Redis's restoreBackupConfig).
+                let backup = g.session.cell.data.borrow().config.clone();
                 let result = {
                     let mut d = g.session.cell.data.borrow_mut();
                     let refs: Vec<(&[u8], &[u8])> = pairs
@@ -100,14 +102,15 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
                     Ok(moves) => moves,
                     Err(e) => return g.w().error(&e),
                 };
+                let names: Vec<&[u8]> = pairs.iter().map(|(k, _)| k.as_slice()).collect();
                 let applied = {
                     let mut d = g.session.cell.data.borrow_mut();
                     d.refresh_config();
                     crate::pubsub::sync_config(&d.config);
-                    let names: Vec<&[u8]> = pairs.iter().map(|(k, _)| k.as_slice()).collect();
                     crate::server::config_changed(&d.config, &names)
                 };
                 if let Err(e) = applied {
+                    undo_config_set(&g.session.cell, backup, &names);
                     return g.w().error(&format!("ERR CONFIG SET failed - {e}"));
                 }
                 let me = g.session.cell.id;
@@ -187,6 +190,28 @@ fn config<'a>(g: &'a mut GlobalCtx<'_>) -> Fut<'a> {
 /// CONFIG SET of a `tls-*` setting rebuilds the TLS contexts (Redis's applyTlsCfg);
 /// when that fails the settings go back to `before`, the running contexts stay, and
 /// the reason goes to the log.
+/// Puts every parameter of a CONFIG SET that failed to apply back as it was on this
+/// shard (the others never saw the new values), with what was applied from them: the
+/// process-wide settings and any listener moved.
+fn undo_config_set(
+    cell: &std::rc::Rc<crate::shard::ShardCell>,
+    backup: crate::config::Config,
+    names: &[&[u8]],
+) {
+    use crate::server::listeners;
+    let mut d = cell.data.borrow_mut();
+    let moves_back = listeners::moves(&d.config, &backup);
+    d.config = backup;
+    d.refresh_config();
+    crate::pubsub::sync_config(&d.config);
+    // The old values applied before, so they apply again.
+    let _ = crate::server::config_changed(&d.config, names);
+    drop(d);
+    if let Err(e) = moves_back.and_then(|m| listeners::apply_here(cell, &m)) {
+        tracing::warn!("CONFIG SET failed and its listeners could not be put back: {e}");
+    }
+}
+
 fn apply_tls(
     config: &mut crate::config::Config,
     before: crate::config::Config,

@@ -16,6 +16,7 @@ mod executor;
 mod mesh;
 mod net;
 mod reactor;
+mod scripted;
 mod tls;
 
 use std::future::Future;
@@ -28,6 +29,7 @@ pub use net::{
     listen_exclusive, probe_bind, BindAddr, Listener, PeerAddr, ReadWaker, TcpListener, TcpStream,
     UnixListener,
 };
+pub use scripted::{Script, ScriptOutcome, ScriptRound, ScriptedClient};
 pub use tls::TlsSession;
 
 /// Spawns a task on the current shard's executor; awaiting the handle gives its output.

@@ -59,6 +59,7 @@ use std::task::Poll;
 
 use super::executor::current;
 use super::reactor::IoState;
+use super::scripted::ScriptedClient;
 use super::tls::TlsSession;
 
 /// Where a client is connected from: a TCP peer, or the Unix socket's path (Redis
@@ -342,12 +343,71 @@ const FIRST_READ_BYTES: usize = 16 * 1024;
 pub struct TcpStream {
     reg: Registration,
     inner: std::net::TcpStream,
-    /// Boxed so that the field is one word: with `tls` beside it, every connection's
+    /// Boxed so that the field is one word: with `layer` beside it, every connection's
     /// task (which holds its stream) stays within its allocation size class.
     unix: Option<Box<std::sync::Arc<str>>>,
+    /// What the bytes pass through instead of the socket calls; None for plaintext,
+    /// which then takes the direct syscall paths.
+    layer: Option<Box<Layer>>,
+}
+
+/// A stream's bytes go through one of these instead of straight to the socket.
+// Boxed as a whole in `TcpStream::layer`, so the variants' sizes cost nothing.
+#[allow(clippy::large_enum_variant)]
+enum Layer {
     /// The TLS session of a connection on a TLS port (or a TLS link this server
-    /// opened); None for plaintext, which then takes the direct syscall paths.
-    tls: Option<Box<TlsSession>>,
+    /// opened).
+    Tls(TlsSession),
+    /// An in-process client (the hop lab): the socket is only the connection's
+    /// identity, and no byte touches it.
+    Scripted(ScriptedClient),
+}
+
+impl Layer {
+    fn poll_read(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        fd: RawFd,
+        state: &IoState,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        match self {
+            Layer::Tls(tls) => tls.poll_read(cx, fd, state, buf),
+            Layer::Scripted(client) => client.poll_read(cx, buf),
+        }
+    }
+
+    fn send_now(&mut self, fd: RawFd, state: &IoState, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Layer::Tls(tls) => tls.send_now(fd, state, buf),
+            Layer::Scripted(client) => client.send(buf),
+        }
+    }
+
+    fn poll_write_all(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        fd: RawFd,
+        state: &IoState,
+        buf: &mut &[u8],
+    ) -> Poll<io::Result<()>> {
+        match self {
+            Layer::Tls(tls) => tls.poll_write_all(cx, fd, state, buf),
+            Layer::Scripted(client) => Poll::Ready(client.send(buf).map(|_| *buf = &[])),
+        }
+    }
+
+    fn poll_drained(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        fd: RawFd,
+        state: &IoState,
+    ) -> Poll<()> {
+        match self {
+            Layer::Tls(tls) => tls.poll_drained(cx, fd, state),
+            Layer::Scripted(_) => Poll::Ready(()),
+        }
+    }
 }
 
 impl TcpStream {
@@ -358,26 +418,39 @@ impl TcpStream {
             reg,
             inner: s,
             unix: None,
-            tls: None,
+            layer: None,
         })
     }
 
     /// Runs this stream through `session` from now on (nothing has been read or
     /// written on it yet).
     pub fn start_tls(&mut self, session: TlsSession) {
-        self.tls = Some(Box::new(session));
+        self.layer = Some(Box::new(Layer::Tls(session)));
+    }
+
+    /// A connection whose client is `client`, inside this process (the hop lab). The
+    /// socket pair behind it only gives the connection an fd and a name ("lab").
+    pub fn scripted(client: ScriptedClient) -> io::Result<TcpStream> {
+        let (ours, _theirs) = std::os::unix::net::UnixStream::pair()?;
+        let mut stream = TcpStream::from_unix(ours, "lab")?;
+        stream.layer = Some(Box::new(Layer::Scripted(client)));
+        Ok(stream)
     }
 
     /// Whether input may be waiting right now: the last read filled its buffer (or a
     /// readiness edge came since), so a read would likely not find the socket empty.
     /// Costs no system call. Always false on TLS, whose session buffers on its own.
     pub fn input_may_be_waiting(&self) -> bool {
-        self.tls.is_none() && self.reg.state.readable.get()
+        match self.layer.as_deref() {
+            None => self.reg.state.readable.get(),
+            Some(Layer::Tls(_)) => false,
+            Some(Layer::Scripted(client)) => client.has_input(),
+        }
     }
 
     /// Whether the stream is encrypted.
     pub fn is_tls(&self) -> bool {
-        self.tls.is_some()
+        matches!(self.layer.as_deref(), Some(Layer::Tls(_)))
     }
 
     /// A TCP connection this server opened itself (a replica's link to its master).
@@ -425,10 +498,10 @@ impl TcpStream {
         let state = self.reg.state.clone();
         // One poll_fn for both kinds of stream: a second future type here would
         // grow every connection's task by its size.
-        let mut tls = self.tls.as_deref_mut();
+        let mut layer = self.layer.as_deref_mut();
         poll_fn(|cx| loop {
-            if let Some(tls) = tls.as_deref_mut() {
-                return tls.poll_read(cx, fd, &state, buf);
+            if let Some(layer) = layer.as_deref_mut() {
+                return layer.poll_read(cx, fd, &state, buf);
             }
             if !state.readable.get() {
                 *state.read_waker.borrow_mut() = Some(cx.waker().clone());
@@ -455,10 +528,10 @@ impl TcpStream {
     ) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
-        let mut tls = self.tls.as_deref_mut();
+        let mut layer = self.layer.as_deref_mut();
         poll_fn(|cx| loop {
-            if let Some(tls) = tls.as_deref_mut() {
-                return poll_read_vec_tls(tls, cx, fd, &state, buf, at, want, &mut idle);
+            if let Some(layer) = layer.as_deref_mut() {
+                return poll_read_vec_layer(layer, cx, fd, &state, buf, at, want, &mut idle);
             }
             if !state.readable.get() {
                 idle(buf);
@@ -502,8 +575,8 @@ impl TcpStream {
     /// when its buffer is full (then `writable` waits for room).
     pub fn send_now(&mut self, buf: &[u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
-        if let Some(tls) = self.tls.as_deref_mut() {
-            return tls.send_now(fd, &self.reg.state, buf);
+        if let Some(layer) = self.layer.as_deref_mut() {
+            return layer.send_now(fd, &self.reg.state, buf);
         }
         let mut sent = 0;
         while sent < buf.len() {
@@ -530,10 +603,10 @@ impl TcpStream {
     pub async fn writable(&mut self) {
         let state = self.reg.state.clone();
         let fd = self.inner.as_raw_fd();
-        let mut tls = self.tls.as_deref_mut();
+        let mut layer = self.layer.as_deref_mut();
         poll_fn(|cx| {
-            if let Some(tls) = tls.as_deref_mut() {
-                return tls.poll_drained(cx, fd, &state);
+            if let Some(layer) = layer.as_deref_mut() {
+                return layer.poll_drained(cx, fd, &state);
             }
             if state.writable.get() {
                 return Poll::Ready(());
@@ -548,10 +621,10 @@ impl TcpStream {
     pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
         let fd = self.inner.as_raw_fd();
         let state = self.reg.state.clone();
-        let mut tls = self.tls.as_deref_mut();
+        let mut layer = self.layer.as_deref_mut();
         poll_fn(|cx| {
-            if let Some(tls) = tls.as_deref_mut() {
-                return tls.poll_write_all(cx, fd, &state, &mut buf);
+            if let Some(layer) = layer.as_deref_mut() {
+                return layer.poll_write_all(cx, fd, &state, &mut buf);
             }
             while !buf.is_empty() {
                 let n = sys_send(fd, buf);
@@ -576,11 +649,12 @@ impl TcpStream {
     }
 }
 
-/// `TcpStream::read_vec`'s poll on a TLS stream: the same contract (the buffer
-/// grown only once input is there, `idle` run while none is), with decrypted input.
+/// `TcpStream::read_vec`'s poll on a layered stream: the same contract (the buffer
+/// grown only once input is there, `idle` run while none is), with the layer's
+/// input (decrypted, or the scripted client's).
 #[allow(clippy::too_many_arguments)]
-fn poll_read_vec_tls(
-    tls: &mut TlsSession,
+fn poll_read_vec_layer(
+    layer: &mut Layer,
     cx: &mut std::task::Context<'_>,
     fd: RawFd,
     state: &IoState,
@@ -592,7 +666,7 @@ fn poll_read_vec_tls(
     let polled = if buf.is_empty() {
         // As the plaintext path: no buffer until input came.
         let mut first = [0u8; FIRST_READ_BYTES];
-        let polled = tls.poll_read(cx, fd, state, &mut first);
+        let polled = layer.poll_read(cx, fd, state, &mut first);
         if let Poll::Ready(Ok(n)) = polled {
             if n > 0 {
                 buf.resize(at + want.max(n), 0);
@@ -604,7 +678,7 @@ fn poll_read_vec_tls(
         if buf.len() < at + want {
             buf.resize(at + want, 0);
         }
-        tls.poll_read(cx, fd, state, &mut buf[at..])
+        layer.poll_read(cx, fd, state, &mut buf[at..])
     };
     if polled.is_pending() {
         idle(buf);

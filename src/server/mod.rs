@@ -116,6 +116,20 @@ fn random_run_id() -> String {
         .collect()
 }
 
+/// Work every shard starts once it serves, set before `run`.
+type ShardStartHook = Box<dyn Fn(&std::rc::Rc<shard::ShardCell>) + Send + Sync>;
+
+static SHARD_START_HOOK: std::sync::OnceLock<ShardStartHook> = std::sync::OnceLock::new();
+
+/// Has `hook` run on every shard's thread once the shard serves, in a server started
+/// afterwards by `run` in this process: how the hop lab (benches/hop_lab.rs) puts its
+/// in-process clients on a shard. False if a hook was set already.
+pub fn on_shard_start(
+    hook: impl Fn(&std::rc::Rc<shard::ShardCell>) + Send + Sync + 'static,
+) -> bool {
+    SHARD_START_HOOK.set(Box::new(hook)).is_ok()
+}
+
 /// Runs the server until SIGTERM/SIGINT or SHUTDOWN. Returns the exit code.
 pub fn run(config: Config) -> i32 {
     block_signals();
@@ -354,6 +368,9 @@ pub fn run(config: Config) -> i32 {
                 }
                 for (l, kind) in listeners {
                     listeners::serve(&cell, l, kind);
+                }
+                if let Some(hook) = SHARD_START_HOOK.get() {
+                    hook(&cell);
                 }
             });
         match spawned {

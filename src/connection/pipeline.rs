@@ -4,6 +4,7 @@
 //! across shards, and stitching the replies back in request order.
 
 use super::*;
+use crate::shard::hops::HopWait;
 use crate::shard::merge::merge_replies;
 
 /// Replies a reading-ahead connection may hold before it stops to write them: the
@@ -500,17 +501,33 @@ impl Connection {
             if self.pipe.batches[s].is_empty() {
                 continue;
             }
+            // A reading-ahead client has no output limit (`may_read_ahead`).
             let next = std::mem::take(&mut f.spare_batches[s]);
-            let mut b = std::mem::replace(&mut self.pipe.batches[s], next);
-            (b.client, b.home) = (self.session.id(), cell.id);
-            let r = std::mem::take(&mut self.pipe.spare_replies[s]);
-            f.waiting.push((s, cell.hop(s, b, r)));
+            f.waiting
+                .push((s, self.send_batch(&cell, s, next, usize::MAX)));
         }
         f.swap_parts(&mut self.pipe);
         f.active = true;
         self.pipe.in_flight = Some(f);
         self.mark = None;
         crate::runtime::yield_to_round_end().await;
+    }
+
+    /// Sends the pending batch for shard `s`, stamped with this client and the
+    /// reply bytes it may produce (`budget`), with the spare reply buffer it writes
+    /// into; `replacement` takes its place in the pipeline.
+    fn send_batch(
+        &mut self,
+        cell: &Rc<ShardCell>,
+        s: usize,
+        replacement: OwnedBatch,
+        budget: usize,
+    ) -> HopWait {
+        let mut b = std::mem::replace(&mut self.pipe.batches[s], replacement);
+        (b.client, b.home) = (self.session.id(), cell.id);
+        b.out_budget = budget;
+        let r = std::mem::take(&mut self.pipe.spare_replies[s]);
+        cell.hop(s, b, r)
     }
 
     /// Waits for the generation in flight and writes its replies to `out`.
@@ -567,11 +584,7 @@ impl Connection {
                 if self.pipe.batches[s].is_empty() {
                     continue;
                 }
-                let mut b = std::mem::take(&mut self.pipe.batches[s]);
-                (b.client, b.home) = (self.session.id(), cell.id);
-                b.out_budget = budget;
-                let r = std::mem::take(&mut self.pipe.spare_replies[s]);
-                waiting.push((s, cell.hop(s, b, r)));
+                waiting.push((s, self.send_batch(&cell, s, OwnedBatch::default(), budget)));
             }
             for (s, wait) in waiting.drain(..) {
                 let (r, mut b) = wait.await;

@@ -113,27 +113,8 @@ pub struct Executor {
     /// Background work waiting for a moment when nothing else is ready (`WhenIdle`),
     /// each with the flag that tells it that moment came.
     idle: RefCell<Vec<(Rc<Cell<bool>>, Waker)>>,
-    /// Spin for a peer's message before sleeping (`spin_for_peer`): the last time
-    /// this executor slept, another shard woke it within `PEER_SPIN`.
-    peer_spin: Cell<bool>,
     pub(crate) reactor: Reactor,
 }
-
-/// How long an idle executor that peers have been waking quickly spins for their
-/// next message before it sleeps. A sleep and the wake-up that ends it (the peer's
-/// eventfd write, an interrupt, two context switches) cost tens of microseconds of
-/// CPU on a VM (the hop lab: about 37 us per command on each of two shards passing
-/// one command back and forth) and a few on bare metal, against well under a
-/// microsecond for the hop itself; a peer that answers within this window is
-/// caught awake, and it finds this shard awake in turn, so neither writes an
-/// eventfd. A spin that comes up empty turns spinning off until a sleep is again
-/// ended by a peer within the window, so an idle or lightly loaded shard sleeps as
-/// before.
-const PEER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// How often a spinning executor also looks for socket readiness, so that a
-/// client's request waits at most this long behind the spin.
-const SPIN_POLL_EVERY: std::time::Duration = std::time::Duration::from_micros(10);
 
 /// How long a nested loop spins for a reply before it sleeps (`spin_for_wakeup`).
 const NESTED_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
@@ -176,7 +157,6 @@ impl Executor {
             round_end: RefCell::new(Vec::new()),
             parked: RefCell::new(Vec::new()),
             idle: RefCell::new(Vec::new()),
-            peer_spin: Cell::new(false),
             reactor,
         });
         CURRENT_ID.with(|c| c.set(ex.remote.executor_id));
@@ -397,50 +377,14 @@ impl Executor {
                 continue;
             }
             if idle {
-                if self.peer_spin.get() && self.spin_for_peer() {
-                    continue;
-                }
                 self.remote.sleeping.store(true, Ordering::SeqCst);
                 if self.remote.pending.load(Ordering::SeqCst) {
                     self.remote.sleeping.store(false, Ordering::SeqCst);
                     continue;
                 }
-                let slept = std::time::Instant::now();
-                self.reactor.poll(true);
-                self.remote.sleeping.store(false, Ordering::SeqCst);
-                let by_peer = self.remote.pending.load(Ordering::Relaxed);
-                self.peer_spin.set(by_peer && slept.elapsed() < PEER_SPIN);
-                continue;
             }
-            self.reactor.poll(false);
-        }
-    }
-
-    /// Spins up to `PEER_SPIN` for work instead of sleeping: true if a peer's
-    /// message came (spinning stays on) or a socket became ready (checked every
-    /// `SPIN_POLL_EVERY`); false, with spinning turned off, if nothing came.
-    fn spin_for_peer(&self) -> bool {
-        let start = std::time::Instant::now();
-        let mut next_poll = start + SPIN_POLL_EVERY;
-        loop {
-            for _ in 0..64 {
-                if self.remote.pending.load(Ordering::Acquire) {
-                    return true;
-                }
-                std::hint::spin_loop();
-            }
-            let now = std::time::Instant::now();
-            if now >= next_poll {
-                self.reactor.poll(false);
-                if !self.ready.borrow().is_empty() {
-                    return true;
-                }
-                next_poll = now + SPIN_POLL_EVERY;
-            }
-            if now >= start + PEER_SPIN {
-                self.peer_spin.set(false);
-                return false;
-            }
+            self.reactor.poll(idle);
+            self.remote.sleeping.store(false, Ordering::SeqCst);
         }
     }
 }

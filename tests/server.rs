@@ -401,6 +401,17 @@ fn command_count_info_docs_getkeys() {
         c.c("COMMAND GETKEYS PING x"),
         e("ERR The command has no key arguments")
     );
+    // A shard channel routes like a key but is none (its key spec is NOT_KEY), as
+    // redis-server 7.0.15 answers.
+    for cmd in ["SPUBLISH ch msg", "SSUBSCRIBE a b", "SUNSUBSCRIBE a"] {
+        for sub in ["GETKEYS", "GETKEYSANDFLAGS"] {
+            assert_eq!(
+                c.c(&format!("COMMAND {sub} {cmd}")),
+                e("ERR The command has no key arguments"),
+                "{sub} {cmd}"
+            );
+        }
+    }
     assert_eq!(
         c.c("COMMAND GETKEYS"),
         e("ERR wrong number of arguments for 'command|getkeys' command")

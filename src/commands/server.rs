@@ -899,12 +899,23 @@ fn key_flags(name: &str, args: &super::Args, n: usize) -> String {
         .to_string()
 }
 
+/// Whether every key spec of the command `name` is flagged `not_key`: positions
+/// that route like keys but name something else.
+fn only_channel_specs(name: &str) -> bool {
+    super::subcommands::KEY_FLAGS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .is_some_and(|(_, specs)| !specs.is_empty() && specs.iter().all(|f| f.contains("not_key")))
+}
+
 fn command_getkeys(ctx: &mut ClientCtx, with_flags: bool) {
     let cmd_args = ctx.args.tail(2);
     let Some((cmd_flags, keyspec, name, arity)) = getkeys_target(&cmd_args) else {
         return ctx.out.error("ERR Invalid command specified");
     };
-    if matches!(keyspec, KeySpec::None) {
+    // Redis's doesCommandHaveKeys: a command whose every key spec is a NOT_KEY
+    // (SPUBLISH's and SSUBSCRIBE's shard channels) has none to report.
+    if matches!(keyspec, KeySpec::None) || only_channel_specs(name) {
         return ctx.out.error("ERR The command has no key arguments");
     }
     let argc = cmd_args.len() as isize;

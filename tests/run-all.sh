@@ -17,25 +17,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
+# Each step's heading says how far into the run it starts, so a slow CI run shows
+# which step to trim (the budget is 40 minutes on 2 cores).
+step() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need() { command -v "$1" >/dev/null 2>&1; }
 # redis-py (Debian's python3-redis, for the system python) drives tests/sentinel.rs.
 py_redis() { /usr/bin/python3 -c 'import redis.sentinel' >/dev/null 2>&1; }
 if ! need redis-cli || ! need redis-server || ! need tclsh || ! need redis-benchmark || ! need redis-sentinel || ! need openssl || ! py_redis; then
-    echo "== installing redis-tools, redis-server, redis-sentinel, tcl, python3-redis, openssl"
+    step "installing redis-tools, redis-server, redis-sentinel, tcl, python3-redis, openssl"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-tools redis-server redis-sentinel tcl python3-redis openssl >/dev/null
 fi
 # Debian's package may start a redis-server service; the tests need none.
 (as_root systemctl stop redis-server redis-sentinel 2>/dev/null || true) >/dev/null
 
-echo "== cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --check
-echo "== cargo clippy"
+step "cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
-echo "== cargo build --release"
+step "cargo build --release"
 cargo build --release --quiet
-echo "== cargo test"
+step "cargo test"
 # Profile ci-test (Cargo.toml): release optimisation without LTO. Thin LTO on each of
 # the ~45 test binaries took ~14 minutes of a 2-core CI run; this build takes ~7.
 cargo test --profile ci-test --quiet
@@ -88,7 +91,7 @@ export BEFORE_UNIT_CMD="kill \$(cat $OUT/pid) 2>/dev/null; for _ in \$(seq 50); 
 # "diskless loading short read" (integration/replication) passes but cuts 100 transfers
 # at random points for 3 minutes; tests/diskless_load.rs cuts transfers in CI instead.
 export SKIP_FILE="$ROOT/tests/compat/skip-tests.txt"
-echo "== redis-compat: ${UNITS[*]}"
+step "redis-compat: ${UNITS[*]}"
 # IDLE_TIMEOUT: unit/hyperloglog's fuzz test prints nothing for about a minute.
 # PROFILE=full: the tests that need DEBUG too (issue 29 asks for the full profile).
 PROFILE=full UNIT_TIMEOUT=${UNIT_TIMEOUT:-300} IDLE_TIMEOUT=${IDLE_TIMEOUT:-120} OUT_DIR="$OUT" \
@@ -105,7 +108,7 @@ SPAWN="${COMPAT_SPAWN_TOOL:-$ROOT/../shared/tools/redis-compat-spawn}"
 SPAWN_FLOORS="$ROOT/tests/compat/floors-spawn.tsv"
 mapfile -t SPAWN_UNITS < <(awk -F'\t' '!/^#/ && NF>=2 {print $1}' "$SPAWN_FLOORS")
 SPAWN_OUT=$(mktemp -d)
-echo "== redis-compat-spawn: ${SPAWN_UNITS[*]}"
+step "redis-compat-spawn: ${SPAWN_UNITS[*]}"
 SKIP_FILE="$ROOT/tests/compat/skip-tests.txt" UNIT_TIMEOUT=${UNIT_TIMEOUT:-300} \
     IDLE_TIMEOUT=${IDLE_TIMEOUT:-120} OUT_DIR="$SPAWN_OUT" \
     "$SPAWN" "$ROOT/target/release/tessera" "${SPAWN_UNITS[@]}" || true
@@ -138,8 +141,9 @@ check_floors "$FLOORS" "$OUT/results.tsv" compat
 check_floors "$SPAWN_FLOORS" "$SPAWN_OUT/results.tsv" spawn
 
 # 6. redis-py's cluster tests (about 2 minutes, fetching redis-py from PyPI once).
-echo "== redis-py cluster tests"
+step "redis-py cluster tests"
 py_cluster=ok
 bash "$ROOT/tests/redis-py-cluster.sh" "$ROOT/target/release/tessera" || py_cluster=FAIL
+step "done"
 echo "$passed passed, $failed failed; redis-py cluster: $py_cluster"
 [ "$failed" -eq 0 ] && [ "$py_cluster" = ok ]

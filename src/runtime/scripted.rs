@@ -213,6 +213,16 @@ mod tests {
         Rc::new(script)
     }
 
+    type Outcome = Rc<RefCell<Option<ScriptOutcome>>>;
+
+    /// A client playing `rounds` rounds of `two_rounds`, and where its outcome lands.
+    fn client(rounds: u64) -> (ScriptedClient, Outcome) {
+        let outcome: Outcome = Rc::new(RefCell::new(None));
+        let seen = outcome.clone();
+        let c = ScriptedClient::new(two_rounds(), rounds, move |o| *seen.borrow_mut() = Some(o));
+        (c, outcome)
+    }
+
     fn read(client: &mut ScriptedClient, max: usize) -> Poll<io::Result<usize>> {
         let mut cx = Context::from_waker(Waker::noop());
         let mut buf = vec![0u8; max];
@@ -221,9 +231,7 @@ mod tests {
 
     #[test]
     fn plays_rounds_in_order_then_closes() {
-        let outcome = Rc::new(RefCell::new(None));
-        let seen = outcome.clone();
-        let mut c = ScriptedClient::new(two_rounds(), 3, move |o| *seen.borrow_mut() = Some(o));
+        let (mut c, outcome) = client(3);
         assert!(matches!(read(&mut c, 64), Poll::Ready(Ok(6))));
         // Nothing more until the round's reply is complete, sent in pieces.
         assert!(read(&mut c, 64).is_pending());
@@ -247,9 +255,7 @@ mod tests {
 
     #[test]
     fn a_wrong_reply_ends_the_run_with_both_texts() {
-        let outcome = Rc::new(RefCell::new(None));
-        let seen = outcome.clone();
-        let mut c = ScriptedClient::new(two_rounds(), 2, move |o| *seen.borrow_mut() = Some(o));
+        let (mut c, outcome) = client(2);
         assert!(matches!(read(&mut c, 64), Poll::Ready(Ok(6))));
         assert!(c.send(b"-ERR unknown\r\n").is_err());
         let text = outcome
@@ -267,9 +273,7 @@ mod tests {
 
     #[test]
     fn extra_bytes_after_the_last_round_are_an_error() {
-        let outcome = Rc::new(RefCell::new(None));
-        let seen = outcome.clone();
-        let mut c = ScriptedClient::new(two_rounds(), 1, move |o| *seen.borrow_mut() = Some(o));
+        let (mut c, outcome) = client(1);
         assert!(matches!(read(&mut c, 64), Poll::Ready(Ok(6))));
         assert!(c.send(b"+PONG\r\n+PONG\r\n").is_err());
         assert!(outcome.borrow().clone().expect("ended").is_err());
@@ -277,9 +281,7 @@ mod tests {
 
     #[test]
     fn dropped_mid_script_reports_the_rounds_left() {
-        let outcome = Rc::new(RefCell::new(None));
-        let seen = outcome.clone();
-        let c = ScriptedClient::new(two_rounds(), 5, move |o| *seen.borrow_mut() = Some(o));
+        let (c, outcome) = client(5);
         drop(c);
         let text = outcome
             .borrow()

@@ -1626,3 +1626,54 @@ fn exec_on_a_replica_counts_what_queued_scripts_declare() {
     let reply = raw_command(&mut no_writes, &["EXEC"], ":1\r\n");
     assert_eq!(reply, "*1\r\n:1\r\n");
 }
+
+/// The master's INFO line of its only replica (`slave0:ip=...`), once the link is up.
+fn replica_line_once_online(m: &mut redis::Connection) -> String {
+    let mut line = String::new();
+    let online = eventually(Duration::from_secs(20), || {
+        line = info_field(m, "replication", "slave0");
+        line.contains("state=online")
+    });
+    assert!(online, "no online replica: {line:?}");
+    line
+}
+
+#[test]
+fn bind_source_addr_is_where_the_link_to_the_master_leaves_from() {
+    // Protected mode would refuse a client from 127.0.0.2 (it trusts only 127.0.0.1
+    // and ::1), as the suite's networking test also turns it off.
+    let Some(master) = master(&["--protected-mode", "no"]) else {
+        return;
+    };
+    let mut m = master.client();
+    let port = master.port.to_string();
+    // From the command line, at start.
+    let replica = replica_of(master.port, &["--bind-source-addr", "127.0.0.2"]);
+    let mut r = replica.client();
+    let line = replica_line_once_online(&mut m);
+    assert!(line.contains("ip=127.0.0.2,"), "{line}");
+    // CONFIG SET back to the default: the next link leaves from wherever the system
+    // chooses (127.0.0.1 for a loopback master).
+    let _: () = q(&mut r, &["CONFIG", "SET", "bind-source-addr", ""]);
+    let _: () = q(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    assert!(eventually(Duration::from_secs(10), || {
+        info_field(&mut m, "replication", "connected_slaves") == "0"
+    }));
+    let _: () = q(&mut r, &["REPLICAOF", "127.0.0.1", &port]);
+    let line = replica_line_once_online(&mut m);
+    assert!(line.contains("ip=127.0.0.1,"), "{line}");
+    // An address this host does not have is bound best effort, as Redis's
+    // anetTcpNonBlockBestEffortBindConnect: the link still comes up, unbound.
+    let _: () = q(&mut r, &["CONFIG", "SET", "bind-source-addr", "192.0.2.1"]);
+    let _: () = q(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    assert!(eventually(Duration::from_secs(10), || {
+        info_field(&mut m, "replication", "connected_slaves") == "0"
+    }));
+    let _: () = q(&mut r, &["REPLICAOF", "127.0.0.1", &port]);
+    let line = replica_line_once_online(&mut m);
+    assert!(line.contains("ip=127.0.0.1,"), "{line}");
+    assert_eq!(
+        q::<Vec<String>>(&mut r, &["CONFIG", "GET", "bind-source-addr"]),
+        vec!["bind-source-addr".to_string(), "192.0.2.1".to_string()]
+    );
+}

@@ -572,25 +572,7 @@ fn start_connect(ip: &str, port: u16) -> io::Result<TcpStream> {
             .map_err(|_| io::Error::other("invalid address"))?,
         port,
     );
-    let (storage, len, domain) = crate::util::sockaddr::raw_sockaddr(&addr);
-    // SAFETY: creates a socket owned by the TcpStream built from it below, and
-    // passes connect a sockaddr that lives for the call with its true length.
-    unsafe {
-        let fd: RawFd = cvt(libc::socket(
-            domain,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        ))?;
-        let stream = TcpStream::from_raw_fd(fd);
-        let r = libc::connect(fd, (&storage as *const libc::sockaddr_storage).cast(), len);
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINPROGRESS) {
-                return Err(e);
-            }
-        }
-        Ok(stream)
-    }
+    crate::util::outbound::start_connect(&addr)
 }
 
 fn cvt(r: i32) -> io::Result<i32> {

@@ -301,7 +301,7 @@ const TABLE: &[ConfigParam] = &[
     special("shutdown-on-sigint", Special::ShutdownFlags, "default"),
     special("shutdown-on-sigterm", Special::ShutdownFlags, "default"),
     int("shutdown-timeout", 0, INT_MAX, "10"),
-    string("bind-source-addr", "").only_default(REPLICA_NOT_YET),
+    string("bind-source-addr", ""),
     int("socket-mark-id", 0, UINT_MAX, "0")
         .only_default("socket-mark-id is not supported by Tessera yet"),
     string("server_cpulist", "").flag(IMMUTABLE).only_default(CPULIST_NOT_YET),

@@ -626,7 +626,7 @@ fn repl_timeout(cell: &Rc<ShardCell>) -> Duration {
 }
 
 /// A blocking connect on a thread of its own (a master that does not answer must
-/// not stall the shard), handed back as the reactor's stream.
+/// not stall the shard), from `bind-source-addr`, handed back as the reactor's stream.
 pub(crate) async fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
     let (tx, rx) = futures_channel::oneshot::channel();
     let target = format!("{host}:{port}");
@@ -639,7 +639,7 @@ pub(crate) async fn connect(host: &str, port: u16, timeout: Duration) -> Result<
                     .to_socket_addrs()?
                     .next()
                     .ok_or_else(|| std::io::Error::other("no address"))?;
-                std::net::TcpStream::connect_timeout(&addr, timeout)
+                crate::util::outbound::connect_timeout(&addr, timeout)
             })();
             let _ = tx.send(result);
         })

@@ -146,6 +146,7 @@ pub fn run(config: Config) -> i32 {
     };
     // Before any shard starts: command timing stamps must all come from one clock.
     crate::util::clock::calibrate(std::time::Duration::from_millis(10));
+    crate::util::outbound::set_source(config.str_param("bind-source-addr"));
     if let Some((host, port)) = config.replicaof() {
         crate::commands::replication::follow_at_start(host, port);
     }
@@ -502,6 +503,9 @@ pub fn config_changed(config: &Config, names: &[&[u8]]) -> Result<(), String> {
     // The title is rewritten, and /proc written, only when their settings changed.
     if named(b"proc-title-template") || named(b"port") || named(b"tls-port") || named(b"bind") {
         process::set_proc_title(config);
+    }
+    if named(b"bind-source-addr") {
+        crate::util::outbound::set_source(config.str_param("bind-source-addr"));
     }
     if named(b"oom-score-adj") {
         process::apply_oom_score_adj(config)?;

@@ -5,6 +5,7 @@ pub mod cstr;
 pub mod geohash;
 pub mod glob;
 pub mod long_double;
+pub mod outbound;
 pub mod prefetch;
 pub mod sockaddr;
 

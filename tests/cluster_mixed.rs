@@ -1399,3 +1399,29 @@ fn redis_replica_takes_over_tessera_master_and_gives_it_back_when_killed() {
         cl.report()
     );
 }
+
+/// `bind-source-addr` on a Tessera node: its bus links leave from that address, so a
+/// redis-server it meets records it there (Redis takes a MEETing node's address from
+/// the link the MEET came on).
+#[test]
+fn bus_links_leave_from_bind_source_addr() {
+    if !redis_tools_installed() {
+        eprintln!("redis-server / redis-cli are not installed: skipping");
+        return;
+    }
+    let mut cl = Cluster::new("bind-source");
+    let t = cl.add_tessera();
+    let r = cl.add_redis();
+    let ok: String = cl.nodes[t].cmd(&["CONFIG", "SET", "bind-source-addr", "127.0.0.2"]);
+    assert_eq!(ok, "OK");
+    cl.nodes[t].meet(&cl.nodes[r]);
+    let (tessera, redis) = (&cl.nodes[t], &cl.nodes[r]);
+    let seen = eventually(Duration::from_secs(10), || {
+        redis
+            .nodes()
+            .ok()
+            .and_then(|text| line_of(&text, &tessera.id).map(|l| l.contains(" 127.0.0.2:")))
+            .unwrap_or(false)
+    });
+    assert!(seen, "{}", cl.report());
+}

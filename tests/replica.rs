@@ -1638,6 +1638,23 @@ fn replica_line_once_online(m: &mut redis::Connection) -> String {
     line
 }
 
+/// Sets the replica's bind-source-addr to `source`, drops its link and makes a new
+/// one to the master on `port`: the master's line for it once online.
+fn relink_from(
+    r: &mut redis::Connection,
+    m: &mut redis::Connection,
+    source: &str,
+    port: &str,
+) -> String {
+    let _: () = q(r, &["CONFIG", "SET", "bind-source-addr", source]);
+    let _: () = q(r, &["REPLICAOF", "NO", "ONE"]);
+    assert!(eventually(Duration::from_secs(10), || {
+        info_field(m, "replication", "connected_slaves") == "0"
+    }));
+    let _: () = q(r, &["REPLICAOF", "127.0.0.1", port]);
+    replica_line_once_online(m)
+}
+
 #[test]
 fn bind_source_addr_is_where_the_link_to_the_master_leaves_from() {
     // Protected mode would refuse a client from 127.0.0.2 (it trusts only 127.0.0.1
@@ -1654,23 +1671,11 @@ fn bind_source_addr_is_where_the_link_to_the_master_leaves_from() {
     assert!(line.contains("ip=127.0.0.2,"), "{line}");
     // CONFIG SET back to the default: the next link leaves from wherever the system
     // chooses (127.0.0.1 for a loopback master).
-    let _: () = q(&mut r, &["CONFIG", "SET", "bind-source-addr", ""]);
-    let _: () = q(&mut r, &["REPLICAOF", "NO", "ONE"]);
-    assert!(eventually(Duration::from_secs(10), || {
-        info_field(&mut m, "replication", "connected_slaves") == "0"
-    }));
-    let _: () = q(&mut r, &["REPLICAOF", "127.0.0.1", &port]);
-    let line = replica_line_once_online(&mut m);
+    let line = relink_from(&mut r, &mut m, "", &port);
     assert!(line.contains("ip=127.0.0.1,"), "{line}");
     // An address this host does not have is bound best effort, as Redis's
     // anetTcpNonBlockBestEffortBindConnect: the link still comes up, unbound.
-    let _: () = q(&mut r, &["CONFIG", "SET", "bind-source-addr", "192.0.2.1"]);
-    let _: () = q(&mut r, &["REPLICAOF", "NO", "ONE"]);
-    assert!(eventually(Duration::from_secs(10), || {
-        info_field(&mut m, "replication", "connected_slaves") == "0"
-    }));
-    let _: () = q(&mut r, &["REPLICAOF", "127.0.0.1", &port]);
-    let line = replica_line_once_online(&mut m);
+    let line = relink_from(&mut r, &mut m, "192.0.2.1", &port);
     assert!(line.contains("ip=127.0.0.1,"), "{line}");
     assert_eq!(
         q::<Vec<String>>(&mut r, &["CONFIG", "GET", "bind-source-addr"]),

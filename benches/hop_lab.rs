@@ -30,6 +30,7 @@ use std::sync::mpsc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
+use tessera::effects::encode_command;
 use tessera::runtime::{self, Script, ScriptedClient, TcpStream};
 use tessera::shard::ShardCell;
 
@@ -134,15 +135,6 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn command(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
-    for p in parts {
-        out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
 fn get_reply() -> Vec<u8> {
     let mut r = format!("${}\r\n", VALUE.len()).into_bytes();
     r.extend_from_slice(VALUE);
@@ -166,7 +158,7 @@ impl Rng {
 /// keys drawn from `keys`.
 fn mixed_script(keys: &[Vec<u8>], depth: usize, rng: &mut Rng) -> Script {
     let get = get_reply();
-    let mut script = Script::new();
+    let mut script = Script::default();
     let (mut req, mut rep) = (Vec::new(), Vec::new());
     for round in 0..SCRIPT_ROUNDS {
         req.clear();
@@ -174,10 +166,10 @@ fn mixed_script(keys: &[Vec<u8>], depth: usize, rng: &mut Rng) -> Script {
         for i in 0..depth {
             let key = &keys[rng.below(keys.len())];
             if (round * depth + i).is_multiple_of(11) {
-                command(&mut req, &[b"SET", key, VALUE]);
+                encode_command::<&[u8]>(&mut req, &[b"SET", key, VALUE]);
                 rep.extend_from_slice(b"+OK\r\n");
             } else {
-                command(&mut req, &[b"GET", key]);
+                encode_command::<&[u8]>(&mut req, &[b"GET", key]);
                 rep.extend_from_slice(&get);
             }
         }
@@ -188,11 +180,11 @@ fn mixed_script(keys: &[Vec<u8>], depth: usize, rng: &mut Rng) -> Script {
 
 /// A script that SETs every key of `keys` once, 16 per round.
 fn load_script(keys: &[Vec<u8>]) -> Script {
-    let mut script = Script::new();
+    let mut script = Script::default();
     for chunk in keys.chunks(16) {
         let mut req = Vec::new();
         for key in chunk {
-            command(&mut req, &[b"SET", key, VALUE]);
+            encode_command::<&[u8]>(&mut req, &[b"SET", key, VALUE]);
         }
         script.push_round(&req, &b"+OK\r\n".repeat(chunk.len()));
     }

@@ -24,6 +24,7 @@ pub struct ScriptRound {
 }
 
 /// What a scripted client sends and expects, shared by every client that plays it.
+#[derive(Default)]
 pub struct Script {
     pub requests: Vec<u8>,
     pub replies: Vec<u8>,
@@ -31,14 +32,6 @@ pub struct Script {
 }
 
 impl Script {
-    pub fn new() -> Script {
-        Script {
-            requests: Vec::new(),
-            replies: Vec::new(),
-            rounds: Vec::new(),
-        }
-    }
-
     /// Appends a round: `request` sent at once, `reply` expected back.
     pub fn push_round(&mut self, request: &[u8], reply: &[u8]) {
         let q = self.requests.len();
@@ -49,12 +42,6 @@ impl Script {
             request: (q, self.requests.len()),
             reply: (r, self.replies.len()),
         });
-    }
-}
-
-impl Default for Script {
-    fn default() -> Script {
-        Script::new()
     }
 }
 
@@ -207,7 +194,7 @@ mod tests {
     use std::cell::RefCell;
 
     fn two_rounds() -> Rc<Script> {
-        let mut script = Script::new();
+        let mut script = Script::default();
         script.push_round(b"PING\r\n", b"+PONG\r\n");
         script.push_round(b"GET a\r\nGET b\r\n", b"$-1\r\n$-1\r\n");
         Rc::new(script)

@@ -26,7 +26,7 @@ fn source() -> Option<IpAddr> {
 /// address, if one is set. Best effort, as Redis's
 /// anetTcpNonBlockBestEffortBindConnect: an address of the other family, or one this
 /// host does not have, leaves the socket unbound and the connect goes on.
-pub fn bind_source(fd: RawFd, family: libc::c_int) {
+fn bind_source(fd: RawFd, family: libc::c_int) {
     let Some(ip) = source() else {
         return;
     };

@@ -88,9 +88,14 @@ impl ScriptedClient {
         self.script.rounds[self.round]
     }
 
+    /// Every round played (or the run ended early, or the script is empty).
+    fn finished(&self) -> bool {
+        self.rounds_left == 0 || self.script.rounds.is_empty()
+    }
+
     /// Whether the server would find requests to read right now.
     pub(super) fn has_input(&self) -> bool {
-        if self.rounds_left == 0 || self.script.rounds.is_empty() {
+        if self.finished() {
             return false;
         }
         let (start, end) = self.current().request;
@@ -114,7 +119,7 @@ impl ScriptedClient {
         cx: &mut Context<'_>,
         dst: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        if self.rounds_left == 0 || self.script.rounds.is_empty() {
+        if self.finished() {
             if self.on_end.is_some() {
                 self.end(Ok(()));
             }
@@ -138,7 +143,7 @@ impl ScriptedClient {
     pub(super) fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut rest = buf;
         while !rest.is_empty() {
-            if self.rounds_left == 0 {
+            if self.finished() {
                 return Err(self.fail(rest, b""));
             }
             let (start, end) = self.current().reply;
